@@ -1,0 +1,162 @@
+//! Command-line flags and environment variables, read once at start and passed down.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::tasks::policy::TaskPolicy;
+
+/// Every flag has an environment variable of the same name, upper-cased with a `MTG_` prefix.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "mcp-task-gateway", version, about)]
+pub struct Config {
+    /// Address the MCP endpoint (`/mcp`) and health check (`/healthz`) listen on.
+    #[arg(long, env = "MTG_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// URL of the plain Streamable HTTP MCP server to put tasks in front of.
+    #[arg(long, env = "MTG_UPSTREAM", value_parser = parse_upstream_url)]
+    pub upstream: http::Uri,
+
+    /// `pollIntervalMs` suggested to clients on every task.
+    #[arg(long, env = "MTG_POLL_INTERVAL_MS", default_value_t = 1000)]
+    pub poll_interval_ms: u64,
+
+    /// TTL of a task, from creation, in milliseconds.
+    #[arg(long, env = "MTG_DEFAULT_TTL_MS", default_value_t = 3_600_000)]
+    pub default_ttl_ms: u64,
+
+    /// Upper bound on a task's TTL; `--default-ttl-ms` is capped by it.
+    #[arg(long, env = "MTG_MAX_TTL_MS", default_value_t = 86_400_000)]
+    pub max_ttl_ms: u64,
+
+    /// Time limit for one upstream call, from sending it to its final answer
+    /// (time spent waiting for a client's `tasks/update` included). 0 means no limit.
+    #[arg(long, env = "MTG_UPSTREAM_TIMEOUT_MS", default_value_t = 0)]
+    pub upstream_timeout_ms: u64,
+
+    /// Task policy for one tool, `NAME=required|optional|forbidden`. Repeatable
+    /// (comma-separated in the environment). Tools not named are `optional`.
+    #[arg(long = "tool-policy", env = "MTG_TOOL_POLICY", value_delimiter = ',', value_parser = parse_tool_policy)]
+    pub tool_policies: Vec<(String, TaskPolicy)>,
+
+    /// With N > 0, wait up to N ms for the upstream and answer inline when it finished;
+    /// 0 turns every eligible call into a task at once.
+    #[arg(long, env = "MTG_PROMOTE_AFTER_MS", default_value_t = 0)]
+    pub promote_after_ms: u64,
+
+    /// Reject `tasks/*` requests that lack the `Mcp-Name` header.
+    #[arg(long, env = "MTG_STRICT_HEADERS", default_value_t = false)]
+    pub strict_headers: bool,
+
+    /// Largest request body accepted, in bytes; larger bodies get HTTP 413.
+    #[arg(long, env = "MTG_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// Header whose value identifies the caller; tasks are bound to it. Without it,
+    /// the caller is identified by a hash of the `Authorization` header.
+    #[arg(long, env = "MTG_IDENTITY_HEADER")]
+    pub identity_header: Option<http::HeaderName>,
+
+    /// `Origin` values allowed on browser requests (repeatable). Requests carrying
+    /// any other Origin get HTTP 403. Without this flag only loopback origins pass.
+    #[arg(long = "allowed-origin", env = "MTG_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub allowed_origins: Vec<String>,
+
+    /// Roots the gateway reports when an upstream asks `roots/list` outside any call
+    /// (repeatable, `file://` URIs).
+    #[arg(long = "root", env = "MTG_ROOTS", value_delimiter = ',')]
+    pub roots: Vec<String>,
+
+    /// Name of this gateway instance; owner of the tasks it runs.
+    #[arg(long, env = "MTG_INSTANCE_ID", default_value_t = default_instance_id())]
+    pub instance_id: String,
+
+    /// Log format: `pretty` or `json`. Verbosity follows `RUST_LOG` (default `info`).
+    #[arg(long, env = "MTG_LOG_FORMAT", default_value = "pretty", value_parser = ["pretty", "json"])]
+    pub log_format: String,
+}
+
+impl Config {
+    /// The TTL given to new tasks: the default, capped by the maximum.
+    pub fn task_ttl_ms(&self) -> u64 {
+        self.default_ttl_ms.min(self.max_ttl_ms)
+    }
+
+    pub fn upstream_timeout(&self) -> Option<Duration> {
+        (self.upstream_timeout_ms > 0).then(|| Duration::from_millis(self.upstream_timeout_ms))
+    }
+
+    pub fn policy_map(&self) -> HashMap<String, TaskPolicy> {
+        self.tool_policies.iter().cloned().collect()
+    }
+}
+
+fn default_instance_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "gateway".to_owned());
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}-{}", &suffix[..8])
+}
+
+fn parse_upstream_url(raw: &str) -> Result<http::Uri, String> {
+    let uri: http::Uri = raw.parse().map_err(|e| format!("not a URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") if uri.host().is_some() => Ok(uri),
+        _ => Err("expected an http:// or https:// URL with a host".to_owned()),
+    }
+}
+
+fn parse_tool_policy(raw: &str) -> Result<(String, TaskPolicy), String> {
+    let (name, policy) = raw
+        .split_once('=')
+        .ok_or_else(|| format!("expected NAME=required|optional|forbidden, got {raw:?}"))?;
+    if name.is_empty() {
+        return Err(format!("tool name is empty in {raw:?}"));
+    }
+    Ok((name.to_owned(), policy.parse()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_flags_and_caps_ttl() {
+        let config = Config::try_parse_from([
+            "mcp-task-gateway",
+            "--upstream",
+            "http://127.0.0.1:9/mcp",
+            "--tool-policy",
+            "slow=required",
+            "--tool-policy",
+            "fast=forbidden",
+            "--default-ttl-ms",
+            "5000",
+            "--max-ttl-ms",
+            "2000",
+        ])
+        .unwrap();
+        assert_eq!(config.task_ttl_ms(), 2000);
+        let policies = config.policy_map();
+        assert_eq!(policies["slow"], TaskPolicy::Required);
+        assert_eq!(policies["fast"], TaskPolicy::Forbidden);
+    }
+
+    #[test]
+    fn rejects_bad_policy_and_url() {
+        let bad_policy = Config::try_parse_from([
+            "mcp-task-gateway",
+            "--upstream",
+            "http://127.0.0.1:9/mcp",
+            "--tool-policy",
+            "slow=sometimes",
+        ]);
+        assert!(bad_policy.is_err());
+        let bad_url = Config::try_parse_from(["mcp-task-gateway", "--upstream", "ftp://x/mcp"]);
+        assert!(bad_url.is_err());
+    }
+}

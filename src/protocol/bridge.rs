@@ -1,0 +1,103 @@
+//! Completing a 2025-xx upstream's answers so that 2026-07-28 clients, which validate
+//! every result against their schema, accept them.
+
+use serde_json::{Map, Value, json};
+
+use super::meta::{META_SERVER_INFO, MODERN_PROTOCOL_VERSION, TASKS_EXTENSION};
+
+/// Results that 2026-07-28 makes cacheable: they need `ttlMs` and `cacheScope`.
+const CACHEABLE: [&str; 5] = [
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+];
+
+/// Adds the fields a 2026-07-28 result requires and a legacy upstream leaves out.
+pub fn complete_result(method: &str, result: &mut Value) {
+    let Some(obj) = result.as_object_mut() else { return };
+    obj.entry("resultType").or_insert_with(|| "complete".into());
+    if CACHEABLE.contains(&method) {
+        add_cache_hints(obj);
+    }
+    if method == "tools/list"
+        && let Some(tools) = obj.get_mut("tools").and_then(Value::as_array_mut)
+    {
+        for tool in tools.iter_mut().filter_map(Value::as_object_mut) {
+            // `execution.taskSupport` belongs to the 2025-11-25 task dialect.
+            tool.remove("execution");
+        }
+    }
+}
+
+/// A legacy answer may depend on who asks, so it is private and not cached.
+fn add_cache_hints(obj: &mut Map<String, Value>) {
+    obj.entry("ttlMs").or_insert_with(|| 0.into());
+    obj.entry("cacheScope").or_insert_with(|| "private".into());
+}
+
+/// The `server/discover` result for a legacy upstream, from its `InitializeResult`.
+/// Its 2025-11-25 `tasks` capability does not leak; the tasks extension is the
+/// gateway's own.
+pub fn discover_result(initialize: &Value) -> Value {
+    let mut capabilities = initialize
+        .get("capabilities")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    capabilities.remove("tasks");
+    let extensions = capabilities
+        .entry("extensions")
+        .or_insert_with(|| json!({}));
+    if let Some(extensions) = extensions.as_object_mut() {
+        extensions.insert(TASKS_EXTENSION.into(), json!({}));
+    }
+    let mut result = json!({
+        "resultType": "complete",
+        "supportedVersions": [MODERN_PROTOCOL_VERSION],
+        "capabilities": capabilities,
+        "ttlMs": 0,
+        "cacheScope": "private",
+    });
+    if let Some(info) = initialize.get("serverInfo") {
+        result["_meta"] = json!({ META_SERVER_INFO: info });
+    }
+    if let Some(instructions) = initialize.get("instructions").filter(|i| i.is_string()) {
+        result["instructions"] = instructions.clone();
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completes_list_results() {
+        let mut result = json!({"tools": [{"name": "t", "execution": {"taskSupport": "optional"}}]});
+        complete_result("tools/list", &mut result);
+        assert_eq!(
+            result,
+            json!({"tools": [{"name": "t"}], "resultType": "complete", "ttlMs": 0, "cacheScope": "private"})
+        );
+        let mut result = json!({"content": [], "resultType": "complete"});
+        complete_result("tools/call", &mut result);
+        assert_eq!(result, json!({"content": [], "resultType": "complete"}));
+    }
+
+    #[test]
+    fn discover_hides_legacy_tasks_and_adds_the_extension() {
+        let init = json!({
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"tools": {}, "tasks": {"list": {}}},
+            "serverInfo": {"name": "up", "version": "1"},
+            "instructions": "be nice"
+        });
+        let result = discover_result(&init);
+        assert_eq!(result["capabilities"], json!({"tools": {}, "extensions": {TASKS_EXTENSION: {}}}));
+        assert_eq!(result["_meta"][META_SERVER_INFO]["name"], "up");
+        assert_eq!(result["instructions"], "be nice");
+        assert_eq!(result["supportedVersions"], json!(["2026-07-28"]));
+    }
+}

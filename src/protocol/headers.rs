@@ -1,0 +1,132 @@
+//! The standard request headers of 2026-07-28 (`MCP-Protocol-Version`, `Mcp-Method`,
+//! `Mcp-Name`) checked against the body. A mismatch is HTTP 400 with -32020.
+
+use base64::Engine;
+use http::HeaderMap;
+use serde_json::Value;
+
+use super::jsonrpc::{ErrorObject, code};
+
+pub const MCP_METHOD: &str = "mcp-method";
+pub const MCP_NAME: &str = "mcp-name";
+pub const MCP_PROTOCOL_VERSION: &str = "mcp-protocol-version";
+
+/// Which body field `Mcp-Name` mirrors, for the methods that carry it.
+pub fn name_field(method: &str) -> Option<&'static str> {
+    match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+        _ => None,
+    }
+}
+
+/// Checks the headers of a modern request against its body. Values that are present
+/// must match; with `require_all`, missing ones are rejected too.
+pub fn validate(
+    headers: &HeaderMap,
+    method: &str,
+    params: Option<&Value>,
+    body_version: &str,
+    require_all: bool,
+) -> Result<(), ErrorObject> {
+    check(headers, MCP_PROTOCOL_VERSION, body_version, require_all)?;
+    check(headers, MCP_METHOD, method, require_all)?;
+    if let Some(field) = name_field(method) {
+        let Some(expected) = params.and_then(|p| p.get(field)).and_then(Value::as_str) else {
+            // The handler reports the missing body field with -32602.
+            return Ok(());
+        };
+        check(headers, MCP_NAME, expected, require_all)?;
+    }
+    Ok(())
+}
+
+fn check(headers: &HeaderMap, name: &str, expected: &str, required: bool) -> Result<(), ErrorObject> {
+    let Some(raw) = headers.get(name) else {
+        return if required {
+            Err(mismatch(format!("required header {name} is missing")))
+        } else {
+            Ok(())
+        };
+    };
+    let text = raw
+        .to_str()
+        .map_err(|_| mismatch(format!("{name} header contains invalid characters")))?
+        .trim();
+    let value = decode_sentinel(text).ok_or_else(|| {
+        mismatch(format!("{name} header is not valid =?base64?...?= encoding"))
+    })?;
+    if value != expected {
+        return Err(mismatch(format!(
+            "{name} header value {value:?} does not match body value {expected:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Decodes the `=?base64?...?=` form; any other text is the literal value.
+fn decode_sentinel(text: &str) -> Option<std::borrow::Cow<'_, str>> {
+    let Some(encoded) = text.strip_prefix("=?base64?").and_then(|t| t.strip_suffix("?=")) else {
+        return Some(text.into());
+    };
+    let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).ok()?;
+    String::from_utf8(bytes).ok().map(Into::into)
+}
+
+fn mismatch(detail: String) -> ErrorObject {
+    ErrorObject::new(code::HEADER_MISMATCH, format!("Header mismatch: {detail}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (k, v) in pairs {
+            map.insert(*k, v.parse().unwrap());
+        }
+        map
+    }
+
+    const V: &str = "2026-07-28";
+
+    #[test]
+    fn accepts_matching_and_trimmed_and_encoded_values() {
+        let params = json!({"name": "Hello, 世界"});
+        let h = headers(&[(MCP_METHOD, "tools/call"), (MCP_NAME, "=?base64?SGVsbG8sIOS4lueVjA==?="), (MCP_PROTOCOL_VERSION, V)]);
+        assert!(validate(&h, "tools/call", Some(&params), V, true).is_ok());
+        let h = headers(&[(MCP_METHOD, " tasks/get "), (MCP_NAME, "abc")]);
+        assert!(validate(&h, "tasks/get", Some(&json!({"taskId": "abc"})), V, false).is_ok());
+    }
+
+    #[test]
+    fn rejects_mismatch_case_and_bad_base64() {
+        let params = json!({"taskId": "abc"});
+        for pairs in [
+            vec![(MCP_NAME, "xyz")],
+            vec![(MCP_METHOD, "TASKS/GET")],
+            vec![(MCP_NAME, "=?base64?SGVs!!!bG8=?=")],
+            vec![(MCP_PROTOCOL_VERSION, "2025-11-25")],
+        ] {
+            let err = validate(&headers(&pairs), "tasks/get", Some(&params), V, false).unwrap_err();
+            assert_eq!(err.code, code::HEADER_MISMATCH, "{pairs:?}");
+        }
+    }
+
+    #[test]
+    fn missing_headers_fail_only_when_required() {
+        let params = json!({"taskId": "abc"});
+        assert!(validate(&HeaderMap::new(), "tasks/get", Some(&params), V, false).is_ok());
+        let err = validate(&headers(&[(MCP_METHOD, "tasks/get"), (MCP_PROTOCOL_VERSION, V)]), "tasks/get", Some(&params), V, true).unwrap_err();
+        assert!(err.message.contains("mcp-name"), "{}", err.message);
+    }
+
+    #[test]
+    fn uppercase_sentinel_is_a_literal() {
+        let h = headers(&[(MCP_NAME, "=?BASE64?SGVsbG8=?=")]);
+        assert!(validate(&h, "tools/call", Some(&json!({"name": "Hello"})), V, false).is_err());
+    }
+}

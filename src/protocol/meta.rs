@@ -1,0 +1,92 @@
+//! The per-request `_meta` of 2026-07-28 requests: protocol version and client capabilities.
+
+use serde_json::{Map, Value};
+
+pub const MODERN_PROTOCOL_VERSION: &str = "2026-07-28";
+/// The version the gateway speaks to legacy (session-based) upstreams.
+pub const LEGACY_PROTOCOL_VERSION: &str = "2025-11-25";
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// Client capabilities that change what a legacy upstream does within a session.
+const SESSION_CAPABILITIES: [&str; 3] = ["elicitation", "sampling", "roots"];
+
+fn meta(params: Option<&Value>) -> Option<&Map<String, Value>> {
+    params?.get("_meta")?.as_object()
+}
+
+pub fn protocol_version(params: Option<&Value>) -> Option<&str> {
+    meta(params)?.get(META_PROTOCOL_VERSION)?.as_str()
+}
+
+pub fn client_capabilities(params: Option<&Value>) -> Option<&Map<String, Value>> {
+    meta(params)?.get(META_CLIENT_CAPABILITIES)?.as_object()
+}
+
+/// Whether the request's own capabilities declare the tasks extension.
+pub fn declares_tasks(params: Option<&Value>) -> bool {
+    client_capabilities(params)
+        .and_then(|caps| caps.get("extensions"))
+        .and_then(|ext| ext.get(TASKS_EXTENSION))
+        .is_some_and(Value::is_object)
+}
+
+/// The capabilities a legacy upstream session must be opened with to serve this request:
+/// elicitation, sampling and roots as the client declared them, nothing else.
+pub fn session_capabilities(params: Option<&Value>) -> Map<String, Value> {
+    let mut out = Map::new();
+    if let Some(caps) = client_capabilities(params) {
+        for name in SESSION_CAPABILITIES {
+            if let Some(value) = caps.get(name).filter(|v| v.is_object()) {
+                out.insert(name.to_owned(), value.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Params as a legacy upstream should see them: without the 2026-07-28 `_meta` keys,
+/// which belong to the hop between client and gateway.
+pub fn strip_modern_meta(params: &mut Value) {
+    if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+        meta.remove(META_PROTOCOL_VERSION);
+        meta.remove(META_CLIENT_CAPABILITIES);
+        meta.remove(META_CLIENT_INFO);
+        if meta.is_empty() {
+            params.as_object_mut().map(|p| p.remove("_meta"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reads_declared_capabilities() {
+        let params = json!({"_meta": {
+            META_PROTOCOL_VERSION: "2026-07-28",
+            META_CLIENT_CAPABILITIES: {"elicitation": {"form": {}}, "experimental": {}, "extensions": {TASKS_EXTENSION: {}}}
+        }});
+        assert_eq!(protocol_version(Some(&params)), Some("2026-07-28"));
+        assert!(declares_tasks(Some(&params)));
+        assert_eq!(Value::Object(session_capabilities(Some(&params))), json!({"elicitation": {"form": {}}}));
+        assert!(!declares_tasks(Some(&json!({}))));
+        assert!(!declares_tasks(None));
+    }
+
+    #[test]
+    fn strips_only_modern_meta() {
+        let mut params = json!({"name": "x", "_meta": {META_PROTOCOL_VERSION: "2026-07-28", "progressToken": 3}});
+        strip_modern_meta(&mut params);
+        assert_eq!(params, json!({"name": "x", "_meta": {"progressToken": 3}}));
+        let mut params = json!({"name": "x", "_meta": {META_PROTOCOL_VERSION: "2026-07-28"}});
+        strip_modern_meta(&mut params);
+        assert_eq!(params, json!({"name": "x"}));
+    }
+}

@@ -1,0 +1,7 @@
+//! The MCP messages and shapes the gateway reads or writes; everything else is forwarded.
+
+pub mod bridge;
+pub mod headers;
+pub mod jsonrpc;
+pub mod meta;
+pub mod wire;

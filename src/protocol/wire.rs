@@ -1,0 +1,137 @@
+//! The task shapes of SEP-2663 as they go on the wire. All task JSON the gateway writes
+//! is built here.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::jsonrpc::ErrorObject;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    Working,
+    InputRequired,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl TaskStatus {
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Working => "working",
+            Self::InputRequired => "input_required",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// `resultType` values. `task` is reserved for `CreateTaskResult`.
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResultType {
+    Complete,
+    Task,
+}
+
+/// One entry of `inputRequests`: a server-to-client request, as `{method, params}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InputRequest {
+    pub method: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<Value>,
+}
+
+/// `CreateTaskResult` (resultType `task`) and the `tasks/get` result (resultType
+/// `complete`, a `DetailedTask`) share this shape; status-specific fields are present
+/// only for their status.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskResult<'a> {
+    pub result_type: ResultType,
+    pub task_id: &'a str,
+    pub status: TaskStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status_message: Option<&'a str>,
+    pub created_at: String,
+    pub last_updated_at: String,
+    /// Always a number: some clients (C#) cannot read `null`.
+    pub ttl_ms: u64,
+    pub poll_interval_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_requests: Option<&'a std::collections::BTreeMap<String, InputRequest>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<&'a ErrorObject>,
+}
+
+/// The empty acknowledgement of `tasks/update` and `tasks/cancel`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ack {
+    pub result_type: ResultType,
+}
+
+pub const ACK: Ack = Ack {
+    result_type: ResultType::Complete,
+};
+
+/// `tasks/get` and `tasks/cancel` params.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskIdParams {
+    pub task_id: String,
+}
+
+/// `tasks/update` params.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdateTaskParams {
+    pub task_id: String,
+    #[serde(default)]
+    pub input_responses: Map<String, Value>,
+}
+
+/// `data` of -32021 when the tasks extension is missing.
+pub fn missing_tasks_capability_data() -> Value {
+    serde_json::json!({
+        "requiredCapabilities": {"extensions": {super::meta::TASKS_EXTENSION: {}}}
+    })
+}
+
+/// Formats unix milliseconds as RFC 3339 (UTC, millisecond precision).
+pub fn rfc3339_millis(unix_ms: u64) -> String {
+    let nanos = i128::from(unix_ms) * 1_000_000;
+    let at = time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    let format = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+    );
+    at.format(&format).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_timestamps_as_rfc3339() {
+        let text = rfc3339_millis(1_764_066_600_123);
+        assert_eq!(text, "2025-11-25T10:30:00.123Z");
+        let parsed = time::OffsetDateTime::parse(&text, &time::format_description::well_known::Rfc3339).unwrap();
+        assert_eq!(parsed.unix_timestamp(), 1_764_066_600);
+    }
+
+    #[test]
+    fn status_serializes_snake_case() {
+        assert_eq!(serde_json::to_string(&TaskStatus::InputRequired).unwrap(), "\"input_required\"");
+    }
+}

@@ -1,0 +1,283 @@
+//! The HTTP front: routing, the era of each request, limits, and graceful shutdown.
+
+mod modern;
+mod passthrough;
+mod reply;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::request::Parts;
+use http::{HeaderMap, Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tracing::Instrument;
+
+use crate::config::Config;
+use crate::protocol::headers::{self, MCP_PROTOCOL_VERSION};
+use crate::protocol::jsonrpc::{ErrorObject, Message, code};
+use crate::protocol::meta::{self, MODERN_PROTOCOL_VERSION};
+use crate::tasks::TaskService;
+use crate::tasks::policy::Policies;
+use crate::upstream::LegacyUpstream;
+use crate::upstream::http::HttpClient;
+use reply::Body;
+
+const SESSION_HEADER: &str = "mcp-session-id";
+/// How long in-flight requests may take to finish after shutdown begins.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Everything a request handler needs, built once at start.
+pub struct Gateway {
+    pub client: HttpClient,
+    pub upstream: Arc<LegacyUpstream>,
+    pub tasks: Arc<TaskService>,
+    pub policies: Policies,
+    pub upstream_timeout: Option<Duration>,
+    max_body_bytes: usize,
+    strict_headers: bool,
+    identity_header: Option<http::HeaderName>,
+    allowed_origins: Vec<String>,
+}
+
+impl Gateway {
+    pub fn new(
+        config: &Config,
+        client: HttpClient,
+        upstream: Arc<LegacyUpstream>,
+        tasks: Arc<TaskService>,
+    ) -> Self {
+        Self {
+            client,
+            upstream,
+            tasks,
+            policies: Policies::new(config.policy_map()),
+            upstream_timeout: config.upstream_timeout(),
+            max_body_bytes: config.max_body_bytes,
+            strict_headers: config.strict_headers,
+            identity_header: config.identity_header.clone(),
+            allowed_origins: config.allowed_origins.clone(),
+        }
+    }
+}
+
+/// Serves until `shutdown` resolves, then lets in-flight requests finish.
+pub async fn serve(
+    listener: TcpListener,
+    gateway: Arc<Gateway>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let graceful = GracefulShutdown::new();
+    let builder = auto::Builder::new(TokioExecutor::new());
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let gateway = gateway.clone();
+        let service = hyper::service::service_fn(move |request| {
+            let gateway = gateway.clone();
+            async move { Ok::<_, Infallible>(route(&gateway, request).await) }
+        });
+        let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection.into_owned());
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+    tracing::info!("shutting down: no new connections, finishing in-flight requests");
+    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
+        tracing::warn!("some connections were still open after the grace period");
+    }
+    Ok(())
+}
+
+async fn route(gateway: &Gateway, request: Request<Incoming>) -> Response<Body> {
+    match request.uri().path() {
+        "/healthz" => reply::plain(StatusCode::OK, "ok\n"),
+        "/mcp" => {
+            let span = tracing::info_span!("request", method = tracing::field::Empty);
+            mcp_endpoint(gateway, request).instrument(span).await
+        }
+        _ => reply::plain(StatusCode::NOT_FOUND, "not found: the MCP endpoint is /mcp\n"),
+    }
+}
+
+async fn mcp_endpoint(gateway: &Gateway, request: Request<Incoming>) -> Response<Body> {
+    if let Some(origin) = request.headers().get(header::ORIGIN)
+        && !origin_allowed(origin, &gateway.allowed_origins)
+    {
+        return reply::error_with_status(
+            StatusCode::FORBIDDEN,
+            &ErrorObject::new(code::INVALID_REQUEST, "Origin not allowed"),
+        );
+    }
+    let (parts, body) = request.into_parts();
+    let body = match Limited::new(body, gateway.max_body_bytes).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            return reply::error_with_status(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &ErrorObject::new(
+                    code::INVALID_REQUEST,
+                    format!("request body exceeds the limit of {} bytes", gateway.max_body_bytes),
+                ),
+            );
+        }
+        Err(e) => {
+            return reply::error_with_status(
+                StatusCode::BAD_REQUEST,
+                &ErrorObject::new(code::INVALID_REQUEST, format!("could not read the body: {e}")),
+            );
+        }
+    };
+    // Legacy sessions are the upstream's: the gateway does not read their traffic.
+    if parts.headers.contains_key(SESSION_HEADER) || parts.method != Method::POST {
+        if parts.method == Method::POST || parts.headers.contains_key(SESSION_HEADER) {
+            return passthrough::forward(&gateway.client, gateway.upstream.url(), &parts, body).await;
+        }
+        return reply::plain(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "GET and DELETE belong to legacy sessions; send Mcp-Session-Id\n",
+        );
+    }
+    let message = match Message::parse(&body) {
+        Ok(message) => message,
+        Err(e) => return reply::error(None, &e.to_error_object()),
+    };
+    match classify(&parts.headers, &message) {
+        Era::Legacy => passthrough::forward(&gateway.client, gateway.upstream.url(), &parts, body).await,
+        Era::Rejected(error) => reply::error(message_id(&message), &error),
+        Era::Modern => modern_message(gateway, &parts, message).await,
+    }
+}
+
+enum Era {
+    Legacy,
+    Modern,
+    Rejected(ErrorObject),
+}
+
+/// Modern requests carry their version in `_meta`; `initialize` and requests without
+/// any modern marker are legacy.
+fn classify(headers: &HeaderMap, message: &Message) -> Era {
+    let (method, params) = match message {
+        Message::Request { method, params, .. } | Message::Notification { method, params } => {
+            (method.as_str(), params.as_ref())
+        }
+        Message::Response { .. } => return Era::Legacy,
+    };
+    if method == "initialize" {
+        return Era::Legacy;
+    }
+    let header_version = headers.get(MCP_PROTOCOL_VERSION).and_then(|v| v.to_str().ok()).map(str::trim);
+    match (meta::protocol_version(params), header_version) {
+        (Some(MODERN_PROTOCOL_VERSION), _) => Era::Modern,
+        (Some(other), _) => Era::Rejected(unsupported_version(other)),
+        (None, None) => Era::Legacy,
+        (None, Some(MODERN_PROTOCOL_VERSION)) => Era::Rejected(ErrorObject::invalid_params(format!(
+            "params._meta[\"{}\"] is required in {MODERN_PROTOCOL_VERSION} requests",
+            meta::META_PROTOCOL_VERSION
+        ))),
+        (None, Some(v)) if v.starts_with("2024-") || v.starts_with("2025-") => Era::Legacy,
+        (None, Some(other)) => Era::Rejected(unsupported_version(other)),
+    }
+}
+
+fn unsupported_version(requested: &str) -> ErrorObject {
+    ErrorObject::new(code::UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version").with_data(
+        json!({"supported": [MODERN_PROTOCOL_VERSION, meta::LEGACY_PROTOCOL_VERSION], "requested": requested}),
+    )
+}
+
+async fn modern_message(gateway: &Gateway, parts: &Parts, message: Message) -> Response<Body> {
+    let (id, method, params) = match message {
+        Message::Request { id, method, params } => (id, method, params),
+        // Stateless clients cancel by closing the stream; their notifications end here.
+        Message::Notification { .. } => return reply::accepted(),
+        Message::Response { id, .. } => {
+            return reply::error(
+                Some(&id),
+                &ErrorObject::new(code::INVALID_REQUEST, "clients must not send JSON-RPC responses"),
+            );
+        }
+    };
+    tracing::Span::current().record("method", method.as_str());
+    if let Err(error) = headers::validate(
+        &parts.headers,
+        &method,
+        params.as_ref(),
+        MODERN_PROTOCOL_VERSION,
+        gateway.strict_headers,
+    ) {
+        return reply::error(Some(&id), &error);
+    }
+    if meta::client_capabilities(params.as_ref()).is_none() {
+        return reply::error(
+            Some(&id),
+            &ErrorObject::invalid_params(format!(
+                "params._meta[\"{}\"] is required in {MODERN_PROTOCOL_VERSION} requests",
+                meta::META_CLIENT_CAPABILITIES
+            )),
+        );
+    }
+    let principal = principal(&parts.headers, gateway.identity_header.as_ref());
+    let request = modern::Request {
+        id,
+        method,
+        params,
+        parts,
+        principal,
+    };
+    modern::handle(gateway, request).await
+}
+
+fn message_id(message: &Message) -> Option<&Value> {
+    match message {
+        Message::Request { id, .. } | Message::Response { id, .. } => Some(id),
+        Message::Notification { .. } => None,
+    }
+}
+
+/// Who is calling: the configured identity header, else a hash of the credentials.
+/// Tasks are bound to it.
+fn principal(headers: &HeaderMap, identity_header: Option<&http::HeaderName>) -> String {
+    use sha2::{Digest, Sha256};
+    let source = match identity_header {
+        Some(name) => headers.get(name),
+        None => headers.get(header::AUTHORIZATION),
+    };
+    match source {
+        Some(value) => format!("{:x}", Sha256::digest(value.as_bytes())),
+        None => "anonymous".to_owned(),
+    }
+}
+
+/// Browsers send `Origin`; only configured origins (default: loopback) may call, which
+/// stops DNS rebinding.
+fn origin_allowed(origin: &http::HeaderValue, allowed: &[String]) -> bool {
+    let Ok(origin) = origin.to_str() else { return false };
+    if !allowed.is_empty() {
+        return allowed.iter().any(|a| a == origin || a == "*");
+    }
+    let Ok(uri) = origin.parse::<http::Uri>() else { return false };
+    matches!(uri.host(), Some("localhost" | "127.0.0.1" | "[::1]" | "::1"))
+}
+

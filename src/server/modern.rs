@@ -1,0 +1,173 @@
+//! 2026-07-28 (stateless) requests: the methods the gateway owns, and the bridge to the
+//! legacy upstream for everything else.
+
+use http::request::Parts;
+use http::{HeaderMap, HeaderValue, Response, header};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::Gateway;
+use super::reply::{self, Body};
+use crate::protocol::bridge;
+use crate::protocol::jsonrpc::{self, ErrorObject, code};
+use crate::protocol::meta;
+use crate::protocol::wire::{self, ResultType, TaskIdParams, UpdateTaskParams};
+use crate::tasks::policy::CallPlan;
+use crate::tasks::{Started, ToolCall};
+use crate::upstream::forward::{self, Caller};
+
+/// One modern request, parsed and with its headers checked.
+pub struct Request<'a> {
+    pub id: Value,
+    pub method: String,
+    pub params: Option<Value>,
+    pub parts: &'a Parts,
+    pub principal: String,
+}
+
+pub async fn handle(gateway: &Gateway, request: Request<'_>) -> Response<Body> {
+    let id = request.id.clone();
+    let outcome = match request.method.as_str() {
+        "server/discover" => discover(gateway, &request).await,
+        "tools/call" => tools_call(gateway, request).await,
+        "tasks/get" | "tasks/update" | "tasks/cancel" => tasks_method(gateway, &request).await,
+        "subscriptions/listen" => Err(ErrorObject::new(
+            code::METHOD_NOT_FOUND,
+            "subscriptions/listen is not supported by this gateway; poll tasks/get",
+        )),
+        _ => bridged(gateway, request).await,
+    };
+    match outcome {
+        Ok(body) => reply::json(http::StatusCode::OK, body),
+        Err(error) => reply::error(Some(&id), &error),
+    }
+}
+
+type Outcome = Result<Vec<u8>, ErrorObject>;
+
+async fn discover(gateway: &Gateway, request: &Request<'_>) -> Outcome {
+    let caller = caller_of(request);
+    let session = gateway
+        .upstream
+        .session(&caller.0, caller.1.as_ref())
+        .await
+        .map_err(|e| ErrorObject::internal(e.to_string()))?;
+    let result = bridge::discover_result(&session.server);
+    Ok(jsonrpc::success_body_of(&request.id, &result))
+}
+
+async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
+    let params = request.params.as_ref();
+    let Some(tool) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+        return Err(ErrorObject::invalid_params("tools/call needs params.name, the tool to call"));
+    };
+    let declared = meta::declares_tasks(params);
+    match gateway.policies.plan(tool, declared) {
+        CallPlan::RejectMissingCapability => Err(ErrorObject::new(
+            code::MISSING_REQUIRED_CLIENT_CAPABILITY,
+            format!("tool {tool:?} runs only as a task: declare the io.modelcontextprotocol/tasks extension"),
+        )
+        .with_data(wire::missing_tasks_capability_data())),
+        CallPlan::Inline => bridged(gateway, request).await,
+        CallPlan::Task => {
+            let (capabilities, auth) = caller_of(&request);
+            let call = ToolCall {
+                params: upstream_params(request.params.unwrap_or_default()),
+                capabilities,
+                auth,
+                principal: request.principal,
+            };
+            match gateway.tasks.start_task(call).await? {
+                Started::Task(task) => Ok(jsonrpc::success_body_of(
+                    &request.id,
+                    &task.to_result(ResultType::Task),
+                )),
+                Started::Inline(Ok(result)) => Ok(jsonrpc::success_body(&request.id, &result)),
+                Started::Inline(Err(error)) => Err(error),
+            }
+        }
+    }
+}
+
+async fn tasks_method(gateway: &Gateway, request: &Request<'_>) -> Outcome {
+    if !meta::declares_tasks(request.params.as_ref()) {
+        return Err(ErrorObject::new(
+            code::MISSING_REQUIRED_CLIENT_CAPABILITY,
+            format!("{} needs the io.modelcontextprotocol/tasks extension in the request's clientCapabilities", request.method),
+        )
+        .with_data(wire::missing_tasks_capability_data()));
+    }
+    let tasks = &gateway.tasks;
+    let principal = &request.principal;
+    match request.method.as_str() {
+        "tasks/get" => {
+            let params: TaskIdParams = parse_params(request)?;
+            let task = tasks.get(&params.task_id, principal).await?;
+            Ok(jsonrpc::success_body_of(&request.id, &task.to_result(ResultType::Complete)))
+        }
+        "tasks/update" => {
+            let params: UpdateTaskParams = parse_params(request)?;
+            tasks.update(&params.task_id, principal, params.input_responses).await?;
+            Ok(jsonrpc::success_body_of(&request.id, &wire::ACK))
+        }
+        _ => {
+            let params: TaskIdParams = parse_params(request)?;
+            tasks.cancel(&params.task_id, principal).await?;
+            Ok(jsonrpc::success_body_of(&request.id, &wire::ACK))
+        }
+    }
+}
+
+/// Forwards a request the gateway does not own to the upstream and completes its
+/// result for a 2026-07-28 client.
+async fn bridged(gateway: &Gateway, request: Request<'_>) -> Outcome {
+    let (capabilities, auth) = caller_of(&request);
+    let caller = Caller {
+        capabilities: &capabilities,
+        auth: auth.as_ref(),
+    };
+    let params = request.params.map(upstream_params);
+    let answer = forward::forward(
+        &gateway.upstream,
+        &caller,
+        &request.method,
+        params,
+        gateway.upstream_timeout,
+    )
+    .await
+    .map_err(|e| ErrorObject::internal(e.to_string()))?;
+    let mut result = answer?;
+    bridge::complete_result(&request.method, &mut result);
+    let raw: Box<RawValue> =
+        serde_json::value::to_raw_value(&result).map_err(|e| ErrorObject::internal(e.to_string()))?;
+    Ok(jsonrpc::success_body(&request.id, &raw))
+}
+
+fn parse_params<T: DeserializeOwned>(request: &Request<'_>) -> Result<T, ErrorObject> {
+    let params = request.params.clone().unwrap_or(Value::Null);
+    serde_json::from_value(params)
+        .map_err(|e| ErrorObject::invalid_params(format!("invalid {} params: {e}", request.method)))
+}
+
+/// The upstream session this caller needs: declared capabilities and credentials.
+fn caller_of(request: &Request<'_>) -> (serde_json::Map<String, Value>, Option<HeaderValue>) {
+    (
+        meta::session_capabilities(request.params.as_ref()),
+        authorization(&request.parts.headers),
+    )
+}
+
+fn authorization(headers: &HeaderMap) -> Option<HeaderValue> {
+    headers.get(header::AUTHORIZATION).cloned()
+}
+
+/// Params without what belongs to the client-gateway hop: the 2026 `_meta` keys and
+/// the 2025-11-25 `task` param, which a plain upstream would reject.
+fn upstream_params(mut params: Value) -> Value {
+    meta::strip_modern_meta(&mut params);
+    if let Some(obj) = params.as_object_mut() {
+        obj.remove("task");
+    }
+    params
+}

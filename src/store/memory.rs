@@ -1,0 +1,256 @@
+//! The embedded store: one process, state in memory.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+
+use super::{
+    CancelOutcome, Outcome, StoreError, TaskRecord, TaskStore, UpdateOutcome, WakeReceiver, now_ms,
+};
+use crate::protocol::wire::InputRequest;
+
+/// How often expired tasks are purged. Reads check expiry themselves, so this only
+/// bounds memory, not correctness.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+#[derive(Default)]
+pub struct MemoryStore {
+    tasks: Mutex<HashMap<String, Arc<TaskRecord>>>,
+    wakers: Mutex<HashMap<String, mpsc::UnboundedSender<String>>>,
+}
+
+impl MemoryStore {
+    /// A store with a background sweep of expired tasks; the sweep ends with the store.
+    pub fn start() -> Arc<Self> {
+        let store = Arc::new(Self::default());
+        let weak: Weak<Self> = Arc::downgrade(&store);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SWEEP_EVERY);
+            loop {
+                tick.tick().await;
+                let Some(store) = weak.upgrade() else { return };
+                store.sweep_expired(now_ms());
+            }
+        });
+        store
+    }
+
+    fn sweep_expired(&self, now: u64) {
+        self.lock().retain(|_, task| task.expires_at_ms() > now);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<TaskRecord>>> {
+        // A panic while holding the lock cannot leave a record half-written: every
+        // mutation is applied to a clone and swapped in, so the poison is ignored.
+        self.tasks.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs `apply` on a live (not expired) task and stores the change.
+    fn update<T>(&self, task_id: &str, apply: impl FnOnce(&mut TaskRecord, u64) -> T) -> Option<T> {
+        let now = now_ms();
+        let mut tasks = self.lock();
+        let slot = tasks.get_mut(task_id)?;
+        if slot.expires_at_ms() <= now {
+            tasks.remove(task_id);
+            return None;
+        }
+        Some(apply(Arc::make_mut(slot), now))
+    }
+}
+
+#[async_trait]
+impl TaskStore for MemoryStore {
+    async fn create(&self, task: TaskRecord) -> Result<(), StoreError> {
+        let mut tasks = self.lock();
+        if tasks.contains_key(&task.task_id) {
+            return Err(StoreError::Duplicate(task.task_id));
+        }
+        tasks.insert(task.task_id.clone(), Arc::new(task));
+        Ok(())
+    }
+
+    async fn get(&self, task_id: &str, principal: &str) -> Result<Option<Arc<TaskRecord>>, StoreError> {
+        let tasks = self.lock();
+        Ok(tasks
+            .get(task_id)
+            .filter(|t| t.principal == principal && t.expires_at_ms() > now_ms())
+            .cloned())
+    }
+
+    async fn delete(&self, task_id: &str) -> Result<(), StoreError> {
+        self.lock().remove(task_id);
+        Ok(())
+    }
+
+    async fn set_status_message(&self, task_id: &str, message: &str) -> Result<(), StoreError> {
+        self.update(task_id, |task, now| {
+            if !task.status.is_terminal() {
+                task.status_message = Some(message.to_owned());
+                task.touch(now);
+            }
+        });
+        Ok(())
+    }
+
+    async fn add_input_request(
+        &self,
+        task_id: &str,
+        request: InputRequest,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .update(task_id, |task, now| {
+                (!task.status.is_terminal()).then(|| task.push_input_request(request, now))
+            })
+            .flatten())
+    }
+
+    async fn accept_input_responses(
+        &self,
+        task_id: &str,
+        principal: &str,
+        responses: Map<String, Value>,
+    ) -> Result<UpdateOutcome, StoreError> {
+        let outcome = self.update(task_id, |task, now| {
+            if task.principal != principal {
+                return UpdateOutcome::NotFound;
+            }
+            UpdateOutcome::Accepted {
+                keys: task.accept_responses(responses, now),
+                owner: task.owner.clone(),
+            }
+        });
+        Ok(outcome.unwrap_or(UpdateOutcome::NotFound))
+    }
+
+    async fn take_answers(&self, task_id: &str) -> Result<Vec<(String, Value)>, StoreError> {
+        Ok(self
+            .update(task_id, |task, _| std::mem::take(&mut task.answers).into_iter().collect())
+            .unwrap_or_default())
+    }
+
+    async fn finish(&self, task_id: &str, outcome: Outcome) -> Result<bool, StoreError> {
+        Ok(self.update(task_id, |task, now| task.finish(outcome, now)).unwrap_or(false))
+    }
+
+    async fn cancel(&self, task_id: &str, principal: &str) -> Result<CancelOutcome, StoreError> {
+        let outcome = self.update(task_id, |task, now| {
+            if task.principal != principal {
+                CancelOutcome::NotFound
+            } else if task.finish(Outcome::Cancelled { message: "cancelled by the client".into() }, now) {
+                CancelOutcome::Cancelled { owner: task.owner.clone() }
+            } else {
+                CancelOutcome::AlreadyTerminal
+            }
+        });
+        Ok(outcome.unwrap_or(CancelOutcome::NotFound))
+    }
+
+    async fn wake(&self, owner: &str, task_id: &str) -> Result<(), StoreError> {
+        let wakers = self.wakers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(tx) = wakers.get(owner) {
+            // A closed receiver means the owner is shutting down; nothing to wake.
+            let _ = tx.send(task_id.to_owned());
+        }
+        Ok(())
+    }
+
+    fn wakeups(&self, owner: &str) -> WakeReceiver {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.wakers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(owner.to_owned(), tx);
+        rx
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::wire::TaskStatus;
+    use serde_json::json;
+
+    fn record(id: &str, ttl_ms: u64) -> TaskRecord {
+        let now = now_ms();
+        TaskRecord {
+            task_id: id.into(),
+            principal: "alice".into(),
+            owner: "gw-1".into(),
+            status: TaskStatus::Working,
+            status_message: None,
+            created_at_ms: now,
+            last_updated_at_ms: now,
+            ttl_ms,
+            poll_interval_ms: 1000,
+            input_requests: Default::default(),
+            answers: Default::default(),
+            next_input_key: 0,
+            result: None,
+            error: None,
+            request: json!({"name": "echo"}),
+        }
+    }
+
+    fn elicit() -> InputRequest {
+        InputRequest { method: "elicitation/create".into(), params: Some(json!({"message": "?"})) }
+    }
+
+    #[tokio::test]
+    async fn tasks_are_private_to_their_principal() {
+        let store = MemoryStore::start();
+        store.create(record("t1", 60_000)).await.unwrap();
+        assert!(store.get("t1", "alice").await.unwrap().is_some());
+        assert!(store.get("t1", "mallory").await.unwrap().is_none());
+        assert_eq!(store.cancel("t1", "mallory").await.unwrap(), CancelOutcome::NotFound);
+    }
+
+    #[tokio::test]
+    async fn answers_are_accepted_once_and_keys_never_reused() {
+        let store = MemoryStore::start();
+        store.create(record("t1", 60_000)).await.unwrap();
+        let k0 = store.add_input_request("t1", elicit()).await.unwrap().unwrap();
+        let k1 = store.add_input_request("t1", elicit()).await.unwrap().unwrap();
+        assert_ne!(k0, k1);
+
+        let answer = |key: &str| Map::from_iter([(key.to_owned(), json!({"action": "accept"}))]);
+        let first = store.accept_input_responses("t1", "alice", answer(&k0)).await.unwrap();
+        assert_eq!(first, UpdateOutcome::Accepted { keys: vec![k0.clone()], owner: "gw-1".into() });
+        assert_eq!(store.get("t1", "alice").await.unwrap().unwrap().status, TaskStatus::InputRequired);
+
+        let again = store.accept_input_responses("t1", "alice", answer(&k0)).await.unwrap();
+        assert_eq!(again, UpdateOutcome::Accepted { keys: vec![], owner: "gw-1".into() });
+        store.accept_input_responses("t1", "alice", answer(&k1)).await.unwrap();
+        assert_eq!(store.get("t1", "alice").await.unwrap().unwrap().status, TaskStatus::Working);
+
+        assert_eq!(store.take_answers("t1").await.unwrap().len(), 2);
+        assert!(store.take_answers("t1").await.unwrap().is_empty());
+        let k2 = store.add_input_request("t1", elicit()).await.unwrap().unwrap();
+        assert!(![k0, k1].contains(&k2));
+    }
+
+    #[tokio::test]
+    async fn terminal_states_are_final() {
+        let store = MemoryStore::start();
+        store.create(record("t1", 60_000)).await.unwrap();
+        assert!(matches!(store.cancel("t1", "alice").await.unwrap(), CancelOutcome::Cancelled { .. }));
+        let late = Outcome::Completed(serde_json::value::to_raw_value(&json!({})).unwrap());
+        assert!(!store.finish("t1", late).await.unwrap());
+        assert_eq!(store.cancel("t1", "alice").await.unwrap(), CancelOutcome::AlreadyTerminal);
+        let task = store.get("t1", "alice").await.unwrap().unwrap();
+        assert_eq!(task.status, TaskStatus::Cancelled);
+        assert!(store.add_input_request("t1", elicit()).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn expired_tasks_are_gone() {
+        let store = MemoryStore::start();
+        store.create(record("t1", 0)).await.unwrap();
+        assert!(store.get("t1", "alice").await.unwrap().is_none());
+        store.sweep_expired(now_ms());
+        assert!(store.lock().is_empty());
+    }
+}

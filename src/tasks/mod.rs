@@ -1,0 +1,211 @@
+//! SEP-2663 tasks: creating them from `tools/call`, running them against the upstream,
+//! and the `tasks/get`, `tasks/update` and `tasks/cancel` handlers.
+
+pub mod policy;
+mod runner;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::HeaderValue;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use tokio::sync::{Notify, oneshot};
+
+use crate::protocol::jsonrpc::ErrorObject;
+use crate::protocol::wire::TaskStatus;
+use crate::store::{CancelOutcome, StoreError, TaskRecord, TaskStore, UpdateOutcome, now_ms};
+use crate::upstream::LegacyUpstream;
+
+/// Settings of the task machinery, taken from the config at start.
+#[derive(Debug, Clone)]
+pub struct TaskSettings {
+    pub instance_id: String,
+    pub ttl_ms: u64,
+    pub poll_interval_ms: u64,
+    pub upstream_timeout: Option<Duration>,
+    pub promote_after: Duration,
+}
+
+/// A `tools/call` to run as a task.
+pub struct ToolCall {
+    /// The call's params as the upstream should see them.
+    pub params: Value,
+    /// Session capabilities the upstream must see (elicitation, sampling, roots).
+    pub capabilities: Map<String, Value>,
+    pub auth: Option<HeaderValue>,
+    pub principal: String,
+}
+
+/// What the client gets for a task-eligible `tools/call`.
+pub enum Started {
+    /// The task exists; reply with `CreateTaskResult`.
+    Task(Arc<TaskRecord>),
+    /// The upstream answered within the promotion budget; no task was kept.
+    Inline(Result<Box<RawValue>, ErrorObject>),
+}
+
+pub struct TaskService {
+    store: Arc<dyn TaskStore>,
+    upstream: Arc<LegacyUpstream>,
+    settings: TaskSettings,
+    /// Wake-up handles of the runners on this instance, by task id.
+    runners: Mutex<HashMap<String, Arc<Notify>>>,
+}
+
+impl TaskService {
+    pub fn start(
+        store: Arc<dyn TaskStore>,
+        upstream: Arc<LegacyUpstream>,
+        settings: TaskSettings,
+    ) -> Arc<Self> {
+        let mut wakeups = store.wakeups(&settings.instance_id);
+        let service = Arc::new(Self {
+            store,
+            upstream,
+            settings,
+            runners: Mutex::new(HashMap::new()),
+        });
+        let weak = Arc::downgrade(&service);
+        tokio::spawn(async move {
+            while let Some(task_id) = wakeups.recv().await {
+                let Some(service) = weak.upgrade() else { return };
+                service.wake_local(&task_id);
+            }
+        });
+        service
+    }
+
+    pub fn store(&self) -> &Arc<dyn TaskStore> {
+        &self.store
+    }
+
+    /// Creates the task (durably) and starts its runner.
+    pub async fn start_task(self: &Arc<Self>, call: ToolCall) -> Result<Started, ErrorObject> {
+        let now = now_ms();
+        let record = TaskRecord {
+            task_id: uuid::Uuid::new_v4().to_string(),
+            principal: call.principal.clone(),
+            owner: self.settings.instance_id.clone(),
+            status: TaskStatus::Working,
+            status_message: None,
+            created_at_ms: now,
+            last_updated_at_ms: now,
+            ttl_ms: self.settings.ttl_ms,
+            poll_interval_ms: self.settings.poll_interval_ms,
+            input_requests: Default::default(),
+            answers: Default::default(),
+            next_input_key: 0,
+            result: None,
+            error: None,
+            request: call.params.clone(),
+        };
+        let task_id = record.task_id.clone();
+        let principal = call.principal.clone();
+        self.store.create(record).await.map_err(store_error)?;
+
+        let notify = Arc::new(Notify::new());
+        self.lock_runners().insert(task_id.clone(), notify.clone());
+        let (done_tx, done_rx) = oneshot::channel();
+        let span = tracing::info_span!("task", task_id = %task_id);
+        let service = self.clone();
+        let runner_task_id = task_id.clone();
+        tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                runner::run(&service, &runner_task_id, call, notify, done_tx).await;
+                service.lock_runners().remove(&runner_task_id);
+            },
+            span,
+        ));
+
+        if !self.settings.promote_after.is_zero()
+            && let Ok(Ok(())) = tokio::time::timeout(self.settings.promote_after, done_rx).await
+            && let Some(inline) = self.take_inline(&task_id, &principal).await
+        {
+            return Ok(Started::Inline(inline));
+        }
+        self.get(&task_id, &principal).await.map(Started::Task)
+    }
+
+    /// The outcome of a task that finished within the promotion budget; the task is
+    /// removed, since the client is answered inline and never sees its id.
+    async fn take_inline(
+        &self,
+        task_id: &str,
+        principal: &str,
+    ) -> Option<Result<Box<RawValue>, ErrorObject>> {
+        let record = self.store.get(task_id, principal).await.ok()??;
+        let inline = match record.status {
+            TaskStatus::Completed => Ok(record.result.clone()?),
+            TaskStatus::Failed => Err(record.error.clone()?),
+            _ => return None,
+        };
+        if let Err(e) = self.store.delete(task_id).await {
+            tracing::warn!(task_id, error = %e, "could not delete a task answered inline");
+        }
+        Some(inline)
+    }
+
+    pub async fn get(&self, task_id: &str, principal: &str) -> Result<Arc<TaskRecord>, ErrorObject> {
+        self.store
+            .get(task_id, principal)
+            .await
+            .map_err(store_error)?
+            .ok_or_else(|| not_found(task_id))
+    }
+
+    pub async fn update(
+        &self,
+        task_id: &str,
+        principal: &str,
+        responses: Map<String, Value>,
+    ) -> Result<(), ErrorObject> {
+        match self
+            .store
+            .accept_input_responses(task_id, principal, responses)
+            .await
+            .map_err(store_error)?
+        {
+            UpdateOutcome::NotFound => Err(not_found(task_id)),
+            UpdateOutcome::Accepted { keys, owner } => {
+                if !keys.is_empty() {
+                    tracing::debug!(task_id, ?keys, "accepted input responses");
+                    self.store.wake(&owner, task_id).await.map_err(store_error)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    pub async fn cancel(&self, task_id: &str, principal: &str) -> Result<(), ErrorObject> {
+        match self.store.cancel(task_id, principal).await.map_err(store_error)? {
+            CancelOutcome::NotFound => Err(not_found(task_id)),
+            CancelOutcome::AlreadyTerminal => Ok(()),
+            CancelOutcome::Cancelled { owner } => {
+                tracing::info!(task_id, "task cancelled by the client");
+                self.store.wake(&owner, task_id).await.map_err(store_error)
+            }
+        }
+    }
+
+    fn wake_local(&self, task_id: &str) {
+        if let Some(notify) = self.lock_runners().get(task_id) {
+            notify.notify_one();
+        }
+    }
+
+    fn lock_runners(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Notify>>> {
+        self.runners.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn not_found(task_id: &str) -> ErrorObject {
+    ErrorObject::invalid_params(format!(
+        "Failed to retrieve task: no task {task_id:?} (unknown, expired, or not yours)"
+    ))
+}
+
+fn store_error(e: StoreError) -> ErrorObject {
+    ErrorObject::internal(e.to_string())
+}

@@ -1,0 +1,254 @@
+//! The background half of a task: sends the `tools/call` upstream and records what
+//! comes back until the call ends, the client cancels, or the time limit passes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
+
+use super::{TaskService, ToolCall};
+use crate::protocol::jsonrpc::{self, ErrorObject, code};
+use crate::protocol::wire::InputRequest;
+use crate::store::Outcome;
+use crate::upstream::forward::{Caller, open_call};
+use crate::upstream::{Session, UpstreamError, UpstreamEvent};
+
+/// Server-to-client requests that become the task's `inputRequests`.
+const INPUT_METHODS: [&str; 3] = ["elicitation/create", "sampling/createMessage", "roots/list"];
+
+pub(super) async fn run(
+    service: &Arc<TaskService>,
+    task_id: &str,
+    call: ToolCall,
+    wake: Arc<Notify>,
+    done: oneshot::Sender<()>,
+) {
+    let outcome = drive(service, task_id, call, &wake).await;
+    if let Some(outcome) = outcome {
+        let label = outcome_label(&outcome);
+        match service.store.finish(task_id, outcome).await {
+            Ok(true) => tracing::info!(outcome = label, "task finished"),
+            Ok(false) => tracing::info!(outcome = label, "task had already ended; result dropped"),
+            Err(e) => tracing::error!(error = %e, "could not record the task's outcome"),
+        }
+    }
+    let _ = done.send(());
+}
+
+/// Runs the call; `None` when the task ended elsewhere (cancelled, expired).
+async fn drive(
+    service: &Arc<TaskService>,
+    task_id: &str,
+    mut call: ToolCall,
+    wake: &Notify,
+) -> Option<Outcome> {
+    let deadline = service.settings.upstream_timeout.map(|t| Instant::now() + t);
+    // Progress for tasks lands in statusMessage, keyed by a token of the gateway's own.
+    if let Some(params) = call.params.as_object_mut() {
+        let meta = params.entry("_meta").or_insert_with(|| json!({}));
+        if let Some(meta) = meta.as_object_mut() {
+            meta.insert("progressToken".into(), Value::from(task_id));
+        }
+    }
+    let caller = Caller {
+        capabilities: &call.capabilities,
+        auth: call.auth.as_ref(),
+    };
+    let (session, mut stream, request_id) =
+        match open_call(&service.upstream, &caller, "tools/call", Some(call.params.clone())).await {
+            Ok(opened) => opened,
+            Err(e) => return Some(upstream_failure(&e)),
+        };
+    let mut call = Call {
+        service,
+        task_id,
+        principal: &call.principal,
+        session: &session,
+        request_id,
+        pending: HashMap::new(),
+    };
+    loop {
+        tokio::select! {
+            event = stream.next() => {
+                if let Some(outcome) = call.on_event(event).await {
+                    return Some(outcome);
+                }
+            }
+            () = wake.notified() => {
+                if !call.on_wake().await {
+                    call.cancel_upstream("the task was cancelled").await;
+                    return None;
+                }
+            }
+            () = sleep_until(deadline) => {
+                call.cancel_upstream("the gateway's upstream timeout passed").await;
+                let limit = service.settings.upstream_timeout.unwrap_or_default();
+                return Some(upstream_failure(&UpstreamError::Timeout(limit.as_millis() as u64)));
+            }
+        }
+    }
+}
+
+/// One task's call in flight.
+struct Call<'a> {
+    service: &'a Arc<TaskService>,
+    task_id: &'a str,
+    principal: &'a str,
+    session: &'a Session,
+    request_id: Value,
+    /// Upstream request ids of outstanding input requests, by key.
+    pending: HashMap<String, Value>,
+}
+
+impl Call<'_> {
+    async fn on_event(&mut self, event: Option<Result<UpstreamEvent, UpstreamError>>) -> Option<Outcome> {
+        let event = match event {
+            None => {
+                return Some(upstream_failure(&UpstreamError::Lost(
+                    "the stream ended without a result".into(),
+                )));
+            }
+            Some(Err(e)) => return Some(upstream_failure(&e)),
+            Some(Ok(event)) => event,
+        };
+        match event {
+            UpstreamEvent::Response { id, outcome } if id == self.request_id => {
+                return Some(match outcome {
+                    Ok(result) => completed(result),
+                    Err(error) => Outcome::Failed {
+                        message: format!("the tool call failed upstream: {}", error.message),
+                        error,
+                    },
+                });
+            }
+            UpstreamEvent::Response { .. } => {}
+            UpstreamEvent::Notification { method, params } => {
+                if method == "notifications/progress"
+                    && let Some(message) = progress_message(params.as_ref())
+                    && let Err(e) = self.service.store.set_status_message(self.task_id, &message).await
+                {
+                    tracing::warn!(error = %e, "could not record progress");
+                }
+            }
+            UpstreamEvent::Request { id, method, params } => self.on_request(id, method, params).await,
+        }
+        None
+    }
+
+    async fn on_request(&mut self, id: Value, method: String, params: Option<Value>) {
+        if !INPUT_METHODS.contains(&method.as_str()) {
+            let refusal = if method == "ping" {
+                Ok(json!({}))
+            } else {
+                Err(ErrorObject::new(code::METHOD_NOT_FOUND, format!("{method} is not supported in a task")))
+            };
+            self.reply(id, refusal).await;
+            return;
+        }
+        let request = InputRequest { method, params };
+        match self.service.store.add_input_request(self.task_id, request).await {
+            Ok(Some(key)) => {
+                tracing::info!(%key, "task needs input");
+                self.pending.insert(key, id);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "could not record an input request");
+                self.reply(id, Err(ErrorObject::internal(format!("gateway could not store the request: {e}"))))
+                    .await;
+            }
+        }
+    }
+
+    /// Forwards newly accepted answers; `false` when the task is over.
+    async fn on_wake(&mut self) -> bool {
+        let task = match self.service.store.get(self.task_id, self.principal).await {
+            Ok(Some(task)) => task,
+            Ok(None) => return false,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the task after a wake-up");
+                return true;
+            }
+        };
+        if task.status.is_terminal() {
+            return false;
+        }
+        match self.service.store.take_answers(self.task_id).await {
+            Ok(answers) => {
+                for (key, answer) in answers {
+                    if let Some(id) = self.pending.remove(&key) {
+                        self.reply(id, Ok(answer)).await;
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not take the task's answers"),
+        }
+        true
+    }
+
+    async fn reply(&self, id: Value, outcome: Result<Value, ErrorObject>) {
+        let message = jsonrpc::response_value(id, outcome);
+        if let Err(e) = self.service.upstream.send(self.session, &message).await {
+            tracing::warn!(error = %e, "could not answer the upstream's request");
+        }
+    }
+
+    async fn cancel_upstream(&self, reason: &str) {
+        let notice = jsonrpc::notification_value(
+            "notifications/cancelled",
+            Some(json!({"requestId": self.request_id, "reason": reason})),
+        );
+        if let Err(e) = self.service.upstream.send(self.session, &notice).await {
+            tracing::warn!(error = %e, "could not send notifications/cancelled upstream");
+        }
+    }
+}
+
+/// The upstream's result as the task's `result`, completed with `resultType`.
+fn completed(mut result: Value) -> Outcome {
+    if let Some(obj) = result.as_object_mut() {
+        obj.entry("resultType").or_insert_with(|| "complete".into());
+    }
+    match serde_json::value::to_raw_value(&result) {
+        Ok(raw) => Outcome::Completed(raw),
+        Err(e) => upstream_failure(&UpstreamError::Protocol(e.to_string())),
+    }
+}
+
+fn upstream_failure(error: &UpstreamError) -> Outcome {
+    let message = error.to_string();
+    Outcome::Failed {
+        error: ErrorObject::internal(message.clone()),
+        message,
+    }
+}
+
+fn progress_message(params: Option<&Value>) -> Option<String> {
+    let params = params?;
+    if let Some(message) = params.get("message").and_then(Value::as_str) {
+        return Some(message.to_owned());
+    }
+    let progress = params.get("progress")?;
+    Some(match params.get("total") {
+        Some(total) => format!("progress {progress} of {total}"),
+        None => format!("progress {progress}"),
+    })
+}
+
+fn outcome_label(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::Completed(_) => "completed",
+        Outcome::Failed { .. } => "failed",
+        Outcome::Cancelled { .. } => "cancelled",
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+

@@ -1,0 +1,357 @@
+//! Sessions the gateway opens itself on a 2025-xx (stateful) Streamable HTTP upstream,
+//! to serve stateless 2026-07-28 clients and to run tasks.
+//!
+//! Capabilities are per request downstream but per session upstream (an upstream may
+//! offer a tool only to sessions that declared elicitation), so sessions are keyed by
+//! the capabilities declared and by the caller's credentials.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Uri, header};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use serde_json::{Map, Value, json};
+use tokio::sync::OnceCell;
+use tokio::task::AbortHandle;
+
+use super::http::HttpClient;
+use super::{CallStream, UpstreamError, UpstreamEvent};
+use crate::protocol::jsonrpc::{self, ErrorObject, code};
+use crate::protocol::meta::LEGACY_PROTOCOL_VERSION;
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const PROTOCOL_HEADER: &str = "mcp-protocol-version";
+const LISTENER_RETRY: Duration = Duration::from_secs(1);
+
+/// One upstream session and what its `initialize` returned.
+pub struct Session {
+    /// `None` for upstreams that run without sessions.
+    pub id: Option<HeaderValue>,
+    pub protocol_version: HeaderValue,
+    /// The `InitializeResult` (capabilities, serverInfo, instructions).
+    pub server: Value,
+    auth: Option<HeaderValue>,
+    key: String,
+    listener: Mutex<Option<AbortHandle>>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(listener) = self.listener.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            listener.abort();
+        }
+    }
+}
+
+type SessionCell = Arc<OnceCell<Arc<Session>>>;
+
+pub struct LegacyUpstream {
+    client: HttpClient,
+    url: Uri,
+    /// Answer to `roots/list` requests that belong to no call.
+    roots: Value,
+    /// Gateway-assigned request ids, unique across all sessions, so two clients that
+    /// use the same id never collide upstream.
+    next_id: AtomicU64,
+    sessions: Mutex<HashMap<String, SessionCell>>,
+}
+
+impl LegacyUpstream {
+    pub fn new(client: HttpClient, url: Uri, roots: &[String]) -> Arc<Self> {
+        let roots = roots.iter().map(|uri| json!({"uri": uri})).collect::<Vec<_>>();
+        Arc::new(Self {
+            client,
+            url,
+            roots: json!({ "roots": roots }),
+            next_id: AtomicU64::new(1),
+            sessions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn url(&self) -> &Uri {
+        &self.url
+    }
+
+    pub fn next_request_id(&self) -> Value {
+        Value::from(self.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The session for these capabilities and credentials, opened on first use.
+    pub async fn session(
+        self: &Arc<Self>,
+        capabilities: &Map<String, Value>,
+        auth: Option<&HeaderValue>,
+    ) -> Result<Arc<Session>, UpstreamError> {
+        let key = session_key(capabilities, auth);
+        let cell = {
+            let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+            sessions.entry(key.clone()).or_default().clone()
+        };
+        let result = cell
+            .get_or_try_init(|| self.open_session(key.clone(), capabilities, auth.cloned()))
+            .await;
+        if result.is_err() {
+            // Let the next call try again instead of caching the failure.
+            self.forget(&key, &cell);
+        }
+        result.cloned()
+    }
+
+    /// Drops a session the upstream no longer knows, so the next call opens a new one.
+    pub fn invalidate(&self, session: &Session) {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(cell) = sessions.get(&session.key)
+            && cell.get().is_some_and(|s| std::ptr::eq(Arc::as_ptr(s), session))
+        {
+            sessions.remove(&session.key);
+        }
+    }
+
+    fn forget(&self, key: &str, cell: &SessionCell) {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        if sessions.get(key).is_some_and(|c| Arc::ptr_eq(c, cell)) {
+            sessions.remove(key);
+        }
+    }
+
+    async fn open_session(
+        self: &Arc<Self>,
+        key: String,
+        capabilities: &Map<String, Value>,
+        auth: Option<HeaderValue>,
+    ) -> Result<Arc<Session>, UpstreamError> {
+        let id = self.next_request_id();
+        let params = json!({
+            "protocolVersion": LEGACY_PROTOCOL_VERSION,
+            "capabilities": capabilities,
+            "clientInfo": {"name": "mcp-task-gateway", "version": env!("CARGO_PKG_VERSION")},
+        });
+        let body = jsonrpc::request_value(id.clone(), "initialize", Some(params));
+        let response = self.post(None, None, auth.as_ref(), &body).await?;
+        let session_id = response.headers().get(SESSION_HEADER).cloned();
+        let mut stream = call_stream(response);
+        let server = loop {
+            match stream.next().await {
+                Some(Ok(UpstreamEvent::Response { outcome, .. })) => {
+                    break outcome.map_err(|e| {
+                        UpstreamError::Protocol(format!("initialize failed: {}", e.message))
+                    })?;
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return Err(e),
+                None => return Err(UpstreamError::Lost("no answer to initialize".into())),
+            }
+        };
+        let version = server
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .and_then(|v| HeaderValue::from_str(v).ok())
+            .unwrap_or(HeaderValue::from_static(LEGACY_PROTOCOL_VERSION));
+        let session = Arc::new(Session {
+            id: session_id,
+            protocol_version: version,
+            server,
+            auth,
+            key,
+            listener: Mutex::new(None),
+        });
+        let initialized = jsonrpc::notification_value("notifications/initialized", None);
+        self.send(&session, &initialized).await?;
+        if session.id.is_some() {
+            let listener = tokio::spawn(self.clone().listen(Arc::downgrade(&session)));
+            *session.listener.lock().unwrap_or_else(|p| p.into_inner()) = Some(listener.abort_handle());
+        }
+        tracing::info!(upstream = %self.url, session = ?session.id, "opened upstream session");
+        Ok(session)
+    }
+
+    /// Sends a request on `session`; the returned stream yields what comes back.
+    pub async fn call(
+        &self,
+        session: &Session,
+        id: Value,
+        method: &str,
+        params: Option<Value>,
+    ) -> Result<CallStream, UpstreamError> {
+        let body = jsonrpc::request_value(id, method, params);
+        let response = self.post_on(session, &body).await?;
+        Ok(call_stream(response))
+    }
+
+    /// Sends a notification or a response on `session`.
+    pub async fn send(&self, session: &Session, message: &Value) -> Result<(), UpstreamError> {
+        let response = self.post_on(session, message).await?;
+        // Drain so the connection goes back to the pool.
+        let _ = response.into_body().collect().await;
+        Ok(())
+    }
+
+    async fn post_on(
+        &self,
+        session: &Session,
+        body: &Value,
+    ) -> Result<hyper::Response<Incoming>, UpstreamError> {
+        self.post(
+            session.id.as_ref(),
+            Some(&session.protocol_version),
+            session.auth.as_ref(),
+            body,
+        )
+        .await
+    }
+
+    async fn post(
+        &self,
+        session_id: Option<&HeaderValue>,
+        version: Option<&HeaderValue>,
+        auth: Option<&HeaderValue>,
+        body: &Value,
+    ) -> Result<hyper::Response<Incoming>, UpstreamError> {
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri(self.url.clone())
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream");
+        for (name, value) in [(SESSION_HEADER, session_id), (PROTOCOL_HEADER, version)] {
+            if let Some(value) = value {
+                request = request.header(name, value);
+            }
+        }
+        if let Some(auth) = auth {
+            request = request.header(header::AUTHORIZATION, auth);
+        }
+        let bytes = Bytes::from(serde_json::to_vec(body).expect("JSON values serialize"));
+        let request = request
+            .body(Full::new(bytes))
+            .map_err(|e| UpstreamError::Unreachable(e.to_string()))?;
+        let response = self
+            .client
+            .request(request)
+            .await
+            .map_err(|e| UpstreamError::Unreachable(describe_client_error(&e)))?;
+        check_status(response, session_id.is_some()).await
+    }
+
+    /// Answers the requests an upstream sends outside any call (e.g. `roots/list`
+    /// right after `initialize`) on the session's GET stream.
+    async fn listen(self: Arc<Self>, session: std::sync::Weak<Session>) {
+        loop {
+            let Some(live) = session.upgrade() else { return };
+            let outcome = self.listen_once(&live).await;
+            drop(live);
+            match outcome {
+                Ok(()) => {}
+                Err(UpstreamError::Status { status: 405, .. }) => return,
+                Err(UpstreamError::SessionExpired) => return,
+                Err(e) => tracing::debug!(error = %e, "upstream GET stream ended"),
+            }
+            tokio::time::sleep(LISTENER_RETRY).await;
+        }
+    }
+
+    async fn listen_once(&self, session: &Session) -> Result<(), UpstreamError> {
+        let mut request = Request::builder()
+            .method(Method::GET)
+            .uri(self.url.clone())
+            .header(header::ACCEPT, "text/event-stream")
+            .header(PROTOCOL_HEADER, &session.protocol_version);
+        if let Some(id) = &session.id {
+            request = request.header(SESSION_HEADER, id);
+        }
+        if let Some(auth) = &session.auth {
+            request = request.header(header::AUTHORIZATION, auth);
+        }
+        let request = request
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| UpstreamError::Unreachable(e.to_string()))?;
+        let response = self
+            .client
+            .request(request)
+            .await
+            .map_err(|e| UpstreamError::Unreachable(describe_client_error(&e)))?;
+        let mut stream = call_stream(check_status(response, true).await?);
+        while let Some(event) = stream.next().await {
+            if let UpstreamEvent::Request { id, method, .. } = event? {
+                let outcome = self.answer_unattributed(&method);
+                let reply = jsonrpc::response_value(id, outcome);
+                if let Err(e) = self.send(session, &reply).await {
+                    tracing::warn!(error = %e, %method, "could not answer upstream request");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What the gateway itself answers to a request that belongs to no call.
+    pub fn answer_unattributed(&self, method: &str) -> Result<Value, ErrorObject> {
+        match method {
+            "roots/list" => Ok(self.roots.clone()),
+            "ping" => Ok(json!({})),
+            other => Err(ErrorObject::new(
+                code::METHOD_NOT_FOUND,
+                format!("{other} outside a tool call cannot be answered by the gateway"),
+            )),
+        }
+    }
+}
+
+fn call_stream(response: hyper::Response<Incoming>) -> CallStream {
+    let content_type = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    CallStream::new(response.into_body(), content_type.as_deref())
+}
+
+async fn check_status(
+    response: hyper::Response<Incoming>,
+    had_session: bool,
+) -> Result<hyper::Response<Incoming>, UpstreamError> {
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    if status == http::StatusCode::NOT_FOUND && had_session {
+        return Err(UpstreamError::SessionExpired);
+    }
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let mut body = String::from_utf8_lossy(&body).into_owned();
+    body.truncate(300);
+    Err(UpstreamError::Status {
+        status: status.as_u16(),
+        body,
+    })
+}
+
+fn session_key(capabilities: &Map<String, Value>, auth: Option<&HeaderValue>) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(serde_json::to_vec(capabilities).expect("JSON values serialize"));
+    hasher.update([0]);
+    if let Some(auth) = auth {
+        hasher.update(auth.as_bytes());
+    }
+    format!("{:x}", hasher.finalize())
+}
+
+/// hyper's client errors print as "client error (Connect)"; the source says why.
+pub fn describe_client_error(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
