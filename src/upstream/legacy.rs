@@ -159,12 +159,19 @@ impl LegacyUpstream {
             key,
             listener: Mutex::new(None),
         });
+        // The GET stream must be open before `initialized`: some upstreams (server-everything)
+        // send `roots/list` on it right after, and drop it if nobody listens.
+        if session.id.is_some() {
+            match self.open_listener(&session).await {
+                Ok(stream) => {
+                    let listener = tokio::spawn(self.clone().listen(Arc::downgrade(&session), Some(stream)));
+                    *session.listener.lock().unwrap_or_else(|p| p.into_inner()) = Some(listener.abort_handle());
+                }
+                Err(e) => tracing::debug!(error = %e, "upstream offers no GET stream"),
+            }
+        }
         let initialized = jsonrpc::notification_value("notifications/initialized", None);
         self.send(&session, &initialized).await?;
-        if session.id.is_some() {
-            let listener = tokio::spawn(self.clone().listen(Arc::downgrade(&session)));
-            *session.listener.lock().unwrap_or_else(|p| p.into_inner()) = Some(listener.abort_handle());
-        }
         tracing::info!(upstream = %self.url, session = ?session.id, "opened upstream session");
         Ok(session)
     }
@@ -237,23 +244,28 @@ impl LegacyUpstream {
     }
 
     /// Answers the requests an upstream sends outside any call (e.g. `roots/list`
-    /// right after `initialize`) on the session's GET stream.
-    async fn listen(self: Arc<Self>, session: std::sync::Weak<Session>) {
+    /// right after `initialize`) on the session's GET stream, reopening it when it ends.
+    async fn listen(self: Arc<Self>, session: std::sync::Weak<Session>, mut stream: Option<CallStream>) {
         loop {
             let Some(live) = session.upgrade() else { return };
-            let outcome = self.listen_once(&live).await;
+            let outcome = match stream.take() {
+                Some(stream) => self.serve_listener(&live, stream).await,
+                None => match self.open_listener(&live).await {
+                    Ok(stream) => self.serve_listener(&live, stream).await,
+                    Err(e) => Err(e),
+                },
+            };
             drop(live);
             match outcome {
                 Ok(()) => {}
-                Err(UpstreamError::Status { status: 405, .. }) => return,
-                Err(UpstreamError::SessionExpired) => return,
+                Err(UpstreamError::Status { status: 405, .. } | UpstreamError::SessionExpired) => return,
                 Err(e) => tracing::debug!(error = %e, "upstream GET stream ended"),
             }
             tokio::time::sleep(LISTENER_RETRY).await;
         }
     }
 
-    async fn listen_once(&self, session: &Session) -> Result<(), UpstreamError> {
+    async fn open_listener(&self, session: &Session) -> Result<CallStream, UpstreamError> {
         let mut request = Request::builder()
             .method(Method::GET)
             .uri(self.url.clone())
@@ -273,7 +285,10 @@ impl LegacyUpstream {
             .request(request)
             .await
             .map_err(|e| UpstreamError::Unreachable(describe_client_error(&e)))?;
-        let mut stream = call_stream(check_status(response, true).await?);
+        Ok(call_stream(check_status(response, true).await?))
+    }
+
+    async fn serve_listener(&self, session: &Session, mut stream: CallStream) -> Result<(), UpstreamError> {
         while let Some(event) = stream.next().await {
             if let UpstreamEvent::Request { id, method, .. } = event? {
                 let outcome = self.answer_unattributed(&method);
@@ -316,9 +331,6 @@ async fn check_status(
     if status.is_success() {
         return Ok(response);
     }
-    if status == http::StatusCode::NOT_FOUND && had_session {
-        return Err(UpstreamError::SessionExpired);
-    }
     let body = response
         .into_body()
         .collect()
@@ -326,11 +338,25 @@ async fn check_status(
         .map(|b| b.to_bytes())
         .unwrap_or_default();
     let mut body = String::from_utf8_lossy(&body).into_owned();
-    body.truncate(300);
+    // The spec says 404 for an unknown session; the TypeScript SDK answers 400
+    // "No valid session ID provided".
+    let session_unknown = status == http::StatusCode::NOT_FOUND
+        || (status == http::StatusCode::BAD_REQUEST && body.to_ascii_lowercase().contains("session"));
+    if had_session && session_unknown {
+        return Err(UpstreamError::SessionExpired);
+    }
+    truncate_on_char(&mut body, 300);
     Err(UpstreamError::Status {
         status: status.as_u16(),
         body,
     })
+}
+
+fn truncate_on_char(text: &mut String, max: usize) {
+    if text.len() > max {
+        let cut = (0..=max).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+        text.truncate(cut);
+    }
 }
 
 fn session_key(capabilities: &Map<String, Value>, auth: Option<&HeaderValue>) -> String {

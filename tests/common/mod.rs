@@ -1,0 +1,285 @@
+//! Shared helpers for the integration tests: real processes (the gateway binary, the
+//! fixture server, server-everything) on free loopback ports, and a small 2026-07-28
+//! client. Every wait polls against a deadline; nothing sleeps to synchronise.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+pub const MODERN: &str = "2026-07-28";
+pub const TASKS_EXT: &str = "io.modelcontextprotocol/tasks";
+pub const DEADLINE: Duration = Duration::from_secs(20);
+
+/// A child process that is killed (by its PID) when the test ends.
+pub struct Proc {
+    pub child: Child,
+    pub name: &'static str,
+}
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Spawns `command` and waits for the stdout line starting with "listening on "; returns
+/// the rest of that line (the URL). Output after it is drained in the background.
+fn spawn_announcing(name: &'static str, mut command: Command) -> (Proc, String) {
+    command.stdout(Stdio::piped()).stderr(Stdio::inherit()).stdin(Stdio::null());
+    let mut child = command.spawn().unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        for line in lines.by_ref() {
+            let Ok(line) = line else { return };
+            if let Some(url) = line.strip_prefix("listening on ") {
+                let _ = tx.send(url.trim().to_owned());
+                break;
+            }
+        }
+        for _ in lines {}
+    });
+    let url = rx
+        .recv_timeout(DEADLINE)
+        .unwrap_or_else(|_| panic!("{name} did not announce its address within {DEADLINE:?}"));
+    (Proc { child, name }, url)
+}
+
+/// The fixture binary, built once if `cargo test` did not build examples already.
+fn plain_server_binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        let profile_dir = exe.parent().unwrap().parent().unwrap();
+        let bin = profile_dir.join("examples").join("plain_server");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--example", "plain_server"])
+            .current_dir(repo_root())
+            .status()
+            .expect("cargo build --example plain_server");
+        assert!(status.success(), "building the fixture failed");
+        assert!(bin.exists(), "fixture not found at {}", bin.display());
+        bin
+    })
+}
+
+/// Starts `examples/plain_server`; returns it and its `/mcp` URL.
+pub fn start_plain_server() -> (Proc, String) {
+    let mut command = Command::new(plain_server_binary());
+    command.args(["--listen", "127.0.0.1:0"]);
+    spawn_announcing("plain_server", command)
+}
+
+/// Starts the pinned `@modelcontextprotocol/server-everything` over Streamable HTTP.
+pub fn start_everything() -> (Proc, String) {
+    let tests = repo_root().join("tests");
+    let entry = tests.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(entry.exists(), "run `npm ci` in tests/ first ({} is missing)", entry.display());
+    let port = free_port();
+    let child = Command::new("node")
+        .arg(&entry)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .current_dir(&tests)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("node");
+    let proc = Proc { child, name: "server-everything" };
+    wait_for_port(port);
+    (proc, format!("http://127.0.0.1:{port}/mcp"))
+}
+
+pub fn wait_for_port(port: u16) {
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(start.elapsed() < DEADLINE, "nothing listens on port {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Starts the gateway binary in front of `upstream`; returns it and its `/mcp` URL.
+pub fn start_gateway(upstream: &str, extra: &[&str]) -> (Proc, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-task-gateway"));
+    command
+        .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
+        .args(extra)
+        .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()));
+    spawn_announcing("mcp-task-gateway", command)
+}
+
+/// A 2026-07-28 client written for the tests: sets `_meta` and the standard headers.
+#[derive(Clone)]
+pub struct Client {
+    pub http: reqwest::Client,
+    pub url: String,
+    pub capabilities: Value,
+    pub authorization: Option<String>,
+}
+
+pub struct Reply {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Reply {
+    pub fn result(&self) -> &Value {
+        assert!(self.body.get("error").is_none(), "unexpected error: {}", self.body);
+        &self.body["result"]
+    }
+
+    pub fn error_code(&self) -> i64 {
+        self.body["error"]["code"].as_i64().unwrap_or_else(|| panic!("not an error: {}", self.body))
+    }
+}
+
+impl Client {
+    /// A client that declares the tasks extension, elicitation, sampling and roots.
+    pub fn with_tasks(url: &str) -> Self {
+        Self::new(
+            url,
+            json!({"extensions": {TASKS_EXT: {}}, "elicitation": {"form": {}}, "sampling": {}, "roots": {}}),
+        )
+    }
+
+    pub fn new(url: &str, capabilities: Value) -> Self {
+        Self { http: reqwest::Client::new(), url: url.to_owned(), capabilities, authorization: None }
+    }
+
+    pub fn params(&self, mut params: Value) -> Value {
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientCapabilities": self.capabilities,
+            "io.modelcontextprotocol/clientInfo": {"name": "gateway-tests", "version": "0"},
+        });
+        params
+    }
+
+    /// Sends a request with correct headers.
+    pub async fn request(&self, method: &str, params: Value) -> Reply {
+        let name = match method {
+            "tools/call" | "prompts/get" => params["name"].as_str().map(str::to_owned),
+            "resources/read" => params["uri"].as_str().map(str::to_owned),
+            m if m.starts_with("tasks/") => params["taskId"].as_str().map(str::to_owned),
+            _ => None,
+        };
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": self.params(params)});
+        let mut headers = vec![("mcp-method", method.to_owned())];
+        if let Some(name) = name {
+            headers.push(("mcp-name", name));
+        }
+        self.send_raw(serde_json::to_vec(&body).unwrap(), &headers).await
+    }
+
+    pub async fn send_raw(&self, body: Vec<u8>, headers: &[(&str, String)]) -> Reply {
+        let mut request = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", MODERN)
+            .body(body);
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        if let Some(auth) = &self.authorization {
+            request = request.header("authorization", auth);
+        }
+        let response = request.send().await.expect("gateway reachable");
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        let body = serde_json::from_str(&text).unwrap_or_else(|_| json!({"raw": text}));
+        Reply { status, body }
+    }
+
+    pub async fn call_tool(&self, name: &str, arguments: Value) -> Reply {
+        self.request("tools/call", json!({"name": name, "arguments": arguments})).await
+    }
+
+    /// Calls a tool and expects a `CreateTaskResult`; returns the task id.
+    pub async fn start_task(&self, name: &str, arguments: Value) -> String {
+        let reply = self.call_tool(name, arguments).await;
+        let result = reply.result();
+        assert_eq!(result["resultType"], "task", "expected a task: {result}");
+        result["taskId"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn get_task(&self, task_id: &str) -> Value {
+        let reply = self.request("tasks/get", json!({"taskId": task_id})).await;
+        reply.result().clone()
+    }
+
+    /// Polls `tasks/get` until `done` holds, failing after the deadline.
+    pub async fn poll_until(&self, task_id: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let start = Instant::now();
+        loop {
+            let task = self.get_task(task_id).await;
+            if done(&task) {
+                return task;
+            }
+            assert!(start.elapsed() < DEADLINE, "task never reached the expected state: {task}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn wait_status(&self, task_id: &str, status: &str) -> Value {
+        self.poll_until(task_id, |t| t["status"] == status).await
+    }
+
+    pub async fn update(&self, task_id: &str, responses: Value) -> Reply {
+        self.request("tasks/update", json!({"taskId": task_id, "inputResponses": responses})).await
+    }
+
+    pub async fn cancel(&self, task_id: &str) -> Reply {
+        self.request("tasks/cancel", json!({"taskId": task_id})).await
+    }
+}
+
+/// The text of the first content block of a tool result.
+pub fn first_text(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().unwrap_or_else(|| panic!("no text content: {result}"))
+}
+
+/// Polls `probe` until it returns `Some`, failing after the deadline.
+pub async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
