@@ -88,6 +88,7 @@ async fn main() -> io::Result<()> {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(io::stderr)
+        .with_ansi(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
@@ -763,6 +764,19 @@ fn internal_error(message: impl Into<String>) -> RpcError {
     RpcError::new(INTERNAL_ERROR, message)
 }
 
+/// The client answered a server->client request with a JSON-RPC error: the
+/// tool fails with -32603 that quotes it (the original is kept in `data`).
+fn client_error(method: &str, id: i64, error: Value) -> RpcError {
+    let code = error
+        .get("code")
+        .map_or_else(|| "?".to_owned(), Value::to_string);
+    let message = error.get("message").and_then(Value::as_str).unwrap_or("");
+    internal_error(format!(
+        "client answered {method} (id {id}) with JSON-RPC error {code}: {message}"
+    ))
+    .with_data(json!({"method": method, "clientError": error}))
+}
+
 /// How a request handler can end besides with a result.
 enum Failure {
     Rpc(RpcError),
@@ -998,10 +1012,7 @@ impl RequestCtx {
         };
         match reply {
             Ok(Ok(result)) => Ok(result),
-            Ok(Err(error)) => Err(internal_error(format!(
-                "client answered {method} (id {id}) with a JSON-RPC error: {error}"
-            ))
-            .with_data(json!({"method": method, "clientError": error}))),
+            Ok(Err(error)) => Err(client_error(method, id, error)),
             Err(_) => Err(internal_error(format!(
                 "session closed while waiting for the answer to {method}"
             ))),
