@@ -539,14 +539,14 @@ fn header_text(headers: &HeaderMap, name: impl header::AsHeaderName) -> String {
 fn session_header(headers: &HeaderMap) -> Result<Option<String>, HttpError> {
     let mut values = headers.get_all(SESSION_HEADER).iter();
     let (Some(first), None) = (values.next(), values.next()) else {
-        return match headers.contains_key(SESSION_HEADER) {
-            true => Err(HttpError::new(
-                StatusCode::BAD_REQUEST,
-                TRANSPORT_ERROR,
-                "Bad Request: Mcp-Session-Id header must be a single value",
-            )),
-            false => Ok(None),
-        };
+        if !headers.contains_key(SESSION_HEADER) {
+            return Ok(None);
+        }
+        return Err(HttpError::new(
+            StatusCode::BAD_REQUEST,
+            TRANSPORT_ERROR,
+            "Bad Request: Mcp-Session-Id header must be a single value",
+        ));
     };
     // A non-ASCII id cannot be one we issued.
     first
@@ -838,9 +838,11 @@ fn initialize(app: &Arc<App>, headers: &HeaderMap, mut messages: Vec<Message>) -
         ));
     }
     if let Some(id) = session_header(headers)? {
-        return Err(match lock(&app.sessions).contains_key(&id) {
-            true => invalid_request("Invalid Request: Server already initialized"),
-            false => session_not_found(),
+        let known = lock(&app.sessions).contains_key(&id);
+        return Err(if known {
+            invalid_request("Invalid Request: Server already initialized")
+        } else {
+            session_not_found()
         });
     }
     let Some(Message::Request { id, params, .. }) = messages.pop() else {
@@ -857,9 +859,11 @@ fn initialize(app: &Arc<App>, headers: &HeaderMap, mut messages: Vec<Message>) -
         error.id = id;
         return Err(error);
     };
-    let version = match SUPPORTED_PROTOCOL_VERSIONS.contains(&requested) {
-        true => requested,
-        false => LATEST_PROTOCOL_VERSION,
+    // Version negotiation: echo a supported version, else offer the latest.
+    let version = if SUPPORTED_PROTOCOL_VERSIONS.contains(&requested) {
+        requested
+    } else {
+        LATEST_PROTOCOL_VERSION
     };
 
     let capabilities = params
@@ -1300,8 +1304,10 @@ async fn two_questions(ctx: &RequestCtx) -> Outcome {
         elicit(ctx, "Second?", "answer"),
     )
     .await?;
-    let answer =
-        |(action, answer): (String, Option<String>)| answer.unwrap_or(format!("({action})"));
+    // A declined or cancelled question reads as "(decline)" / "(cancel)".
+    let answer = |(action, answer): (String, Option<String>)| {
+        answer.unwrap_or_else(|| format!("({action})"))
+    };
     Ok(text_result(format!(
         "{} and {}",
         answer(first),

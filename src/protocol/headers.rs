@@ -43,24 +43,28 @@ pub fn validate(
 }
 
 fn check(headers: &HeaderMap, name: &str, expected: &str, required: bool) -> Result<(), ErrorObject> {
-    let Some(raw) = headers.get(name) else {
+    let mut values = headers.get_all(name).iter().peekable();
+    if values.peek().is_none() {
         return if required {
             Err(mismatch(format!("required header {name} is missing")))
         } else {
             Ok(())
         };
-    };
-    let text = raw
-        .to_str()
-        .map_err(|_| mismatch(format!("{name} header contains invalid characters")))?
-        .trim();
-    let value = decode_sentinel(text).ok_or_else(|| {
-        mismatch(format!("{name} header is not valid =?base64?...?= encoding"))
-    })?;
-    if value != expected {
-        return Err(mismatch(format!(
-            "{name} header value {value:?} does not match body value {expected:?}"
-        )));
+    }
+    // Every copy must match: a second, different value must not slip past routing.
+    for raw in values {
+        let text = raw
+            .to_str()
+            .map_err(|_| mismatch(format!("{name} header contains invalid characters")))?
+            .trim();
+        let value = decode_sentinel(text).ok_or_else(|| {
+            mismatch(format!("{name} header is not valid =?base64?...?= encoding"))
+        })?;
+        if value != expected {
+            return Err(mismatch(format!(
+                "{name} header value {value:?} does not match body value {expected:?}"
+            )));
+        }
     }
     Ok(())
 }
@@ -122,6 +126,13 @@ mod tests {
         assert!(validate(&HeaderMap::new(), "tasks/get", Some(&params), V, false).is_ok());
         let err = validate(&headers(&[(MCP_METHOD, "tasks/get"), (MCP_PROTOCOL_VERSION, V)]), "tasks/get", Some(&params), V, true).unwrap_err();
         assert!(err.message.contains("mcp-name"), "{}", err.message);
+    }
+
+    #[test]
+    fn a_second_differing_value_is_a_mismatch() {
+        let mut h = headers(&[(MCP_NAME, "abc")]);
+        h.append(MCP_NAME, "xyz".parse().unwrap());
+        assert!(validate(&h, "tasks/get", Some(&json!({"taskId": "abc"})), V, false).is_err());
     }
 
     #[test]

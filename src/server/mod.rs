@@ -164,7 +164,7 @@ async fn mcp_endpoint(gateway: &Gateway, request: Request<Incoming>) -> Response
     };
     match classify(&parts.headers, &message) {
         Era::Legacy => passthrough::forward(&gateway.client, gateway.upstream.url(), &parts, body).await,
-        Era::Rejected(error) => reply::error(message_id(&message), &error),
+        Era::Rejected(error) => reply::bad_request(message_id(&message), &error),
         Era::Modern => modern_message(gateway, &parts, message).await,
     }
 }
@@ -230,7 +230,7 @@ async fn modern_message(gateway: &Gateway, parts: &Parts, message: Message) -> R
         return reply::error(Some(&id), &error);
     }
     if meta::client_capabilities(params.as_ref()).is_none() {
-        return reply::error(
+        return reply::bad_request(
             Some(&id),
             &ErrorObject::invalid_params(format!(
                 "params._meta[\"{}\"] is required in {MODERN_PROTOCOL_VERSION} requests",

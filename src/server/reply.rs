@@ -34,6 +34,11 @@ pub fn error_with_status(status: StatusCode, error: &ErrorObject) -> Response<Bo
     json(status, jsonrpc::error_body(None, error))
 }
 
+/// A malformed request: HTTP 400 whatever the code (e.g. -32602 for missing `_meta`).
+pub fn bad_request(id: Option<&Value>, error: &ErrorObject) -> Response<Body> {
+    json(StatusCode::BAD_REQUEST, jsonrpc::error_body(id, error))
+}
+
 fn status_for(error_code: i64) -> StatusCode {
     match error_code {
         code::PARSE_ERROR

@@ -205,8 +205,10 @@ impl Client {
             .post(&self.url)
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", MODERN)
             .body(body);
+        if !headers.iter().any(|(name, _)| *name == "mcp-protocol-version") {
+            request = request.header("mcp-protocol-version", MODERN);
+        }
         for (name, value) in headers {
             request = request.header(*name, value);
         }

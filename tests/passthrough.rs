@@ -1,0 +1,140 @@
+//! Legacy (2025-11-25 session) clients pass through the gateway unchanged: initialize,
+//! SSE responses, server-to-client requests with the client's answers, GET and DELETE.
+
+mod common;
+
+use common::*;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use sse_stream::SseStream;
+
+struct LegacyClient {
+    http: reqwest::Client,
+    url: String,
+    session: Option<String>,
+}
+
+impl LegacyClient {
+    async fn post(&self, body: Value) -> reqwest::Response {
+        let mut request = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&body);
+        if let Some(session) = &self.session {
+            request = request.header("mcp-session-id", session);
+        }
+        request.send().await.unwrap()
+    }
+
+    async fn initialize(&mut self) {
+        let response = self
+            .post(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"elicitation": {"form": {}}},
+                "clientInfo": {"name": "legacy-test", "version": "0"}
+            }}))
+            .await;
+        assert_eq!(response.status(), 200);
+        self.session = Some(response.headers()["mcp-session-id"].to_str().unwrap().to_owned());
+        let messages = read_messages(response).await;
+        assert_eq!(messages.last().unwrap()["result"]["serverInfo"]["name"], "plain-server");
+        let ack = self.post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+        assert_eq!(ack.status(), 202);
+    }
+}
+
+async fn read_messages(response: reqwest::Response) -> Vec<Value> {
+    let mut stream = SseStream::from_byte_stream(response.bytes_stream());
+    let mut out = Vec::new();
+    while let Some(event) = stream.next().await {
+        if let Some(data) = event.unwrap().data.filter(|d| !d.trim().is_empty()) {
+            out.push(serde_json::from_str(&data).unwrap());
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_legacy_session_works_through_the_gateway() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let mut client = LegacyClient { http: reqwest::Client::new(), url, session: None };
+    client.initialize().await;
+
+    let list = read_messages(client.post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})).await).await;
+    let tools = list.last().unwrap()["result"]["tools"].as_array().unwrap().clone();
+    assert!(tools.iter().any(|t| t["name"] == "ask_name"));
+    // Pass-through: no 2026 fields are added for legacy clients.
+    assert!(list.last().unwrap()["result"].get("resultType").is_none());
+
+    // A server-to-client request reaches the client on the call's stream, and the
+    // client's answer reaches the upstream.
+    let response = client.post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "ask_name", "arguments": {}}})).await;
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut stream = SseStream::from_byte_stream(response.bytes_stream());
+    let request: Value = loop {
+        let event = stream.next().await.expect("elicitation").unwrap();
+        if let Some(data) = event.data.filter(|d| !d.trim().is_empty()) {
+            break serde_json::from_str(&data).unwrap();
+        }
+    };
+    assert_eq!(request["method"], "elicitation/create");
+    let answer = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "accept", "content": {"name": "Grace"}}});
+    assert_eq!(client.post(answer).await.status(), 202);
+    let result: Value = loop {
+        let event = stream.next().await.expect("result").unwrap();
+        if let Some(data) = event.data.filter(|d| !d.trim().is_empty()) {
+            break serde_json::from_str(&data).unwrap();
+        }
+    };
+    assert_eq!(result["id"], 2);
+    assert_eq!(result["result"]["content"][0]["text"], "Hello, Grace!");
+
+    // GET opens the standalone stream; DELETE ends the session.
+    let get = client
+        .http
+        .get(&client.url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", client.session.as_deref().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 200);
+    assert_eq!(get.headers()["content-type"], "text/event-stream");
+    drop(get);
+    let delete = client
+        .http
+        .delete(&client.url)
+        .header("mcp-session-id", client.session.as_deref().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(delete.status(), 200);
+    let after = client.post(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"})).await;
+    assert_eq!(after.status(), 404);
+}
+
+#[tokio::test]
+async fn legacy_session_against_server_everything() {
+    let (_upstream, upstream_url) = start_everything();
+    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let mut client = LegacyClient { http: reqwest::Client::new(), url, session: None };
+    let response = client
+        .post(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}
+        }}))
+        .await;
+    client.session = Some(response.headers()["mcp-session-id"].to_str().unwrap().to_owned());
+    read_messages(response).await;
+    client.post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    let echo = read_messages(
+        client
+            .post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "pass"}}}))
+            .await,
+    )
+    .await;
+    assert_eq!(echo.last().unwrap()["result"]["content"][0]["text"], "Echo: pass");
+}
