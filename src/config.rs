@@ -62,7 +62,11 @@ pub struct Config {
 
     /// `Origin` values allowed on browser requests (repeatable). Requests carrying
     /// any other Origin get HTTP 403. Without this flag only loopback origins pass.
-    #[arg(long = "allowed-origin", env = "MTG_ALLOWED_ORIGINS", value_delimiter = ',')]
+    #[arg(
+        long = "allowed-origin",
+        env = "MTG_ALLOWED_ORIGINS",
+        value_delimiter = ','
+    )]
     pub allowed_origins: Vec<String>,
 
     /// Roots the gateway reports when an upstream asks `roots/list` outside any call

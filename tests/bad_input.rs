@@ -15,13 +15,26 @@ fn setup(extra: &[&str]) -> (Proc, Proc, Client) {
 #[tokio::test]
 async fn malformed_bodies_get_parse_and_invalid_request_errors() {
     let (_u, _g, client) = setup(&[]);
-    let reply = client.send_raw(b"{\"jsonrpc\": \"2.0\", \"id\": 1, ".to_vec(), &[]).await;
+    let reply = client
+        .send_raw(b"{\"jsonrpc\": \"2.0\", \"id\": 1, ".to_vec(), &[])
+        .await;
     assert_eq!((reply.status, reply.error_code()), (400, -32700));
-    assert!(reply.body["error"]["message"].as_str().unwrap().contains("invalid JSON"));
+    assert!(
+        reply.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("invalid JSON")
+    );
     assert_eq!(reply.body["id"], json!(null));
 
-    for body in [json!({"hello": "world"}), json!([1, 2]), json!({"jsonrpc": "2.0", "id": 1, "method": 7})] {
-        let reply = client.send_raw(serde_json::to_vec(&body).unwrap(), &[]).await;
+    for body in [
+        json!({"hello": "world"}),
+        json!([1, 2]),
+        json!({"jsonrpc": "2.0", "id": 1, "method": 7}),
+    ] {
+        let reply = client
+            .send_raw(serde_json::to_vec(&body).unwrap(), &[])
+            .await;
         assert_eq!((reply.status, reply.error_code()), (400, -32600), "{body}");
     }
 }
@@ -31,13 +44,23 @@ async fn unknown_task_ids_get_invalid_params() {
     let (_u, _g, client) = setup(&[]);
     for method in ["tasks/get", "tasks/update", "tasks/cancel"] {
         let reply = client
-            .request(method, json!({"taskId": "00000000-0000-4000-8000-000000000000", "inputResponses": {}}))
+            .request(
+                method,
+                json!({"taskId": "00000000-0000-4000-8000-000000000000", "inputResponses": {}}),
+            )
             .await;
         assert_eq!(reply.error_code(), -32602, "{method}: {}", reply.body);
     }
     let reply = client.request("tasks/get", json!({})).await;
     assert_eq!(reply.error_code(), -32602);
-    assert!(reply.body["error"]["message"].as_str().unwrap().contains("taskId"), "{}", reply.body);
+    assert!(
+        reply.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("taskId"),
+        "{}",
+        reply.body
+    );
 }
 
 #[tokio::test]
@@ -47,17 +70,39 @@ async fn header_mismatches_get_400_and_header_mismatch() {
     let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tasks/get", "params": client.params(json!({"taskId": task_id}))});
     let bytes = serde_json::to_vec(&body).unwrap();
 
-    let wrong_name = client.send_raw(bytes.clone(), &[("mcp-method", "tasks/get".into()), ("mcp-name", "someone-else".into())]).await;
+    let wrong_name = client
+        .send_raw(
+            bytes.clone(),
+            &[
+                ("mcp-method", "tasks/get".into()),
+                ("mcp-name", "someone-else".into()),
+            ],
+        )
+        .await;
     assert_eq!((wrong_name.status, wrong_name.error_code()), (400, -32020));
     assert_eq!(wrong_name.body["id"], 9);
 
-    let wrong_method = client.send_raw(bytes.clone(), &[("mcp-method", "tasks/cancel".into())]).await;
-    assert_eq!((wrong_method.status, wrong_method.error_code()), (400, -32020));
+    let wrong_method = client
+        .send_raw(bytes.clone(), &[("mcp-method", "tasks/cancel".into())])
+        .await;
+    assert_eq!(
+        (wrong_method.status, wrong_method.error_code()),
+        (400, -32020)
+    );
 
     let wrong_version = client
-        .send_raw(bytes, &[("mcp-method", "tasks/get".into()), ("mcp-protocol-version", "2025-11-25".into())])
+        .send_raw(
+            bytes,
+            &[
+                ("mcp-method", "tasks/get".into()),
+                ("mcp-protocol-version", "2025-11-25".into()),
+            ],
+        )
         .await;
-    assert_eq!((wrong_version.status, wrong_version.error_code()), (400, -32020));
+    assert_eq!(
+        (wrong_version.status, wrong_version.error_code()),
+        (400, -32020)
+    );
 }
 
 #[tokio::test]
@@ -65,9 +110,19 @@ async fn strict_headers_require_mcp_name_on_tasks() {
     let (_u, _g, client) = setup(&["--strict-headers"]);
     let task_id = client.start_task("echo", json!({"text": "x"})).await;
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": client.params(json!({"taskId": task_id}))});
-    let reply = client.send_raw(serde_json::to_vec(&body).unwrap(), &[("mcp-method", "tasks/get".into())]).await;
+    let reply = client
+        .send_raw(
+            serde_json::to_vec(&body).unwrap(),
+            &[("mcp-method", "tasks/get".into())],
+        )
+        .await;
     assert_eq!((reply.status, reply.error_code()), (400, -32020));
-    assert!(reply.body["error"]["message"].as_str().unwrap().contains("mcp-name"));
+    assert!(
+        reply.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("mcp-name")
+    );
     // With the header, the same request is fine.
     client.get_task(&task_id).await;
 }
@@ -79,7 +134,10 @@ async fn tasks_methods_need_the_extension() {
     let plain = Client::new(&client.url, json!({}));
     let reply = plain.request("tasks/get", json!({"taskId": task_id})).await;
     assert_eq!((reply.status, reply.error_code()), (400, -32021));
-    assert_eq!(reply.body["error"]["data"]["requiredCapabilities"]["extensions"][TASKS_EXT], json!({}));
+    assert_eq!(
+        reply.body["error"]["data"]["requiredCapabilities"]["extensions"][TASKS_EXT],
+        json!({})
+    );
 }
 
 #[tokio::test]
@@ -87,7 +145,9 @@ async fn unknown_input_response_keys_are_ignored() {
     let (_u, _g, client) = setup(&[]);
     let task_id = client.start_task("ask_name", json!({})).await;
     let waiting = client.wait_status(&task_id, "input_required").await;
-    let ack = client.update(&task_id, json!({"not-a-key": {"action": "accept"}})).await;
+    let ack = client
+        .update(&task_id, json!({"not-a-key": {"action": "accept"}}))
+        .await;
     assert_eq!(ack.result(), &json!({"resultType": "complete"}));
     let still = client.get_task(&task_id).await;
     assert_eq!(still["status"], "input_required");
@@ -112,13 +172,18 @@ async fn unsupported_versions_and_missing_meta_are_rejected() {
     params["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("1900-01-01");
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params});
     let reply = client
-        .send_raw(serde_json::to_vec(&body).unwrap(), &[("mcp-protocol-version", "1900-01-01".into())])
+        .send_raw(
+            serde_json::to_vec(&body).unwrap(),
+            &[("mcp-protocol-version", "1900-01-01".into())],
+        )
         .await;
     assert_eq!((reply.status, reply.error_code()), (400, -32022));
     assert_eq!(reply.body["error"]["data"]["requested"], "1900-01-01");
 
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
-    let reply = client.send_raw(serde_json::to_vec(&body).unwrap(), &[]).await;
+    let reply = client
+        .send_raw(serde_json::to_vec(&body).unwrap(), &[])
+        .await;
     assert_eq!((reply.status, reply.error_code()), (400, -32602));
 }
 
@@ -126,8 +191,18 @@ async fn unsupported_versions_and_missing_meta_are_rejected() {
 async fn disallowed_origins_are_forbidden() {
     let (_u, _g, client) = setup(&[]);
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": client.params(json!({}))});
-    let evil = client.send_raw(serde_json::to_vec(&body).unwrap(), &[("origin", "http://evil.example".into())]).await;
+    let evil = client
+        .send_raw(
+            serde_json::to_vec(&body).unwrap(),
+            &[("origin", "http://evil.example".into())],
+        )
+        .await;
     assert_eq!(evil.status, 403);
-    let local = client.send_raw(serde_json::to_vec(&body).unwrap(), &[("origin", "http://localhost:3000".into())]).await;
+    let local = client
+        .send_raw(
+            serde_json::to_vec(&body).unwrap(),
+            &[("origin", "http://localhost:3000".into())],
+        )
+        .await;
     assert_eq!(local.status, 200);
 }

@@ -31,23 +31,35 @@ impl LegacyClient {
 
     async fn initialize(&mut self) {
         let response = self
-            .post(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {"elicitation": {"form": {}}},
-                "clientInfo": {"name": "legacy-test", "version": "0"}
-            }}))
+            .post(
+                json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {"elicitation": {"form": {}}},
+                    "clientInfo": {"name": "legacy-test", "version": "0"}
+                }}),
+            )
             .await;
         assert_eq!(response.status(), 200);
-        self.session = Some(response.headers()["mcp-session-id"].to_str().unwrap().to_owned());
+        self.session = Some(
+            response.headers()["mcp-session-id"]
+                .to_str()
+                .unwrap()
+                .to_owned(),
+        );
         let messages = read_messages(response).await;
-        assert_eq!(messages.last().unwrap()["result"]["serverInfo"]["name"], "plain-server");
-        let ack = self.post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+        assert_eq!(
+            messages.last().unwrap()["result"]["serverInfo"]["name"],
+            "plain-server"
+        );
+        let ack = self
+            .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
         assert_eq!(ack.status(), 202);
     }
 }
 
 async fn read_messages(response: reqwest::Response) -> Vec<Value> {
-    let mut stream = SseStream::from_byte_stream(response.bytes_stream());
+    let mut stream = SseStream::from_bytes_stream(response.bytes_stream());
     let mut out = Vec::new();
     while let Some(event) = stream.next().await {
         if let Some(data) = event.unwrap().data.filter(|d| !d.trim().is_empty()) {
@@ -61,11 +73,23 @@ async fn read_messages(response: reqwest::Response) -> Vec<Value> {
 async fn a_legacy_session_works_through_the_gateway() {
     let (_upstream, upstream_url) = start_plain_server();
     let (_gateway, url) = start_gateway(&upstream_url, &[]);
-    let mut client = LegacyClient { http: reqwest::Client::new(), url, session: None };
+    let mut client = LegacyClient {
+        http: reqwest::Client::new(),
+        url,
+        session: None,
+    };
     client.initialize().await;
 
-    let list = read_messages(client.post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})).await).await;
-    let tools = list.last().unwrap()["result"]["tools"].as_array().unwrap().clone();
+    let list = read_messages(
+        client
+            .post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+            .await,
+    )
+    .await;
+    let tools = list.last().unwrap()["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .clone();
     assert!(tools.iter().any(|t| t["name"] == "ask_name"));
     // Pass-through: no 2026 fields are added for legacy clients.
     assert!(list.last().unwrap()["result"].get("resultType").is_none());
@@ -74,7 +98,7 @@ async fn a_legacy_session_works_through_the_gateway() {
     // client's answer reaches the upstream.
     let response = client.post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "ask_name", "arguments": {}}})).await;
     assert_eq!(response.headers()["content-type"], "text/event-stream");
-    let mut stream = SseStream::from_byte_stream(response.bytes_stream());
+    let mut stream = SseStream::from_bytes_stream(response.bytes_stream());
     let request: Value = loop {
         let event = stream.next().await.expect("elicitation").unwrap();
         if let Some(data) = event.data.filter(|d| !d.trim().is_empty()) {
@@ -113,7 +137,9 @@ async fn a_legacy_session_works_through_the_gateway() {
         .await
         .unwrap();
     assert_eq!(delete.status(), 200);
-    let after = client.post(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"})).await;
+    let after = client
+        .post(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}))
+        .await;
     assert_eq!(after.status(), 404);
 }
 
@@ -121,20 +147,34 @@ async fn a_legacy_session_works_through_the_gateway() {
 async fn legacy_session_against_server_everything() {
     let (_upstream, upstream_url) = start_everything();
     let (_gateway, url) = start_gateway(&upstream_url, &[]);
-    let mut client = LegacyClient { http: reqwest::Client::new(), url, session: None };
+    let mut client = LegacyClient {
+        http: reqwest::Client::new(),
+        url,
+        session: None,
+    };
     let response = client
         .post(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}
         }}))
         .await;
-    client.session = Some(response.headers()["mcp-session-id"].to_str().unwrap().to_owned());
+    client.session = Some(
+        response.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned(),
+    );
     read_messages(response).await;
-    client.post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    client
+        .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
     let echo = read_messages(
         client
             .post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "pass"}}}))
             .await,
     )
     .await;
-    assert_eq!(echo.last().unwrap()["result"]["content"][0]["text"], "Echo: pass");
+    assert_eq!(
+        echo.last().unwrap()["result"]["content"][0]["text"],
+        "Echo: pass"
+    );
 }

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use common::*;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities,
-    ClientConfig, ElicitResult, ElicitationAction, ElicitationCapability, FormElicitationCapability,
-    GetTaskParams, Implementation, InputRequest, InputResponses, JsonObject, ProtocolVersion,
-    TaskPayload, UpdateTaskParams,
+    ClientConfig, ElicitResult, ElicitationAction, ElicitationCapability,
+    FormElicitationCapability, GetTaskParams, Implementation, InputRequest, InputResponses,
+    JsonObject, ProtocolVersion, TaskPayload, UpdateTaskParams,
 };
 use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
@@ -21,14 +21,22 @@ use serde_json::json;
 async fn connect(url: &str) -> RunningService<RoleClient, ClientConfig> {
     let capabilities = ClientCapabilities::builder()
         .enable_extensions()
-        .enable_elicitation_with(ElicitationCapability::new().with_form(FormElicitationCapability::new()))
+        .enable_elicitation_with(
+            ElicitationCapability::new().with_form(FormElicitationCapability::new()),
+        )
         .enable_tasks()
         .build();
-    let config = ClientConfig::new(capabilities, Implementation::new("rmcp-gateway-test", "0.1.0"))
-        .with_protocol_version(ProtocolVersion::V_2026_07_28);
-    let transport =
-        StreamableHttpClientTransport::from_config(StreamableHttpClientTransportConfig::with_uri(url.to_owned()));
-    let lifecycle = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
+    let config = ClientConfig::new(
+        capabilities,
+        Implementation::new("rmcp-gateway-test", "0.1.0"),
+    )
+    .with_protocol_version(ProtocolVersion::V_2026_07_28);
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url.to_owned()),
+    );
+    let lifecycle = ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    };
     tokio::time::timeout(DEADLINE, config.serve_with_lifecycle(transport, lifecycle))
         .await
         .expect("connect in time")
@@ -39,7 +47,11 @@ fn args(value: serde_json::Value) -> JsonObject {
     serde_json::from_value(value).unwrap()
 }
 
-async fn start(client: &RunningService<RoleClient, ClientConfig>, tool: &str, arguments: serde_json::Value) -> String {
+async fn start(
+    client: &RunningService<RoleClient, ClientConfig>,
+    tool: &str,
+    arguments: serde_json::Value,
+) -> String {
     let call = CallToolRequestParams::new(tool.to_owned()).with_arguments(args(arguments));
     match client.call_tool_once(call).await.expect("tools/call") {
         CallToolResponse::Task(created) => created.task.task_id,
@@ -54,11 +66,18 @@ async fn poll_payload(
 ) -> TaskPayload {
     let start = Instant::now();
     loop {
-        let got = client.get_task(GetTaskParams::new(task_id.to_owned())).await.expect("tasks/get");
+        let got = client
+            .get_task(GetTaskParams::new(task_id.to_owned()))
+            .await
+            .expect("tasks/get");
         if done(&got.task.payload) {
             return got.task.payload;
         }
-        assert!(start.elapsed() < DEADLINE, "task stuck: {:?}", got.task.payload);
+        assert!(
+            start.elapsed() < DEADLINE,
+            "task stuck: {:?}",
+            got.task.payload
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -70,19 +89,36 @@ async fn rmcp_drives_an_elicitation_task_to_completion() {
     let client = connect(&url).await;
 
     let task_id = start(&client, "ask_name", json!({})).await;
-    let payload = poll_payload(&client, &task_id, |p| matches!(p, TaskPayload::InputRequired { .. })).await;
-    let TaskPayload::InputRequired { input_requests } = payload else { unreachable!() };
+    let payload = poll_payload(&client, &task_id, |p| {
+        matches!(p, TaskPayload::InputRequired { .. })
+    })
+    .await;
+    let TaskPayload::InputRequired { input_requests } = payload else {
+        unreachable!()
+    };
     assert_eq!(input_requests.len(), 1);
     let (key, request) = input_requests.iter().next().unwrap();
-    assert!(matches!(request, InputRequest::Elicitation(_)), "{request:?}");
+    assert!(
+        matches!(request, InputRequest::Elicitation(_)),
+        "{request:?}"
+    );
 
     let mut responses = InputResponses::new();
-    let answer = ElicitResult::new(ElicitationAction::Accept).with_content(json!({"name": "Ferris"}));
+    let answer =
+        ElicitResult::new(ElicitationAction::Accept).with_content(json!({"name": "Ferris"}));
     responses.insert(key.clone(), serde_json::to_value(answer).unwrap());
-    client.update_task(UpdateTaskParams::new(task_id.clone(), responses)).await.expect("tasks/update");
+    client
+        .update_task(UpdateTaskParams::new(task_id.clone(), responses))
+        .await
+        .expect("tasks/update");
 
-    let payload = poll_payload(&client, &task_id, |p| matches!(p, TaskPayload::Completed { .. })).await;
-    let TaskPayload::Completed { result } = payload else { unreachable!() };
+    let payload = poll_payload(&client, &task_id, |p| {
+        matches!(p, TaskPayload::Completed { .. })
+    })
+    .await;
+    let TaskPayload::Completed { result } = payload else {
+        unreachable!()
+    };
     let result: CallToolResult = serde_json::from_value(serde_json::Value::Object(result)).unwrap();
     let text = serde_json::to_value(&result.content).unwrap();
     assert_eq!(text[0]["text"], "Hello, Ferris!");
@@ -95,7 +131,10 @@ async fn rmcp_cancels_a_running_task() {
     let client = connect(&url).await;
 
     let task_id = start(&client, "sleep", json!({"ms": 60000})).await;
-    client.cancel_task(CancelTaskParams::new(task_id.clone())).await.expect("tasks/cancel");
+    client
+        .cancel_task(CancelTaskParams::new(task_id.clone()))
+        .await
+        .expect("tasks/cancel");
     poll_payload(&client, &task_id, |p| matches!(p, TaskPayload::Cancelled)).await;
 }
 
@@ -108,13 +147,21 @@ async fn rmcp_reads_inline_results_and_failed_tasks() {
     let call = CallToolRequestParams::new("echo").with_arguments(args(json!({"text": "inline"})));
     match client.call_tool_once(call).await.expect("tools/call") {
         CallToolResponse::Complete(result) => {
-            assert_eq!(serde_json::to_value(&result.content).unwrap()[0]["text"], "inline");
+            assert_eq!(
+                serde_json::to_value(&result.content).unwrap()[0]["text"],
+                "inline"
+            );
         }
         other => panic!("expected an inline result, got {other:?}"),
     }
 
     let task_id = start(&client, "protocol_error", json!({})).await;
-    let payload = poll_payload(&client, &task_id, |p| matches!(p, TaskPayload::Failed { .. })).await;
-    let TaskPayload::Failed { error } = payload else { unreachable!() };
+    let payload = poll_payload(&client, &task_id, |p| {
+        matches!(p, TaskPayload::Failed { .. })
+    })
+    .await;
+    let TaskPayload::Failed { error } = payload else {
+        unreachable!()
+    };
     assert_eq!(serde_json::to_value(&error).unwrap()["code"], -32603);
 }

@@ -16,7 +16,12 @@ struct Setup {
 fn setup(extra: &[&str]) -> Setup {
     let (upstream, upstream_url) = start_plain_server();
     let (gateway, url) = start_gateway(&upstream_url, extra);
-    Setup { _upstream: upstream, upstream_url, _gateway: gateway, client: Client::with_tasks(&url) }
+    Setup {
+        _upstream: upstream,
+        upstream_url,
+        _gateway: gateway,
+        client: Client::with_tasks(&url),
+    }
 }
 
 async fn upstream_stats(upstream_url: &str) -> Value {
@@ -26,7 +31,12 @@ async fn upstream_stats(upstream_url: &str) -> Value {
 
 /// Total responses the upstream received for server-to-client requests.
 fn responses_received(stats: &Value) -> Vec<u64> {
-    stats["responsesReceived"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).collect()
+    stats["responsesReceived"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .collect()
 }
 
 #[tokio::test]
@@ -39,7 +49,10 @@ async fn echo_task_completes_with_the_upstream_result() {
     for field in ["taskId", "createdAt", "lastUpdatedAt"] {
         assert!(created[field].is_string(), "{field} missing: {created}");
     }
-    assert!(created["ttlMs"].is_u64() && created["pollIntervalMs"].is_u64(), "{created}");
+    assert!(
+        created["ttlMs"].is_u64() && created["pollIntervalMs"].is_u64(),
+        "{created}"
+    );
     let task_id = created["taskId"].as_str().unwrap();
     assert_eq!(uuid::Uuid::parse_str(task_id).unwrap().get_version_num(), 4);
 
@@ -53,12 +66,20 @@ async fn echo_task_completes_with_the_upstream_result() {
 #[tokio::test]
 async fn progress_becomes_status_message() {
     let s = setup(&[]);
-    let task_id = s.client.start_task("sleep", json!({"ms": 1500, "steps": 5})).await;
+    let task_id = s
+        .client
+        .start_task("sleep", json!({"ms": 1500, "steps": 5}))
+        .await;
     let working = s
         .client
-        .poll_until(&task_id, |t| t["status"] == "working" && t["statusMessage"].is_string())
+        .poll_until(&task_id, |t| {
+            t["status"] == "working" && t["statusMessage"].is_string()
+        })
         .await;
-    assert!(working["statusMessage"].as_str().unwrap().contains("of 5"), "{working}");
+    assert!(
+        working["statusMessage"].as_str().unwrap().contains("of 5"),
+        "{working}"
+    );
     let done = s.client.wait_status(&task_id, "completed").await;
     assert_eq!(first_text(&done["result"]), "slept 1500 ms");
 }
@@ -82,7 +103,10 @@ async fn elicitation_becomes_input_request_and_is_answered_once() {
 
     let done = s.client.wait_status(&task_id, "completed").await;
     assert_eq!(first_text(&done["result"]), "Hello, Luca!");
-    assert_eq!(responses_received(&upstream_stats(&s.upstream_url).await), vec![1]);
+    assert_eq!(
+        responses_received(&upstream_stats(&s.upstream_url).await),
+        vec![1]
+    );
 }
 
 #[tokio::test]
@@ -91,13 +115,20 @@ async fn partial_answers_keep_the_task_waiting() {
     let task_id = s.client.start_task("two_questions", json!({})).await;
     let waiting = s
         .client
-        .poll_until(&task_id, |t| t["inputRequests"].as_object().is_some_and(|r| r.len() == 2))
+        .poll_until(&task_id, |t| {
+            t["inputRequests"].as_object().is_some_and(|r| r.len() == 2)
+        })
         .await;
     let mut keys: Vec<(String, String)> = waiting["inputRequests"]
         .as_object()
         .unwrap()
         .iter()
-        .map(|(k, v)| (k.clone(), v["params"]["message"].as_str().unwrap().to_owned()))
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                v["params"]["message"].as_str().unwrap().to_owned(),
+            )
+        })
         .collect();
     keys.sort_by(|a, b| a.1.cmp(&b.1));
     let (first, second) = (&keys[0].0, &keys[1].0);
@@ -109,10 +140,20 @@ async fn partial_answers_keep_the_task_waiting() {
         .result();
     let still = s.client.get_task(&task_id).await;
     assert_eq!(still["status"], "input_required");
-    assert_eq!(still["inputRequests"].as_object().unwrap().keys().collect::<Vec<_>>(), vec![second]);
+    assert_eq!(
+        still["inputRequests"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        vec![second]
+    );
 
     s.client
-        .update(&task_id, json!({second.as_str(): {"action": "accept", "content": {"answer": "two"}}}))
+        .update(
+            &task_id,
+            json!({second.as_str(): {"action": "accept", "content": {"answer": "two"}}}),
+        )
         .await
         .result();
     let done = s.client.wait_status(&task_id, "completed").await;
@@ -122,25 +163,47 @@ async fn partial_answers_keep_the_task_waiting() {
 #[tokio::test]
 async fn sampling_and_roots_become_input_requests() {
     let s = setup(&[]);
-    let sample = s.client.start_task("sample", json!({"prompt": "Say hi"})).await;
+    let sample = s
+        .client
+        .start_task("sample", json!({"prompt": "Say hi"}))
+        .await;
     let waiting = s.client.wait_status(&sample, "input_required").await;
-    let (key, request) = waiting["inputRequests"].as_object().unwrap().iter().next().unwrap();
+    let (key, request) = waiting["inputRequests"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .next()
+        .unwrap();
     assert_eq!(request["method"], "sampling/createMessage");
     let answer = json!({"role": "assistant", "content": {"type": "text", "text": "hi!"}, "model": "test-model"});
-    s.client.update(&sample, json!({key.as_str(): answer})).await.result();
+    s.client
+        .update(&sample, json!({key.as_str(): answer}))
+        .await
+        .result();
     let done = s.client.wait_status(&sample, "completed").await;
     assert_eq!(first_text(&done["result"]), "model said: hi!");
 
     let roots = s.client.start_task("list_roots", json!({})).await;
     let waiting = s.client.wait_status(&roots, "input_required").await;
-    let (key, request) = waiting["inputRequests"].as_object().unwrap().iter().next().unwrap();
+    let (key, request) = waiting["inputRequests"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .next()
+        .unwrap();
     assert_eq!(request["method"], "roots/list");
     s.client
-        .update(&roots, json!({key.as_str(): {"roots": [{"uri": "file:///work", "name": "work"}]}}))
+        .update(
+            &roots,
+            json!({key.as_str(): {"roots": [{"uri": "file:///work", "name": "work"}]}}),
+        )
         .await
         .result();
     let done = s.client.wait_status(&roots, "completed").await;
-    assert!(first_text(&done["result"]).contains("file:///work"), "{done}");
+    assert!(
+        first_text(&done["result"]).contains("file:///work"),
+        "{done}"
+    );
 }
 
 #[tokio::test]
@@ -154,7 +217,13 @@ async fn tool_errors_complete_and_protocol_errors_fail() {
     let failed = s.client.wait_status(&protocol_error, "failed").await;
     assert_eq!(failed["error"]["code"], -32603);
     assert_eq!(failed["error"]["data"]["tool"], "protocol_error");
-    assert!(failed["statusMessage"].as_str().unwrap().contains("deliberate"), "{failed}");
+    assert!(
+        failed["statusMessage"]
+            .as_str()
+            .unwrap()
+            .contains("deliberate"),
+        "{failed}"
+    );
     assert!(failed.get("result").is_none());
 }
 
@@ -167,7 +236,10 @@ async fn a_dropped_upstream_stream_fails_the_task() {
     let message = failed["statusMessage"].as_str().unwrap();
     assert!(message.contains("connection lost"), "{message}");
     // The gateway keeps serving.
-    let next = s.client.start_task("echo", json!({"text": "still here"})).await;
+    let next = s
+        .client
+        .start_task("echo", json!({"text": "still here"}))
+        .await;
     s.client.wait_status(&next, "completed").await;
 }
 
@@ -187,7 +259,10 @@ async fn cancel_stops_the_upstream_call() {
     assert_eq!(stats["cancelledReceived"].as_array().unwrap().len(), 1);
     // Terminal states never change: cancel again and update are acknowledged, no change.
     s.client.cancel(&task_id).await.result();
-    s.client.update(&task_id, json!({"input-0": {"action": "accept"}})).await.result();
+    s.client
+        .update(&task_id, json!({"input-0": {"action": "accept"}}))
+        .await
+        .result();
     assert_eq!(s.client.get_task(&task_id).await["status"], "cancelled");
 }
 
@@ -196,7 +271,10 @@ async fn update_on_a_completed_task_is_acknowledged_without_change() {
     let s = setup(&[]);
     let task_id = s.client.start_task("echo", json!({"text": "x"})).await;
     let done = s.client.wait_status(&task_id, "completed").await;
-    s.client.update(&task_id, json!({"input-0": {"action": "accept"}})).await.result();
+    s.client
+        .update(&task_id, json!({"input-0": {"action": "accept"}}))
+        .await
+        .result();
     s.client.cancel(&task_id).await.result();
     assert_eq!(s.client.get_task(&task_id).await, done);
 }
@@ -217,7 +295,12 @@ async fn tasks_belong_to_their_caller() {
 
 #[tokio::test]
 async fn calls_without_the_extension_run_inline() {
-    let s = setup(&["--tool-policy", "sleep=required", "--tool-policy", "echo=forbidden"]);
+    let s = setup(&[
+        "--tool-policy",
+        "sleep=required",
+        "--tool-policy",
+        "echo=forbidden",
+    ]);
     let plain = Client::new(&s.client.url, json!({}));
     let inline = plain.call_tool("tool_error", json!({})).await;
     assert_eq!(inline.result()["resultType"], "complete");
@@ -226,7 +309,10 @@ async fn calls_without_the_extension_run_inline() {
     let required = plain.call_tool("sleep", json!({"ms": 10})).await;
     assert_eq!(required.status, 400);
     assert_eq!(required.error_code(), -32021);
-    assert_eq!(required.body["error"]["data"]["requiredCapabilities"]["extensions"][TASKS_EXT], json!({}));
+    assert_eq!(
+        required.body["error"]["data"]["requiredCapabilities"]["extensions"][TASKS_EXT],
+        json!({})
+    );
 
     // forbidden: inline even though the client declared the extension.
     let forbidden = s.client.call_tool("echo", json!({"text": "now"})).await;
@@ -253,21 +339,36 @@ async fn upstream_timeout_fails_the_task() {
     let task_id = s.client.start_task("sleep", json!({"ms": 60000})).await;
     let failed = s.client.wait_status(&task_id, "failed").await;
     assert_eq!(failed["error"]["code"], -32603);
-    assert!(failed["statusMessage"].as_str().unwrap().contains("within 300 ms"), "{failed}");
+    assert!(
+        failed["statusMessage"]
+            .as_str()
+            .unwrap()
+            .contains("within 300 ms"),
+        "{failed}"
+    );
 }
 
 #[tokio::test]
 async fn ttl_is_capped_and_expired_tasks_are_unknown() {
     let s = setup(&["--default-ttl-ms", "600000", "--max-ttl-ms", "800"]);
-    let reply = s.client.call_tool("echo", json!({"text": "short-lived"})).await;
+    let reply = s
+        .client
+        .call_tool("echo", json!({"text": "short-lived"}))
+        .await;
     assert_eq!(reply.result()["ttlMs"], 800);
     let task_id = reply.result()["taskId"].as_str().unwrap().to_owned();
     eventually("the task to expire", || async {
-        let reply = s.client.request("tasks/get", json!({"taskId": task_id})).await;
+        let reply = s
+            .client
+            .request("tasks/get", json!({"taskId": task_id}))
+            .await;
         (reply.body.get("error").is_some()).then_some(reply)
     })
     .await;
-    let reply = s.client.request("tasks/get", json!({"taskId": task_id})).await;
+    let reply = s
+        .client
+        .request("tasks/get", json!({"taskId": task_id}))
+        .await;
     assert_eq!(reply.error_code(), -32602);
 }
 
@@ -280,15 +381,29 @@ async fn discover_and_list_results_are_completed_for_modern_clients() {
     assert_eq!(result["supportedVersions"], json!([MODERN]));
     assert_eq!(result["capabilities"]["extensions"][TASKS_EXT], json!({}));
     assert!(result["capabilities"]["tools"].is_object());
-    assert!(result["ttlMs"].is_u64() && result["cacheScope"].is_string(), "{result}");
-    assert_eq!(result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "plain-server");
+    assert!(
+        result["ttlMs"].is_u64() && result["cacheScope"].is_string(),
+        "{result}"
+    );
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "plain-server"
+    );
 
     let tools = s.client.request("tools/list", json!({})).await;
     let result = tools.result();
     assert_eq!(result["resultType"], "complete");
     assert_eq!(result["cacheScope"], "private");
-    let names: Vec<&str> = result["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert!(names.contains(&"ask_name") && names.contains(&"echo"), "{names:?}");
+    let names: Vec<&str> = result["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"ask_name") && names.contains(&"echo"),
+        "{names:?}"
+    );
 }
 
 #[tokio::test]
@@ -299,7 +414,13 @@ async fn upstream_down_at_start_fails_tasks_clearly() {
     let task_id = client.start_task("echo", json!({"text": "x"})).await;
     let failed = client.wait_status(&task_id, "failed").await;
     assert_eq!(failed["error"]["code"], -32603);
-    assert!(failed["statusMessage"].as_str().unwrap().contains("upstream unreachable"), "{failed}");
+    assert!(
+        failed["statusMessage"]
+            .as_str()
+            .unwrap()
+            .contains("upstream unreachable"),
+        "{failed}"
+    );
     let health = reqwest::get(url.replace("/mcp", "/healthz")).await.unwrap();
     assert_eq!(health.status(), 200);
 }
@@ -310,11 +431,25 @@ async fn upstream_lost_mid_call_fails_the_task() {
     let (_gateway, url) = start_gateway(&upstream_url, &[]);
     let client = Client::with_tasks(&url);
     let task_id = client.start_task("sleep", json!({"ms": 60000})).await;
-    client.poll_until(&task_id, |t| t["statusMessage"].is_string()).await;
+    client
+        .poll_until(&task_id, |t| t["statusMessage"].is_string())
+        .await;
     upstream.kill();
     let failed = client.wait_status(&task_id, "failed").await;
-    assert!(failed["statusMessage"].as_str().unwrap().contains("upstream"), "{failed}");
+    assert!(
+        failed["statusMessage"]
+            .as_str()
+            .unwrap()
+            .contains("upstream"),
+        "{failed}"
+    );
     let next = client.start_task("echo", json!({"text": "x"})).await;
     let failed = client.wait_status(&next, "failed").await;
-    assert!(failed["statusMessage"].as_str().unwrap().contains("unreachable"), "{failed}");
+    assert!(
+        failed["statusMessage"]
+            .as_str()
+            .unwrap()
+            .contains("unreachable"),
+        "{failed}"
+    );
 }

@@ -16,7 +16,9 @@ const CACHEABLE: [&str; 5] = [
 
 /// Adds the fields a 2026-07-28 result requires and a legacy upstream leaves out.
 pub fn complete_result(method: &str, result: &mut Value) {
-    let Some(obj) = result.as_object_mut() else { return };
+    let Some(obj) = result.as_object_mut() else {
+        return;
+    };
     obj.entry("resultType").or_insert_with(|| "complete".into());
     if CACHEABLE.contains(&method) {
         add_cache_hints(obj);
@@ -75,7 +77,8 @@ mod tests {
 
     #[test]
     fn completes_list_results() {
-        let mut result = json!({"tools": [{"name": "t", "execution": {"taskSupport": "optional"}}]});
+        let mut result =
+            json!({"tools": [{"name": "t", "execution": {"taskSupport": "optional"}}]});
         complete_result("tools/list", &mut result);
         assert_eq!(
             result,
@@ -95,7 +98,10 @@ mod tests {
             "instructions": "be nice"
         });
         let result = discover_result(&init);
-        assert_eq!(result["capabilities"], json!({"tools": {}, "extensions": {TASKS_EXTENSION: {}}}));
+        assert_eq!(
+            result["capabilities"],
+            json!({"tools": {}, "extensions": {TASKS_EXTENSION: {}}})
+        );
         assert_eq!(result["_meta"][META_SERVER_INFO]["name"], "up");
         assert_eq!(result["instructions"], "be nice");
         assert_eq!(result["supportedVersions"], json!(["2026-07-28"]));

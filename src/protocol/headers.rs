@@ -42,7 +42,12 @@ pub fn validate(
     Ok(())
 }
 
-fn check(headers: &HeaderMap, name: &str, expected: &str, required: bool) -> Result<(), ErrorObject> {
+fn check(
+    headers: &HeaderMap,
+    name: &str,
+    expected: &str,
+    required: bool,
+) -> Result<(), ErrorObject> {
     let mut values = headers.get_all(name).iter().peekable();
     if values.peek().is_none() {
         return if required {
@@ -58,7 +63,9 @@ fn check(headers: &HeaderMap, name: &str, expected: &str, required: bool) -> Res
             .map_err(|_| mismatch(format!("{name} header contains invalid characters")))?
             .trim();
         let value = decode_sentinel(text).ok_or_else(|| {
-            mismatch(format!("{name} header is not valid =?base64?...?= encoding"))
+            mismatch(format!(
+                "{name} header is not valid =?base64?...?= encoding"
+            ))
         })?;
         if value != expected {
             return Err(mismatch(format!(
@@ -71,10 +78,15 @@ fn check(headers: &HeaderMap, name: &str, expected: &str, required: bool) -> Res
 
 /// Decodes the `=?base64?...?=` form; any other text is the literal value.
 fn decode_sentinel(text: &str) -> Option<std::borrow::Cow<'_, str>> {
-    let Some(encoded) = text.strip_prefix("=?base64?").and_then(|t| t.strip_suffix("?=")) else {
+    let Some(encoded) = text
+        .strip_prefix("=?base64?")
+        .and_then(|t| t.strip_suffix("?="))
+    else {
         return Some(text.into());
     };
-    let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).ok()?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()?;
     String::from_utf8(bytes).ok().map(Into::into)
 }
 
@@ -100,7 +112,11 @@ mod tests {
     #[test]
     fn accepts_matching_and_trimmed_and_encoded_values() {
         let params = json!({"name": "Hello, 世界"});
-        let h = headers(&[(MCP_METHOD, "tools/call"), (MCP_NAME, "=?base64?SGVsbG8sIOS4lueVjA==?="), (MCP_PROTOCOL_VERSION, V)]);
+        let h = headers(&[
+            (MCP_METHOD, "tools/call"),
+            (MCP_NAME, "=?base64?SGVsbG8sIOS4lueVjA==?="),
+            (MCP_PROTOCOL_VERSION, V),
+        ]);
         assert!(validate(&h, "tools/call", Some(&params), V, true).is_ok());
         let h = headers(&[(MCP_METHOD, " tasks/get "), (MCP_NAME, "abc")]);
         assert!(validate(&h, "tasks/get", Some(&json!({"taskId": "abc"})), V, false).is_ok());
@@ -124,7 +140,14 @@ mod tests {
     fn missing_headers_fail_only_when_required() {
         let params = json!({"taskId": "abc"});
         assert!(validate(&HeaderMap::new(), "tasks/get", Some(&params), V, false).is_ok());
-        let err = validate(&headers(&[(MCP_METHOD, "tasks/get"), (MCP_PROTOCOL_VERSION, V)]), "tasks/get", Some(&params), V, true).unwrap_err();
+        let err = validate(
+            &headers(&[(MCP_METHOD, "tasks/get"), (MCP_PROTOCOL_VERSION, V)]),
+            "tasks/get",
+            Some(&params),
+            V,
+            true,
+        )
+        .unwrap_err();
         assert!(err.message.contains("mcp-name"), "{}", err.message);
     }
 

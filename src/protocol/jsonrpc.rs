@@ -79,7 +79,9 @@ pub enum ParseError {
 impl ParseError {
     pub fn to_error_object(&self) -> ErrorObject {
         match self {
-            ParseError::Json(_) => ErrorObject::new(code::PARSE_ERROR, format!("Parse error: {self}")),
+            ParseError::Json(_) => {
+                ErrorObject::new(code::PARSE_ERROR, format!("Parse error: {self}"))
+            }
             ParseError::NotJsonRpc(_) => {
                 ErrorObject::new(code::INVALID_REQUEST, format!("Invalid request: {self}"))
             }
@@ -108,7 +110,9 @@ impl Message {
         if let Some(id) = &id
             && !(id.is_string() || id.is_i64() || id.is_u64())
         {
-            return Err(ParseError::NotJsonRpc("\"id\" must be a string or an integer"));
+            return Err(ParseError::NotJsonRpc(
+                "\"id\" must be a string or an integer",
+            ));
         }
         let params = obj.remove("params");
         if let Some(p) = &params
@@ -232,20 +236,49 @@ mod tests {
 
     #[test]
     fn classifies_messages() {
-        let req = Message::parse(br#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"x"}}"#).unwrap();
+        let req = Message::parse(
+            br#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"x"}}"#,
+        )
+        .unwrap();
         assert!(matches!(req, Message::Request { ref method, .. } if method == "tasks/get"));
-        let note = Message::parse(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
+        let note =
+            Message::parse(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
         assert!(matches!(note, Message::Notification { .. }));
-        let resp = Message::parse(br#"{"jsonrpc":"2.0","id":"a","error":{"code":-1,"message":"m"}}"#).unwrap();
-        assert!(matches!(resp, Message::Response { outcome: Err(ErrorObject { code: -1, .. }), .. }));
+        let resp =
+            Message::parse(br#"{"jsonrpc":"2.0","id":"a","error":{"code":-1,"message":"m"}}"#)
+                .unwrap();
+        assert!(matches!(
+            resp,
+            Message::Response {
+                outcome: Err(ErrorObject { code: -1, .. }),
+                ..
+            }
+        ));
     }
 
     #[test]
     fn rejects_non_json_rpc_with_the_right_codes() {
-        assert_eq!(Message::parse(b"{not json").unwrap_err().to_error_object().code, code::PARSE_ERROR);
-        for body in [&b"[]"[..], b"42", br#"{"id":1,"method":"x"}"#, br#"{"jsonrpc":"2.0","id":{},"method":"x"}"#, br#"{"jsonrpc":"2.0"}"#] {
+        assert_eq!(
+            Message::parse(b"{not json")
+                .unwrap_err()
+                .to_error_object()
+                .code,
+            code::PARSE_ERROR
+        );
+        for body in [
+            &b"[]"[..],
+            b"42",
+            br#"{"id":1,"method":"x"}"#,
+            br#"{"jsonrpc":"2.0","id":{},"method":"x"}"#,
+            br#"{"jsonrpc":"2.0"}"#,
+        ] {
             let err = Message::parse(body).unwrap_err().to_error_object();
-            assert_eq!(err.code, code::INVALID_REQUEST, "{}", String::from_utf8_lossy(body));
+            assert_eq!(
+                err.code,
+                code::INVALID_REQUEST,
+                "{}",
+                String::from_utf8_lossy(body)
+            );
         }
     }
 
@@ -253,6 +286,9 @@ mod tests {
     fn error_body_has_null_id_when_unknown() {
         let body = error_body(None, &ErrorObject::new(code::PARSE_ERROR, "bad"));
         let v: Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(v, json!({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"bad"}}));
+        assert_eq!(
+            v,
+            json!({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"bad"}})
+        );
     }
 }

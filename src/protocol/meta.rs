@@ -75,7 +75,10 @@ mod tests {
         }});
         assert_eq!(protocol_version(Some(&params)), Some("2026-07-28"));
         assert!(declares_tasks(Some(&params)));
-        assert_eq!(Value::Object(session_capabilities(Some(&params))), json!({"elicitation": {"form": {}}}));
+        assert_eq!(
+            Value::Object(session_capabilities(Some(&params))),
+            json!({"elicitation": {"form": {}}})
+        );
         assert!(!declares_tasks(Some(&json!({}))));
         assert!(!declares_tasks(None));
     }

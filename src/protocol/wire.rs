@@ -126,12 +126,17 @@ mod tests {
     fn formats_timestamps_as_rfc3339() {
         let text = rfc3339_millis(1_764_066_600_123);
         assert_eq!(text, "2025-11-25T10:30:00.123Z");
-        let parsed = time::OffsetDateTime::parse(&text, &time::format_description::well_known::Rfc3339).unwrap();
+        let parsed =
+            time::OffsetDateTime::parse(&text, &time::format_description::well_known::Rfc3339)
+                .unwrap();
         assert_eq!(parsed.unix_timestamp(), 1_764_066_600);
     }
 
     #[test]
     fn status_serializes_snake_case() {
-        assert_eq!(serde_json::to_string(&TaskStatus::InputRequired).unwrap(), "\"input_required\"");
+        assert_eq!(
+            serde_json::to_string(&TaskStatus::InputRequired).unwrap(),
+            "\"input_required\""
+        );
     }
 }

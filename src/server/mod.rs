@@ -103,7 +103,10 @@ pub async fn serve(
         });
     }
     tracing::info!("shutting down: no new connections, finishing in-flight requests");
-    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
+        .await
+        .is_err()
+    {
         tracing::warn!("some connections were still open after the grace period");
     }
     Ok(())
@@ -116,7 +119,10 @@ async fn route(gateway: &Gateway, request: Request<Incoming>) -> Response<Body> 
             let span = tracing::info_span!("request", method = tracing::field::Empty);
             mcp_endpoint(gateway, request).instrument(span).await
         }
-        _ => reply::plain(StatusCode::NOT_FOUND, "not found: the MCP endpoint is /mcp\n"),
+        _ => reply::plain(
+            StatusCode::NOT_FOUND,
+            "not found: the MCP endpoint is /mcp\n",
+        ),
     }
 }
 
@@ -137,21 +143,28 @@ async fn mcp_endpoint(gateway: &Gateway, request: Request<Incoming>) -> Response
                 StatusCode::PAYLOAD_TOO_LARGE,
                 &ErrorObject::new(
                     code::INVALID_REQUEST,
-                    format!("request body exceeds the limit of {} bytes", gateway.max_body_bytes),
+                    format!(
+                        "request body exceeds the limit of {} bytes",
+                        gateway.max_body_bytes
+                    ),
                 ),
             );
         }
         Err(e) => {
             return reply::error_with_status(
                 StatusCode::BAD_REQUEST,
-                &ErrorObject::new(code::INVALID_REQUEST, format!("could not read the body: {e}")),
+                &ErrorObject::new(
+                    code::INVALID_REQUEST,
+                    format!("could not read the body: {e}"),
+                ),
             );
         }
     };
     // Legacy sessions are the upstream's: the gateway does not read their traffic.
     if parts.headers.contains_key(SESSION_HEADER) || parts.method != Method::POST {
         if parts.method == Method::POST || parts.headers.contains_key(SESSION_HEADER) {
-            return passthrough::forward(&gateway.client, gateway.upstream.url(), &parts, body).await;
+            return passthrough::forward(&gateway.client, gateway.upstream.url(), &parts, body)
+                .await;
         }
         return reply::plain(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -163,7 +176,9 @@ async fn mcp_endpoint(gateway: &Gateway, request: Request<Incoming>) -> Response
         Err(e) => return reply::error(None, &e.to_error_object()),
     };
     match classify(&parts.headers, &message) {
-        Era::Legacy => passthrough::forward(&gateway.client, gateway.upstream.url(), &parts, body).await,
+        Era::Legacy => {
+            passthrough::forward(&gateway.client, gateway.upstream.url(), &parts, body).await
+        }
         Era::Rejected(error) => reply::bad_request(message_id(&message), &error),
         Era::Modern => modern_message(gateway, &parts, message).await,
     }
@@ -187,15 +202,20 @@ fn classify(headers: &HeaderMap, message: &Message) -> Era {
     if method == "initialize" {
         return Era::Legacy;
     }
-    let header_version = headers.get(MCP_PROTOCOL_VERSION).and_then(|v| v.to_str().ok()).map(str::trim);
+    let header_version = headers
+        .get(MCP_PROTOCOL_VERSION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim);
     match (meta::protocol_version(params), header_version) {
         (Some(MODERN_PROTOCOL_VERSION), _) => Era::Modern,
         (Some(other), _) => Era::Rejected(unsupported_version(other)),
         (None, None) => Era::Legacy,
-        (None, Some(MODERN_PROTOCOL_VERSION)) => Era::Rejected(ErrorObject::invalid_params(format!(
-            "params._meta[\"{}\"] is required in {MODERN_PROTOCOL_VERSION} requests",
-            meta::META_PROTOCOL_VERSION
-        ))),
+        (None, Some(MODERN_PROTOCOL_VERSION)) => {
+            Era::Rejected(ErrorObject::invalid_params(format!(
+                "params._meta[\"{}\"] is required in {MODERN_PROTOCOL_VERSION} requests",
+                meta::META_PROTOCOL_VERSION
+            )))
+        }
         (None, Some(v)) if v.starts_with("2024-") || v.starts_with("2025-") => Era::Legacy,
         (None, Some(other)) => Era::Rejected(unsupported_version(other)),
     }
@@ -215,7 +235,10 @@ async fn modern_message(gateway: &Gateway, parts: &Parts, message: Message) -> R
         Message::Response { id, .. } => {
             return reply::error(
                 Some(&id),
-                &ErrorObject::new(code::INVALID_REQUEST, "clients must not send JSON-RPC responses"),
+                &ErrorObject::new(
+                    code::INVALID_REQUEST,
+                    "clients must not send JSON-RPC responses",
+                ),
             );
         }
     };
@@ -273,11 +296,17 @@ fn principal(headers: &HeaderMap, identity_header: Option<&http::HeaderName>) ->
 /// Browsers send `Origin`; only configured origins (default: loopback) may call, which
 /// stops DNS rebinding.
 fn origin_allowed(origin: &http::HeaderValue, allowed: &[String]) -> bool {
-    let Ok(origin) = origin.to_str() else { return false };
+    let Ok(origin) = origin.to_str() else {
+        return false;
+    };
     if !allowed.is_empty() {
         return allowed.iter().any(|a| a == origin || a == "*");
     }
-    let Ok(uri) = origin.parse::<http::Uri>() else { return false };
-    matches!(uri.host(), Some("localhost" | "127.0.0.1" | "[::1]" | "::1"))
+    let Ok(uri) = origin.parse::<http::Uri>() else {
+        return false;
+    };
+    matches!(
+        uri.host(),
+        Some("localhost" | "127.0.0.1" | "[::1]" | "::1")
+    )
 }
-

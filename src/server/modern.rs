@@ -60,7 +60,9 @@ async fn discover(gateway: &Gateway, request: &Request<'_>) -> Outcome {
 async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
     let params = request.params.as_ref();
     let Some(tool) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
-        return Err(ErrorObject::invalid_params("tools/call needs params.name, the tool to call"));
+        return Err(ErrorObject::invalid_params(
+            "tools/call needs params.name, the tool to call",
+        ));
     };
     let declared = meta::declares_tasks(params);
     match gateway.policies.plan(tool, declared) {
@@ -104,11 +106,16 @@ async fn tasks_method(gateway: &Gateway, request: &Request<'_>) -> Outcome {
         "tasks/get" => {
             let params: TaskIdParams = parse_params(request)?;
             let task = tasks.get(&params.task_id, principal).await?;
-            Ok(jsonrpc::success_body_of(&request.id, &task.to_result(ResultType::Complete)))
+            Ok(jsonrpc::success_body_of(
+                &request.id,
+                &task.to_result(ResultType::Complete),
+            ))
         }
         "tasks/update" => {
             let params: UpdateTaskParams = parse_params(request)?;
-            tasks.update(&params.task_id, principal, params.input_responses).await?;
+            tasks
+                .update(&params.task_id, principal, params.input_responses)
+                .await?;
             Ok(jsonrpc::success_body_of(&request.id, &wire::ACK))
         }
         _ => {
@@ -139,8 +146,8 @@ async fn bridged(gateway: &Gateway, request: Request<'_>) -> Outcome {
     .map_err(|e| ErrorObject::internal(e.to_string()))?;
     let mut result = answer?;
     bridge::complete_result(&request.method, &mut result);
-    let raw: Box<RawValue> =
-        serde_json::value::to_raw_value(&result).map_err(|e| ErrorObject::internal(e.to_string()))?;
+    let raw: Box<RawValue> = serde_json::value::to_raw_value(&result)
+        .map_err(|e| ErrorObject::internal(e.to_string()))?;
     Ok(jsonrpc::success_body(&request.id, &raw))
 }
 

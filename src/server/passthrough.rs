@@ -11,7 +11,12 @@ use crate::protocol::jsonrpc::ErrorObject;
 use crate::upstream::http::{HttpClient, is_hop_by_hop};
 use crate::upstream::legacy::describe_client_error;
 
-pub async fn forward(client: &HttpClient, upstream: &Uri, parts: &Parts, body: Bytes) -> Response<Body> {
+pub async fn forward(
+    client: &HttpClient,
+    upstream: &Uri,
+    parts: &Parts,
+    body: Bytes,
+) -> Response<Body> {
     let mut request = http::Request::builder()
         .method(parts.method.clone())
         .uri(upstream.clone());
@@ -27,8 +32,12 @@ pub async fn forward(client: &HttpClient, upstream: &Uri, parts: &Parts, body: B
     match client.request(request).await {
         Ok(response) => {
             let (mut parts, body) = response.into_parts();
-            let hop_by_hop: Vec<_> =
-                parts.headers.keys().filter(|name| is_hop_by_hop(name)).cloned().collect();
+            let hop_by_hop: Vec<_> = parts
+                .headers
+                .keys()
+                .filter(|name| is_hop_by_hop(name))
+                .cloned()
+                .collect();
             for name in hop_by_hop {
                 parts.headers.remove(name);
             }

@@ -46,7 +46,9 @@ impl MemoryStore {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<TaskRecord>>> {
         // A panic while holding the lock cannot leave a record half-written: every
         // mutation is applied to a clone and swapped in, so the poison is ignored.
-        self.tasks.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.tasks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Runs `apply` on a live (not expired) task and stores the change.
@@ -73,7 +75,11 @@ impl TaskStore for MemoryStore {
         Ok(())
     }
 
-    async fn get(&self, task_id: &str, principal: &str) -> Result<Option<Arc<TaskRecord>>, StoreError> {
+    async fn get(
+        &self,
+        task_id: &str,
+        principal: &str,
+    ) -> Result<Option<Arc<TaskRecord>>, StoreError> {
         let tasks = self.lock();
         Ok(tasks
             .get(task_id)
@@ -108,6 +114,20 @@ impl TaskStore for MemoryStore {
             .flatten())
     }
 
+    async fn withdraw_input_request(&self, task_id: &str, key: &str) -> Result<(), StoreError> {
+        self.update(task_id, |task, now| task.withdraw_input_request(key, now));
+        Ok(())
+    }
+
+    async fn set_upstream_state(
+        &self,
+        task_id: &str,
+        state: Option<Value>,
+    ) -> Result<(), StoreError> {
+        self.update(task_id, |task, _| task.upstream_state = state);
+        Ok(())
+    }
+
     async fn accept_input_responses(
         &self,
         task_id: &str,
@@ -128,20 +148,31 @@ impl TaskStore for MemoryStore {
 
     async fn take_answers(&self, task_id: &str) -> Result<Vec<(String, Value)>, StoreError> {
         Ok(self
-            .update(task_id, |task, _| std::mem::take(&mut task.answers).into_iter().collect())
+            .update(task_id, |task, _| {
+                std::mem::take(&mut task.answers).into_iter().collect()
+            })
             .unwrap_or_default())
     }
 
     async fn finish(&self, task_id: &str, outcome: Outcome) -> Result<bool, StoreError> {
-        Ok(self.update(task_id, |task, now| task.finish(outcome, now)).unwrap_or(false))
+        Ok(self
+            .update(task_id, |task, now| task.finish(outcome, now))
+            .unwrap_or(false))
     }
 
     async fn cancel(&self, task_id: &str, principal: &str) -> Result<CancelOutcome, StoreError> {
         let outcome = self.update(task_id, |task, now| {
             if task.principal != principal {
                 CancelOutcome::NotFound
-            } else if task.finish(Outcome::Cancelled { message: "cancelled by the client".into() }, now) {
-                CancelOutcome::Cancelled { owner: task.owner.clone() }
+            } else if task.finish(
+                Outcome::Cancelled {
+                    message: "cancelled by the client".into(),
+                },
+                now,
+            ) {
+                CancelOutcome::Cancelled {
+                    owner: task.owner.clone(),
+                }
             } else {
                 CancelOutcome::AlreadyTerminal
             }
@@ -192,11 +223,15 @@ mod tests {
             result: None,
             error: None,
             request: json!({"name": "echo"}),
+            upstream_state: None,
         }
     }
 
     fn elicit() -> InputRequest {
-        InputRequest { method: "elicitation/create".into(), params: Some(json!({"message": "?"})) }
+        InputRequest {
+            method: "elicitation/create".into(),
+            params: Some(json!({"message": "?"})),
+        }
     }
 
     #[tokio::test]
@@ -205,30 +240,72 @@ mod tests {
         store.create(record("t1", 60_000)).await.unwrap();
         assert!(store.get("t1", "alice").await.unwrap().is_some());
         assert!(store.get("t1", "mallory").await.unwrap().is_none());
-        assert_eq!(store.cancel("t1", "mallory").await.unwrap(), CancelOutcome::NotFound);
+        assert_eq!(
+            store.cancel("t1", "mallory").await.unwrap(),
+            CancelOutcome::NotFound
+        );
     }
 
     #[tokio::test]
     async fn answers_are_accepted_once_and_keys_never_reused() {
         let store = MemoryStore::start();
         store.create(record("t1", 60_000)).await.unwrap();
-        let k0 = store.add_input_request("t1", elicit()).await.unwrap().unwrap();
-        let k1 = store.add_input_request("t1", elicit()).await.unwrap().unwrap();
+        let k0 = store
+            .add_input_request("t1", elicit())
+            .await
+            .unwrap()
+            .unwrap();
+        let k1 = store
+            .add_input_request("t1", elicit())
+            .await
+            .unwrap()
+            .unwrap();
         assert_ne!(k0, k1);
 
         let answer = |key: &str| Map::from_iter([(key.to_owned(), json!({"action": "accept"}))]);
-        let first = store.accept_input_responses("t1", "alice", answer(&k0)).await.unwrap();
-        assert_eq!(first, UpdateOutcome::Accepted { keys: vec![k0.clone()], owner: "gw-1".into() });
-        assert_eq!(store.get("t1", "alice").await.unwrap().unwrap().status, TaskStatus::InputRequired);
+        let first = store
+            .accept_input_responses("t1", "alice", answer(&k0))
+            .await
+            .unwrap();
+        assert_eq!(
+            first,
+            UpdateOutcome::Accepted {
+                keys: vec![k0.clone()],
+                owner: "gw-1".into()
+            }
+        );
+        assert_eq!(
+            store.get("t1", "alice").await.unwrap().unwrap().status,
+            TaskStatus::InputRequired
+        );
 
-        let again = store.accept_input_responses("t1", "alice", answer(&k0)).await.unwrap();
-        assert_eq!(again, UpdateOutcome::Accepted { keys: vec![], owner: "gw-1".into() });
-        store.accept_input_responses("t1", "alice", answer(&k1)).await.unwrap();
-        assert_eq!(store.get("t1", "alice").await.unwrap().unwrap().status, TaskStatus::Working);
+        let again = store
+            .accept_input_responses("t1", "alice", answer(&k0))
+            .await
+            .unwrap();
+        assert_eq!(
+            again,
+            UpdateOutcome::Accepted {
+                keys: vec![],
+                owner: "gw-1".into()
+            }
+        );
+        store
+            .accept_input_responses("t1", "alice", answer(&k1))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.get("t1", "alice").await.unwrap().unwrap().status,
+            TaskStatus::Working
+        );
 
         assert_eq!(store.take_answers("t1").await.unwrap().len(), 2);
         assert!(store.take_answers("t1").await.unwrap().is_empty());
-        let k2 = store.add_input_request("t1", elicit()).await.unwrap().unwrap();
+        let k2 = store
+            .add_input_request("t1", elicit())
+            .await
+            .unwrap()
+            .unwrap();
         assert!(![k0, k1].contains(&k2));
     }
 
@@ -236,13 +313,25 @@ mod tests {
     async fn terminal_states_are_final() {
         let store = MemoryStore::start();
         store.create(record("t1", 60_000)).await.unwrap();
-        assert!(matches!(store.cancel("t1", "alice").await.unwrap(), CancelOutcome::Cancelled { .. }));
+        assert!(matches!(
+            store.cancel("t1", "alice").await.unwrap(),
+            CancelOutcome::Cancelled { .. }
+        ));
         let late = Outcome::Completed(serde_json::value::to_raw_value(&json!({})).unwrap());
         assert!(!store.finish("t1", late).await.unwrap());
-        assert_eq!(store.cancel("t1", "alice").await.unwrap(), CancelOutcome::AlreadyTerminal);
+        assert_eq!(
+            store.cancel("t1", "alice").await.unwrap(),
+            CancelOutcome::AlreadyTerminal
+        );
         let task = store.get("t1", "alice").await.unwrap().unwrap();
         assert_eq!(task.status, TaskStatus::Cancelled);
-        assert!(store.add_input_request("t1", elicit()).await.unwrap().is_none());
+        assert!(
+            store
+                .add_input_request("t1", elicit())
+                .await
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[tokio::test]

@@ -41,6 +41,10 @@ pub struct TaskRecord {
     pub error: Option<ErrorObject>,
     /// The tool and its arguments, as the client sent them.
     pub request: Value,
+    /// What the runner needs to resume the upstream call elsewhere (for 2026-07-28
+    /// upstreams: the round's `requestState` and key mapping). Opaque to the store.
+    #[serde(default)]
+    pub upstream_state: Option<Value>,
 }
 
 impl TaskRecord {
@@ -63,7 +67,8 @@ impl TaskRecord {
             last_updated_at: rfc3339_millis(self.last_updated_at_ms),
             ttl_ms: self.ttl_ms,
             poll_interval_ms: self.poll_interval_ms,
-            input_requests: (self.status == TaskStatus::InputRequired).then_some(&self.input_requests),
+            input_requests: (self.status == TaskStatus::InputRequired)
+                .then_some(&self.input_requests),
             result: (self.status == TaskStatus::Completed)
                 .then_some(self.result.as_deref())
                 .flatten(),
@@ -81,6 +86,15 @@ impl TaskRecord {
         self.status = TaskStatus::InputRequired;
         self.touch(now_ms);
         key
+    }
+
+    fn withdraw_input_request(&mut self, key: &str, now_ms: u64) {
+        if self.input_requests.remove(key).is_some() {
+            if self.input_requests.is_empty() && !self.status.is_terminal() {
+                self.status = TaskStatus::Working;
+            }
+            self.touch(now_ms);
+        }
     }
 
     /// Moves answers for outstanding keys into `answers`; returns the accepted keys.
@@ -136,8 +150,13 @@ pub enum Outcome {
     /// The upstream's result, `isError: true` included.
     Completed(Box<RawValue>),
     /// A JSON-RPC error, or the upstream was lost or timed out.
-    Failed { error: ErrorObject, message: String },
-    Cancelled { message: String },
+    Failed {
+        error: ErrorObject,
+        message: String,
+    },
+    Cancelled {
+        message: String,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -162,7 +181,9 @@ pub enum UpdateOutcome {
 pub enum CancelOutcome {
     NotFound,
     /// The task is now cancelled; its owner must stop the upstream call.
-    Cancelled { owner: String },
+    Cancelled {
+        owner: String,
+    },
     /// It had already ended; nothing changed.
     AlreadyTerminal,
 }
@@ -178,8 +199,11 @@ pub trait TaskStore: Send + Sync + 'static {
     async fn create(&self, task: TaskRecord) -> Result<(), StoreError>;
 
     /// The task, if it exists, has not expired, and belongs to `principal`.
-    async fn get(&self, task_id: &str, principal: &str)
-        -> Result<Option<Arc<TaskRecord>>, StoreError>;
+    async fn get(
+        &self,
+        task_id: &str,
+        principal: &str,
+    ) -> Result<Option<Arc<TaskRecord>>, StoreError>;
 
     /// Removes a task the client never saw (it was answered inline).
     async fn delete(&self, task_id: &str) -> Result<(), StoreError>;
@@ -193,6 +217,17 @@ pub trait TaskStore: Send + Sync + 'static {
         task_id: &str,
         request: InputRequest,
     ) -> Result<Option<String>, StoreError>;
+
+    /// Withdraws an outstanding input request the upstream gave up on; the task goes
+    /// back to `working` when nothing else is outstanding.
+    async fn withdraw_input_request(&self, task_id: &str, key: &str) -> Result<(), StoreError>;
+
+    /// Replaces the runner's resumable state.
+    async fn set_upstream_state(
+        &self,
+        task_id: &str,
+        state: Option<Value>,
+    ) -> Result<(), StoreError>;
 
     /// Accepts answers for outstanding keys only, atomically, so that an answer is
     /// accepted once even if two instances receive it.

@@ -70,7 +70,9 @@ impl TaskService {
         let weak = Arc::downgrade(&service);
         tokio::spawn(async move {
             while let Some(task_id) = wakeups.recv().await {
-                let Some(service) = weak.upgrade() else { return };
+                let Some(service) = weak.upgrade() else {
+                    return;
+                };
                 service.wake_local(&task_id);
             }
         });
@@ -100,6 +102,7 @@ impl TaskService {
             result: None,
             error: None,
             request: call.params.clone(),
+            upstream_state: None,
         };
         let task_id = record.task_id.clone();
         let principal = call.principal.clone();
@@ -147,7 +150,11 @@ impl TaskService {
         Some(inline)
     }
 
-    pub async fn get(&self, task_id: &str, principal: &str) -> Result<Arc<TaskRecord>, ErrorObject> {
+    pub async fn get(
+        &self,
+        task_id: &str,
+        principal: &str,
+    ) -> Result<Arc<TaskRecord>, ErrorObject> {
         self.store
             .get(task_id, principal)
             .await
@@ -171,7 +178,10 @@ impl TaskService {
             UpdateOutcome::Accepted { keys, owner } => {
                 if !keys.is_empty() {
                     tracing::debug!(task_id, ?keys, "accepted input responses");
-                    self.store.wake(&owner, task_id).await.map_err(store_error)?;
+                    self.store
+                        .wake(&owner, task_id)
+                        .await
+                        .map_err(store_error)?;
                 }
                 Ok(())
             }
@@ -179,7 +189,12 @@ impl TaskService {
     }
 
     pub async fn cancel(&self, task_id: &str, principal: &str) -> Result<(), ErrorObject> {
-        match self.store.cancel(task_id, principal).await.map_err(store_error)? {
+        match self
+            .store
+            .cancel(task_id, principal)
+            .await
+            .map_err(store_error)?
+        {
             CancelOutcome::NotFound => Err(not_found(task_id)),
             CancelOutcome::AlreadyTerminal => Ok(()),
             CancelOutcome::Cancelled { owner } => {

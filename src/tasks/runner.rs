@@ -44,7 +44,10 @@ async fn drive(
     mut call: ToolCall,
     wake: &Notify,
 ) -> Option<Outcome> {
-    let deadline = service.settings.upstream_timeout.map(|t| Instant::now() + t);
+    let deadline = service
+        .settings
+        .upstream_timeout
+        .map(|t| Instant::now() + t);
     // Progress for tasks lands in statusMessage, keyed by a token of the gateway's own.
     if let Some(params) = call.params.as_object_mut() {
         let meta = params.entry("_meta").or_insert_with(|| json!({}));
@@ -56,11 +59,17 @@ async fn drive(
         capabilities: &call.capabilities,
         auth: call.auth.as_ref(),
     };
-    let (session, mut stream, request_id) =
-        match open_call(&service.upstream, &caller, "tools/call", Some(call.params.clone())).await {
-            Ok(opened) => opened,
-            Err(e) => return Some(upstream_failure(&e)),
-        };
+    let (session, mut stream, request_id) = match open_call(
+        &service.upstream,
+        &caller,
+        "tools/call",
+        Some(call.params.clone()),
+    )
+    .await
+    {
+        Ok(opened) => opened,
+        Err(e) => return Some(upstream_failure(&e)),
+    };
     let mut call = Call {
         service,
         task_id,
@@ -103,7 +112,10 @@ struct Call<'a> {
 }
 
 impl Call<'_> {
-    async fn on_event(&mut self, event: Option<Result<UpstreamEvent, UpstreamError>>) -> Option<Outcome> {
+    async fn on_event(
+        &mut self,
+        event: Option<Result<UpstreamEvent, UpstreamError>>,
+    ) -> Option<Outcome> {
         let event = match event {
             None => {
                 return Some(upstream_failure(&UpstreamError::Lost(
@@ -124,15 +136,43 @@ impl Call<'_> {
                 });
             }
             UpstreamEvent::Response { .. } => {}
-            UpstreamEvent::Notification { method, params } => {
-                if method == "notifications/progress"
-                    && let Some(message) = progress_message(params.as_ref())
-                    && let Err(e) = self.service.store.set_status_message(self.task_id, &message).await
-                {
-                    tracing::warn!(error = %e, "could not record progress");
+            UpstreamEvent::Notification { method, params } => match method.as_str() {
+                "notifications/progress" => {
+                    if let Some(message) = progress_message(params.as_ref())
+                        && let Err(e) = self
+                            .service
+                            .store
+                            .set_status_message(self.task_id, &message)
+                            .await
+                    {
+                        tracing::warn!(error = %e, "could not record progress");
+                    }
                 }
+                // The upstream gave up on one of its requests (e.g. its own timeout).
+                "notifications/cancelled" => {
+                    let request_id = params.as_ref().and_then(|p| p.get("requestId"));
+                    let key = self
+                        .pending
+                        .iter()
+                        .find(|(_, id)| Some(*id) == request_id)
+                        .map(|(k, _)| k.clone());
+                    if let Some(key) = key {
+                        self.pending.remove(&key);
+                        if let Err(e) = self
+                            .service
+                            .store
+                            .withdraw_input_request(self.task_id, &key)
+                            .await
+                        {
+                            tracing::warn!(error = %e, "could not withdraw an input request");
+                        }
+                    }
+                }
+                _ => {}
+            },
+            UpstreamEvent::Request { id, method, params } => {
+                self.on_request(id, method, params).await
             }
-            UpstreamEvent::Request { id, method, params } => self.on_request(id, method, params).await,
         }
         None
     }
@@ -142,13 +182,21 @@ impl Call<'_> {
             let refusal = if method == "ping" {
                 Ok(json!({}))
             } else {
-                Err(ErrorObject::new(code::METHOD_NOT_FOUND, format!("{method} is not supported in a task")))
+                Err(ErrorObject::new(
+                    code::METHOD_NOT_FOUND,
+                    format!("{method} is not supported in a task"),
+                ))
             };
             self.reply(id, refusal).await;
             return;
         }
         let request = InputRequest { method, params };
-        match self.service.store.add_input_request(self.task_id, request).await {
+        match self
+            .service
+            .store
+            .add_input_request(self.task_id, request)
+            .await
+        {
             Ok(Some(key)) => {
                 tracing::info!(%key, "task needs input");
                 self.pending.insert(key, id);
@@ -156,8 +204,13 @@ impl Call<'_> {
             Ok(None) => {}
             Err(e) => {
                 tracing::error!(error = %e, "could not record an input request");
-                self.reply(id, Err(ErrorObject::internal(format!("gateway could not store the request: {e}"))))
-                    .await;
+                self.reply(
+                    id,
+                    Err(ErrorObject::internal(format!(
+                        "gateway could not store the request: {e}"
+                    ))),
+                )
+                .await;
             }
         }
     }
@@ -251,4 +304,3 @@ async fn sleep_until(deadline: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
-

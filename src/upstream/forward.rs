@@ -26,8 +26,7 @@ pub async fn forward(
     timeout: Option<Duration>,
 ) -> Result<Result<Value, ErrorObject>, UpstreamError> {
     let exchange = async {
-        let (session, mut stream, id) =
-            open_call(upstream, caller, method, params).await?;
+        let (session, mut stream, id) = open_call(upstream, caller, method, params).await?;
         loop {
             match stream.next().await {
                 None => return Err(UpstreamError::Lost("stream ended without an answer".into())),
@@ -64,7 +63,10 @@ pub async fn open_call(
     loop {
         let session = upstream.session(caller.capabilities, caller.auth).await?;
         let id = upstream.next_request_id();
-        match upstream.call(&session, id.clone(), method, params.clone()).await {
+        match upstream
+            .call(&session, id.clone(), method, params.clone())
+            .await
+        {
             Ok(stream) => return Ok((session, stream, id)),
             Err(UpstreamError::SessionExpired) if !retried => {
                 upstream.invalidate(&session);

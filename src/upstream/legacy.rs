@@ -41,7 +41,12 @@ pub struct Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        if let Some(listener) = self.listener.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(listener) = self
+            .listener
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
             listener.abort();
         }
     }
@@ -62,7 +67,10 @@ pub struct LegacyUpstream {
 
 impl LegacyUpstream {
     pub fn new(client: HttpClient, url: Uri, roots: &[String]) -> Arc<Self> {
-        let roots = roots.iter().map(|uri| json!({"uri": uri})).collect::<Vec<_>>();
+        let roots = roots
+            .iter()
+            .map(|uri| json!({"uri": uri}))
+            .collect::<Vec<_>>();
         Arc::new(Self {
             client,
             url,
@@ -105,7 +113,9 @@ impl LegacyUpstream {
     pub fn invalidate(&self, session: &Session) {
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(cell) = sessions.get(&session.key)
-            && cell.get().is_some_and(|s| std::ptr::eq(Arc::as_ptr(s), session))
+            && cell
+                .get()
+                .is_some_and(|s| std::ptr::eq(Arc::as_ptr(s), session))
         {
             sessions.remove(&session.key);
         }
@@ -164,8 +174,10 @@ impl LegacyUpstream {
         if session.id.is_some() {
             match self.open_listener(&session).await {
                 Ok(stream) => {
-                    let listener = tokio::spawn(self.clone().listen(Arc::downgrade(&session), Some(stream)));
-                    *session.listener.lock().unwrap_or_else(|p| p.into_inner()) = Some(listener.abort_handle());
+                    let listener =
+                        tokio::spawn(self.clone().listen(Arc::downgrade(&session), Some(stream)));
+                    *session.listener.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(listener.abort_handle());
                 }
                 Err(e) => tracing::debug!(error = %e, "upstream offers no GET stream"),
             }
@@ -245,9 +257,15 @@ impl LegacyUpstream {
 
     /// Answers the requests an upstream sends outside any call (e.g. `roots/list`
     /// right after `initialize`) on the session's GET stream, reopening it when it ends.
-    async fn listen(self: Arc<Self>, session: std::sync::Weak<Session>, mut stream: Option<CallStream>) {
+    async fn listen(
+        self: Arc<Self>,
+        session: std::sync::Weak<Session>,
+        mut stream: Option<CallStream>,
+    ) {
         loop {
-            let Some(live) = session.upgrade() else { return };
+            let Some(live) = session.upgrade() else {
+                return;
+            };
             let outcome = match stream.take() {
                 Some(stream) => self.serve_listener(&live, stream).await,
                 None => match self.open_listener(&live).await {
@@ -258,7 +276,9 @@ impl LegacyUpstream {
             drop(live);
             match outcome {
                 Ok(()) => {}
-                Err(UpstreamError::Status { status: 405, .. } | UpstreamError::SessionExpired) => return,
+                Err(UpstreamError::Status { status: 405, .. } | UpstreamError::SessionExpired) => {
+                    return;
+                }
                 Err(e) => tracing::debug!(error = %e, "upstream GET stream ended"),
             }
             tokio::time::sleep(LISTENER_RETRY).await;
@@ -288,7 +308,11 @@ impl LegacyUpstream {
         Ok(call_stream(check_status(response, true).await?))
     }
 
-    async fn serve_listener(&self, session: &Session, mut stream: CallStream) -> Result<(), UpstreamError> {
+    async fn serve_listener(
+        &self,
+        session: &Session,
+        mut stream: CallStream,
+    ) -> Result<(), UpstreamError> {
         while let Some(event) = stream.next().await {
             if let UpstreamEvent::Request { id, method, .. } = event? {
                 let outcome = self.answer_unattributed(&method);
@@ -341,7 +365,8 @@ async fn check_status(
     // The spec says 404 for an unknown session; the TypeScript SDK answers 400
     // "No valid session ID provided".
     let session_unknown = status == http::StatusCode::NOT_FOUND
-        || (status == http::StatusCode::BAD_REQUEST && body.to_ascii_lowercase().contains("session"));
+        || (status == http::StatusCode::BAD_REQUEST
+            && body.to_ascii_lowercase().contains("session"));
     if had_session && session_unknown {
         return Err(UpstreamError::SessionExpired);
     }
@@ -354,7 +379,10 @@ async fn check_status(
 
 fn truncate_on_char(text: &mut String, max: usize) {
     if text.len() > max {
-        let cut = (0..=max).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+        let cut = (0..=max)
+            .rev()
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(0);
         text.truncate(cut);
     }
 }

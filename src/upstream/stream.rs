@@ -21,7 +21,10 @@ pub enum UpstreamEvent {
         params: Option<Value>,
     },
     /// A notification (progress, logging, ...).
-    Notification { method: String, params: Option<Value> },
+    Notification {
+        method: String,
+        params: Option<Value>,
+    },
     /// The final answer to the call.
     Response {
         id: Value,
@@ -72,7 +75,9 @@ impl CallStream {
 
 fn parse_event(bytes: &[u8]) -> Result<UpstreamEvent, UpstreamError> {
     match Message::parse(bytes).map_err(|e| UpstreamError::Protocol(e.to_string()))? {
-        Message::Request { id, method, params } => Ok(UpstreamEvent::Request { id, method, params }),
+        Message::Request { id, method, params } => {
+            Ok(UpstreamEvent::Request { id, method, params })
+        }
         Message::Notification { method, params } => {
             Ok(UpstreamEvent::Notification { method, params })
         }

@@ -40,7 +40,11 @@ impl Drop for Proc {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn repo_root() -> PathBuf {
@@ -50,8 +54,13 @@ fn repo_root() -> PathBuf {
 /// Spawns `command` and waits for the stdout line starting with "listening on "; returns
 /// the rest of that line (the URL). Output after it is drained in the background.
 fn spawn_announcing(name: &'static str, mut command: Command) -> (Proc, String) {
-    command.stdout(Stdio::piped()).stderr(Stdio::inherit()).stdin(Stdio::null());
-    let mut child = command.spawn().unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+    command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .stdin(Stdio::null());
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -101,7 +110,11 @@ pub fn start_plain_server() -> (Proc, String) {
 pub fn start_everything() -> (Proc, String) {
     let tests = repo_root().join("tests");
     let entry = tests.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    assert!(entry.exists(), "run `npm ci` in tests/ first ({} is missing)", entry.display());
+    assert!(
+        entry.exists(),
+        "run `npm ci` in tests/ first ({} is missing)",
+        entry.display()
+    );
     let port = free_port();
     let child = Command::new("node")
         .arg(&entry)
@@ -113,7 +126,10 @@ pub fn start_everything() -> (Proc, String) {
         .stderr(Stdio::null())
         .spawn()
         .expect("node");
-    let proc = Proc { child, name: "server-everything" };
+    let proc = Proc {
+        child,
+        name: "server-everything",
+    };
     wait_for_port(port);
     (proc, format!("http://127.0.0.1:{port}/mcp"))
 }
@@ -132,7 +148,10 @@ pub fn start_gateway(upstream: &str, extra: &[&str]) -> (Proc, String) {
     command
         .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
         .args(extra)
-        .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()));
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        );
     spawn_announcing("mcp-task-gateway", command)
 }
 
@@ -152,12 +171,18 @@ pub struct Reply {
 
 impl Reply {
     pub fn result(&self) -> &Value {
-        assert!(self.body.get("error").is_none(), "unexpected error: {}", self.body);
+        assert!(
+            self.body.get("error").is_none(),
+            "unexpected error: {}",
+            self.body
+        );
         &self.body["result"]
     }
 
     pub fn error_code(&self) -> i64 {
-        self.body["error"]["code"].as_i64().unwrap_or_else(|| panic!("not an error: {}", self.body))
+        self.body["error"]["code"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("not an error: {}", self.body))
     }
 }
 
@@ -171,7 +196,12 @@ impl Client {
     }
 
     pub fn new(url: &str, capabilities: Value) -> Self {
-        Self { http: reqwest::Client::new(), url: url.to_owned(), capabilities, authorization: None }
+        Self {
+            http: reqwest::Client::new(),
+            url: url.to_owned(),
+            capabilities,
+            authorization: None,
+        }
     }
 
     pub fn params(&self, mut params: Value) -> Value {
@@ -191,12 +221,14 @@ impl Client {
             m if m.starts_with("tasks/") => params["taskId"].as_str().map(str::to_owned),
             _ => None,
         };
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": self.params(params)});
+        let body =
+            json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": self.params(params)});
         let mut headers = vec![("mcp-method", method.to_owned())];
         if let Some(name) = name {
             headers.push(("mcp-name", name));
         }
-        self.send_raw(serde_json::to_vec(&body).unwrap(), &headers).await
+        self.send_raw(serde_json::to_vec(&body).unwrap(), &headers)
+            .await
     }
 
     pub async fn send_raw(&self, body: Vec<u8>, headers: &[(&str, String)]) -> Reply {
@@ -206,7 +238,10 @@ impl Client {
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
             .body(body);
-        if !headers.iter().any(|(name, _)| *name == "mcp-protocol-version") {
+        if !headers
+            .iter()
+            .any(|(name, _)| *name == "mcp-protocol-version")
+        {
             request = request.header("mcp-protocol-version", MODERN);
         }
         for (name, value) in headers {
@@ -223,7 +258,8 @@ impl Client {
     }
 
     pub async fn call_tool(&self, name: &str, arguments: Value) -> Reply {
-        self.request("tools/call", json!({"name": name, "arguments": arguments})).await
+        self.request("tools/call", json!({"name": name, "arguments": arguments}))
+            .await
     }
 
     /// Calls a tool and expects a `CreateTaskResult`; returns the task id.
@@ -247,7 +283,10 @@ impl Client {
             if done(&task) {
                 return task;
             }
-            assert!(start.elapsed() < DEADLINE, "task never reached the expected state: {task}");
+            assert!(
+                start.elapsed() < DEADLINE,
+                "task never reached the expected state: {task}"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -257,17 +296,24 @@ impl Client {
     }
 
     pub async fn update(&self, task_id: &str, responses: Value) -> Reply {
-        self.request("tasks/update", json!({"taskId": task_id, "inputResponses": responses})).await
+        self.request(
+            "tasks/update",
+            json!({"taskId": task_id, "inputResponses": responses}),
+        )
+        .await
     }
 
     pub async fn cancel(&self, task_id: &str) -> Reply {
-        self.request("tasks/cancel", json!({"taskId": task_id})).await
+        self.request("tasks/cancel", json!({"taskId": task_id}))
+            .await
     }
 }
 
 /// The text of the first content block of a tool result.
 pub fn first_text(result: &Value) -> &str {
-    result["content"][0]["text"].as_str().unwrap_or_else(|| panic!("no text content: {result}"))
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text content: {result}"))
 }
 
 /// Polls `probe` until it returns `Some`, failing after the deadline.
