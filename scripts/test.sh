@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The one test command: installs the pinned test peers, then runs every test.
+# Usage: scripts/test.sh [extra cargo-nextest arguments]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# npm test peers (server-everything), pinned by tests/package-lock.json.
+if [ ! -d tests/node_modules ] || [ tests/package-lock.json -nt tests/node_modules/.package-lock.json ]; then
+  npm ci --prefix tests --no-audit --no-fund
+fi
+
+# PyPI test peers, pinned by tests/requirements.txt, in a venv of their own.
+if [ -f tests/requirements.txt ]; then
+  if [ ! -x tests/.venv/bin/python ]; then
+    python3 -m venv tests/.venv
+  fi
+  if [ tests/requirements.txt -nt tests/.venv/.installed ]; then
+    tests/.venv/bin/pip install --quiet --disable-pip-version-check -r tests/requirements.txt
+    touch tests/.venv/.installed
+  fi
+  export PATH="$PWD/tests/.venv/bin:$PATH"
+fi
+
+if ! command -v redis-server >/dev/null; then
+  echo "redis-server is needed by the tests (Debian: apt-get install redis-server)" >&2
+  exit 1
+fi
+
+cargo build --examples --quiet
+cargo nextest run --no-fail-fast "$@"
