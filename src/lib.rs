@@ -33,6 +33,7 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         upstream_timeout: config.upstream_timeout(),
         promote_after: std::time::Duration::from_millis(config.promote_after_ms),
     };
+    let upstream: Arc<dyn upstream::Upstream> = upstream;
     let tasks = TaskService::start(store, upstream.clone(), settings);
     let gateway = Arc::new(server::Gateway::new(&config, client, upstream, tasks));
     tracing::info!(listen = %local, upstream = %config.upstream, instance = %config.instance_id, "mcp-task-gateway ready");

@@ -26,7 +26,7 @@ use crate::protocol::jsonrpc::{ErrorObject, Message, code};
 use crate::protocol::meta::{self, MODERN_PROTOCOL_VERSION};
 use crate::tasks::TaskService;
 use crate::tasks::policy::Policies;
-use crate::upstream::LegacyUpstream;
+use crate::upstream::Upstream;
 use crate::upstream::http::HttpClient;
 use reply::Body;
 
@@ -37,7 +37,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Everything a request handler needs, built once at start.
 pub struct Gateway {
     pub client: HttpClient,
-    pub upstream: Arc<LegacyUpstream>,
+    pub upstream: Arc<dyn Upstream>,
     pub tasks: Arc<TaskService>,
     pub policies: Policies,
     pub upstream_timeout: Option<Duration>,
@@ -51,7 +51,7 @@ impl Gateway {
     pub fn new(
         config: &Config,
         client: HttpClient,
-        upstream: Arc<LegacyUpstream>,
+        upstream: Arc<dyn Upstream>,
         tasks: Arc<TaskService>,
     ) -> Self {
         Self {
@@ -163,8 +163,7 @@ async fn mcp_endpoint(gateway: &Gateway, request: Request<Incoming>) -> Response
     // Legacy sessions are the upstream's: the gateway does not read their traffic.
     if parts.headers.contains_key(SESSION_HEADER) || parts.method != Method::POST {
         if parts.method == Method::POST || parts.headers.contains_key(SESSION_HEADER) {
-            return passthrough::forward(&gateway.client, gateway.upstream.url(), &parts, body)
-                .await;
+            return passthrough(gateway, &parts, body).await;
         }
         return reply::plain(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -176,11 +175,22 @@ async fn mcp_endpoint(gateway: &Gateway, request: Request<Incoming>) -> Response
         Err(e) => return reply::error(None, &e.to_error_object()),
     };
     match classify(&parts.headers, &message) {
-        Era::Legacy => {
-            passthrough::forward(&gateway.client, gateway.upstream.url(), &parts, body).await
-        }
+        Era::Legacy => passthrough(gateway, &parts, body).await,
         Era::Rejected(error) => reply::bad_request(message_id(&message), &error),
         Era::Modern => modern_message(gateway, &parts, message).await,
+    }
+}
+
+async fn passthrough(gateway: &Gateway, parts: &Parts, body: bytes::Bytes) -> Response<Body> {
+    match gateway.upstream.passthrough_url() {
+        Some(url) => passthrough::forward(&gateway.client, url, parts, body).await,
+        None => reply::error_with_status(
+            StatusCode::BAD_REQUEST,
+            &ErrorObject::new(
+                code::INVALID_REQUEST,
+                "this upstream serves 2026-07-28 requests only; send params._meta protocolVersion",
+            ),
+        ),
     }
 }
 

@@ -15,7 +15,8 @@ use crate::protocol::meta;
 use crate::protocol::wire::{self, ResultType, TaskIdParams, UpdateTaskParams};
 use crate::tasks::policy::CallPlan;
 use crate::tasks::{Started, ToolCall};
-use crate::upstream::forward::{self, Caller};
+use crate::upstream::Caller;
+use crate::upstream::forward;
 
 /// One modern request, parsed and with its headers checked.
 pub struct Request<'a> {
@@ -47,13 +48,17 @@ pub async fn handle(gateway: &Gateway, request: Request<'_>) -> Response<Body> {
 type Outcome = Result<Vec<u8>, ErrorObject>;
 
 async fn discover(gateway: &Gateway, request: &Request<'_>) -> Outcome {
-    let caller = caller_of(request);
-    let session = gateway
+    let (capabilities, auth) = caller_of(request);
+    let caller = Caller {
+        capabilities: &capabilities,
+        auth: auth.as_ref(),
+    };
+    let server = gateway
         .upstream
-        .session(&caller.0, caller.1.as_ref())
+        .server_info(&caller)
         .await
         .map_err(|e| ErrorObject::internal(e.to_string()))?;
-    let result = bridge::discover_result(&session.server);
+    let result = bridge::discover_result(&server);
     Ok(jsonrpc::success_body_of(&request.id, &result))
 }
 
@@ -136,7 +141,7 @@ async fn bridged(gateway: &Gateway, request: Request<'_>) -> Outcome {
     };
     let params = request.params.map(upstream_params);
     let answer = forward::forward(
-        &gateway.upstream,
+        gateway.upstream.as_ref(),
         &caller,
         &request.method,
         params,

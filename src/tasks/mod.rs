@@ -16,7 +16,7 @@ use tokio::sync::{Notify, oneshot};
 use crate::protocol::jsonrpc::ErrorObject;
 use crate::protocol::wire::TaskStatus;
 use crate::store::{CancelOutcome, StoreError, TaskRecord, TaskStore, UpdateOutcome, now_ms};
-use crate::upstream::LegacyUpstream;
+use crate::upstream::Upstream;
 
 /// Settings of the task machinery, taken from the config at start.
 #[derive(Debug, Clone)]
@@ -48,7 +48,7 @@ pub enum Started {
 
 pub struct TaskService {
     store: Arc<dyn TaskStore>,
-    upstream: Arc<LegacyUpstream>,
+    upstream: Arc<dyn Upstream>,
     settings: TaskSettings,
     /// Wake-up handles of the runners on this instance, by task id.
     runners: Mutex<HashMap<String, Arc<Notify>>>,
@@ -57,7 +57,7 @@ pub struct TaskService {
 impl TaskService {
     pub fn start(
         store: Arc<dyn TaskStore>,
-        upstream: Arc<LegacyUpstream>,
+        upstream: Arc<dyn Upstream>,
         settings: TaskSettings,
     ) -> Arc<Self> {
         let mut wakeups = store.wakeups(&settings.instance_id);

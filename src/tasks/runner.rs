@@ -9,11 +9,10 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use super::{TaskService, ToolCall};
-use crate::protocol::jsonrpc::{self, ErrorObject, code};
+use crate::protocol::jsonrpc::{ErrorObject, code};
 use crate::protocol::wire::InputRequest;
 use crate::store::Outcome;
-use crate::upstream::forward::{Caller, open_call};
-use crate::upstream::{Session, UpstreamError, UpstreamEvent};
+use crate::upstream::{Caller, Exchange, UpstreamError, UpstreamEvent};
 
 /// Server-to-client requests that become the task's `inputRequests`.
 const INPUT_METHODS: [&str; 3] = ["elicitation/create", "sampling/createMessage", "roots/list"];
@@ -59,28 +58,24 @@ async fn drive(
         capabilities: &call.capabilities,
         auth: call.auth.as_ref(),
     };
-    let (session, mut stream, request_id) = match open_call(
-        &service.upstream,
-        &caller,
-        "tools/call",
-        Some(call.params.clone()),
-    )
-    .await
+    let exchange = match service
+        .upstream
+        .open_call(&caller, "tools/call", Some(call.params.clone()))
+        .await
     {
-        Ok(opened) => opened,
+        Ok(exchange) => exchange,
         Err(e) => return Some(upstream_failure(&e)),
     };
     let mut call = Call {
         service,
         task_id,
         principal: &call.principal,
-        session: &session,
-        request_id,
+        exchange,
         pending: HashMap::new(),
     };
     loop {
         tokio::select! {
-            event = stream.next() => {
+            event = call.exchange.next() => {
                 if let Some(outcome) = call.on_event(event).await {
                     return Some(outcome);
                 }
@@ -105,8 +100,7 @@ struct Call<'a> {
     service: &'a Arc<TaskService>,
     task_id: &'a str,
     principal: &'a str,
-    session: &'a Session,
-    request_id: Value,
+    exchange: Box<dyn Exchange>,
     /// Upstream request ids of outstanding input requests, by key.
     pending: HashMap<String, Value>,
 }
@@ -126,7 +120,7 @@ impl Call<'_> {
             Some(Ok(event)) => event,
         };
         match event {
-            UpstreamEvent::Response { id, outcome } if id == self.request_id => {
+            UpstreamEvent::Response { id, outcome } if &id == self.exchange.request_id() => {
                 return Some(match outcome {
                     Ok(result) => completed(result),
                     Err(error) => Outcome::Failed {
@@ -242,18 +236,13 @@ impl Call<'_> {
     }
 
     async fn reply(&self, id: Value, outcome: Result<Value, ErrorObject>) {
-        let message = jsonrpc::response_value(id, outcome);
-        if let Err(e) = self.service.upstream.send(self.session, &message).await {
+        if let Err(e) = self.exchange.reply(id, outcome).await {
             tracing::warn!(error = %e, "could not answer the upstream's request");
         }
     }
 
     async fn cancel_upstream(&self, reason: &str) {
-        let notice = jsonrpc::notification_value(
-            "notifications/cancelled",
-            Some(json!({"requestId": self.request_id, "reason": reason})),
-        );
-        if let Err(e) = self.service.upstream.send(self.session, &notice).await {
+        if let Err(e) = self.exchange.cancel(reason).await {
             tracing::warn!(error = %e, "could not send notifications/cancelled upstream");
         }
     }

@@ -18,8 +18,10 @@ use serde_json::{Map, Value, json};
 use tokio::sync::OnceCell;
 use tokio::task::AbortHandle;
 
+use async_trait::async_trait;
+
 use super::http::HttpClient;
-use super::{CallStream, UpstreamError, UpstreamEvent};
+use super::{CallStream, Caller, Exchange, Upstream, UpstreamError, UpstreamEvent};
 use crate::protocol::jsonrpc::{self, ErrorObject, code};
 use crate::protocol::meta::LEGACY_PROTOCOL_VERSION;
 
@@ -55,6 +57,8 @@ impl Drop for Session {
 type SessionCell = Arc<OnceCell<Arc<Session>>>;
 
 pub struct LegacyUpstream {
+    /// Itself, for the background tasks and exchanges it starts.
+    me: std::sync::Weak<LegacyUpstream>,
     client: HttpClient,
     url: Uri,
     /// Answer to `roots/list` requests that belong to no call.
@@ -71,7 +75,8 @@ impl LegacyUpstream {
             .iter()
             .map(|uri| json!({"uri": uri}))
             .collect::<Vec<_>>();
-        Arc::new(Self {
+        Arc::new_cyclic(|me| Self {
+            me: me.clone(),
             client,
             url,
             roots: json!({ "roots": roots }),
@@ -80,17 +85,13 @@ impl LegacyUpstream {
         })
     }
 
-    pub fn url(&self) -> &Uri {
-        &self.url
-    }
-
-    pub fn next_request_id(&self) -> Value {
+    fn next_request_id(&self) -> Value {
         Value::from(self.next_id.fetch_add(1, Ordering::Relaxed))
     }
 
     /// The session for these capabilities and credentials, opened on first use.
-    pub async fn session(
-        self: &Arc<Self>,
+    async fn session(
+        &self,
         capabilities: &Map<String, Value>,
         auth: Option<&HeaderValue>,
     ) -> Result<Arc<Session>, UpstreamError> {
@@ -110,7 +111,7 @@ impl LegacyUpstream {
     }
 
     /// Drops a session the upstream no longer knows, so the next call opens a new one.
-    pub fn invalidate(&self, session: &Session) {
+    fn invalidate(&self, session: &Session) {
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(cell) = sessions.get(&session.key)
             && cell
@@ -129,7 +130,7 @@ impl LegacyUpstream {
     }
 
     async fn open_session(
-        self: &Arc<Self>,
+        &self,
         key: String,
         capabilities: &Map<String, Value>,
         auth: Option<HeaderValue>,
@@ -174,8 +175,11 @@ impl LegacyUpstream {
         if session.id.is_some() {
             match self.open_listener(&session).await {
                 Ok(stream) => {
-                    let listener =
-                        tokio::spawn(self.clone().listen(Arc::downgrade(&session), Some(stream)));
+                    let me = self
+                        .me
+                        .upgrade()
+                        .expect("the upstream outlives its sessions");
+                    let listener = tokio::spawn(me.listen(Arc::downgrade(&session), Some(stream)));
                     *session.listener.lock().unwrap_or_else(|p| p.into_inner()) =
                         Some(listener.abort_handle());
                 }
@@ -189,7 +193,7 @@ impl LegacyUpstream {
     }
 
     /// Sends a request on `session`; the returned stream yields what comes back.
-    pub async fn call(
+    async fn call(
         &self,
         session: &Session,
         id: Value,
@@ -202,7 +206,7 @@ impl LegacyUpstream {
     }
 
     /// Sends a notification or a response on `session`.
-    pub async fn send(&self, session: &Session, message: &Value) -> Result<(), UpstreamError> {
+    async fn send(&self, session: &Session, message: &Value) -> Result<(), UpstreamError> {
         let response = self.post_on(session, message).await?;
         // Drain so the connection goes back to the pool.
         let _ = response.into_body().collect().await;
@@ -326,7 +330,7 @@ impl LegacyUpstream {
     }
 
     /// What the gateway itself answers to a request that belongs to no call.
-    pub fn answer_unattributed(&self, method: &str) -> Result<Value, ErrorObject> {
+    fn answer_unattributed(&self, method: &str) -> Result<Value, ErrorObject> {
         match method {
             "roots/list" => Ok(self.roots.clone()),
             "ping" => Ok(json!({})),
@@ -335,6 +339,92 @@ impl LegacyUpstream {
                 format!("{other} outside a tool call cannot be answered by the gateway"),
             )),
         }
+    }
+}
+
+#[async_trait]
+impl Upstream for LegacyUpstream {
+    async fn open_call(
+        &self,
+        caller: &Caller<'_>,
+        method: &str,
+        params: Option<Value>,
+    ) -> Result<Box<dyn Exchange>, UpstreamError> {
+        let mut retried = false;
+        loop {
+            let session = self.session(caller.capabilities, caller.auth).await?;
+            let id = self.next_request_id();
+            match self
+                .call(&session, id.clone(), method, params.clone())
+                .await
+            {
+                Ok(stream) => {
+                    return Ok(Box::new(LegacyExchange {
+                        upstream: self
+                            .me
+                            .upgrade()
+                            .expect("the upstream is alive while called"),
+                        session,
+                        stream,
+                        id,
+                    }));
+                }
+                // The upstream forgot the session (restart, expiry): open a new one, once.
+                Err(UpstreamError::SessionExpired) if !retried => {
+                    self.invalidate(&session);
+                    retried = true;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn server_info(&self, caller: &Caller<'_>) -> Result<Value, UpstreamError> {
+        Ok(self
+            .session(caller.capabilities, caller.auth)
+            .await?
+            .server
+            .clone())
+    }
+
+    fn passthrough_url(&self) -> Option<&Uri> {
+        Some(&self.url)
+    }
+}
+
+/// A request on a legacy session: its SSE stream, and answers POSTed to the session.
+struct LegacyExchange {
+    upstream: Arc<LegacyUpstream>,
+    session: Arc<Session>,
+    stream: CallStream,
+    id: Value,
+}
+
+#[async_trait]
+impl Exchange for LegacyExchange {
+    async fn next(&mut self) -> Option<Result<UpstreamEvent, UpstreamError>> {
+        self.stream.next().await
+    }
+
+    async fn reply(
+        &self,
+        id: Value,
+        outcome: Result<Value, ErrorObject>,
+    ) -> Result<(), UpstreamError> {
+        let reply = jsonrpc::response_value(id, outcome);
+        self.upstream.send(&self.session, &reply).await
+    }
+
+    async fn cancel(&self, reason: &str) -> Result<(), UpstreamError> {
+        let notice = jsonrpc::notification_value(
+            "notifications/cancelled",
+            Some(json!({"requestId": self.id, "reason": reason})),
+        );
+        self.upstream.send(&self.session, &notice).await
+    }
+
+    fn request_id(&self) -> &Value {
+        &self.id
     }
 }
 

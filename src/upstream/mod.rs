@@ -1,12 +1,17 @@
-//! The plain MCP server behind the gateway.
+//! The plain MCP server behind the gateway, behind one trait whatever its transport.
 
 pub mod forward;
 pub mod http;
 pub mod legacy;
 pub mod stream;
 
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+
 pub use legacy::{LegacyUpstream, Session};
 pub use stream::{CallStream, UpstreamEvent};
+
+use crate::protocol::jsonrpc::ErrorObject;
 
 /// Why talking to the upstream failed. The message is shown to clients in a failed
 /// task's `statusMessage`, so it says what happened in plain words.
@@ -24,4 +29,49 @@ pub enum UpstreamError {
     Protocol(String),
     #[error("upstream did not answer within {0} ms")]
     Timeout(u64),
+}
+
+/// Who a request is sent for. Legacy upstreams have per-session capabilities, so the
+/// caller's declared capabilities and credentials choose the session.
+pub struct Caller<'a> {
+    pub capabilities: &'a Map<String, Value>,
+    pub auth: Option<&'a ::http::HeaderValue>,
+}
+
+/// A plain MCP server.
+#[async_trait]
+pub trait Upstream: Send + Sync + 'static {
+    /// Sends a request; the exchange yields what comes back for it.
+    async fn open_call(
+        &self,
+        caller: &Caller<'_>,
+        method: &str,
+        params: Option<Value>,
+    ) -> Result<Box<dyn Exchange>, UpstreamError>;
+
+    /// The server's `InitializeResult` (capabilities, serverInfo, instructions).
+    async fn server_info(&self, caller: &Caller<'_>) -> Result<Value, UpstreamError>;
+
+    /// Where legacy session clients are passed through to, for HTTP upstreams.
+    fn passthrough_url(&self) -> Option<&::http::Uri>;
+}
+
+/// One request in flight upstream.
+#[async_trait]
+pub trait Exchange: Send + Sync {
+    /// The next message for this request; `None` when the upstream ended the stream.
+    async fn next(&mut self) -> Option<Result<UpstreamEvent, UpstreamError>>;
+
+    /// Answers a server-to-client request that arrived on this exchange.
+    async fn reply(
+        &self,
+        id: Value,
+        outcome: Result<Value, ErrorObject>,
+    ) -> Result<(), UpstreamError>;
+
+    /// Tells the upstream to stop (`notifications/cancelled`).
+    async fn cancel(&self, reason: &str) -> Result<(), UpstreamError>;
+
+    /// The id the gateway gave the request upstream; the final response carries it.
+    fn request_id(&self) -> &Value;
 }
