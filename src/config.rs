@@ -78,12 +78,37 @@ pub struct Config {
     #[arg(long, env = "MTG_INSTANCE_ID", default_value_t = default_instance_id())]
     pub instance_id: String,
 
+    /// TOML or YAML file mirroring these flags (keys are flag names). Flags and
+    /// environment variables override it.
+    #[arg(long, env = "MTG_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
+
+    /// Address of the Prometheus `/metrics` endpoint; off when not set.
+    #[arg(long, env = "MTG_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+
+    /// On SIGTERM, how long running tasks may take to finish before the gateway exits
+    /// (unfinished ones are then failed).
+    #[arg(long, env = "MTG_DRAIN_TIMEOUT_MS", default_value_t = 30_000)]
+    pub drain_timeout_ms: u64,
+
+    /// `/readyz` checks only the store, not the upstream.
+    #[arg(long, env = "MTG_READYZ_SKIP_UPSTREAM", default_value_t = false)]
+    pub readyz_skip_upstream: bool,
+
     /// Log format: `pretty` or `json`. Verbosity follows `RUST_LOG` (default `info`).
     #[arg(long, env = "MTG_LOG_FORMAT", default_value = "pretty", value_parser = ["pretty", "json"])]
     pub log_format: String,
 }
 
 impl Config {
+    /// Flags, environment and `--config` file, in that order of precedence.
+    pub fn load() -> Result<Self, String> {
+        let args = crate::config_file::merge_into_args(std::env::args_os().collect())
+            .map_err(|e| e.to_string())?;
+        Self::try_parse_from(args).map_err(|e| e.render().to_string())
+    }
+
     /// The TTL given to new tasks: the default, capped by the maximum.
     pub fn task_ttl_ms(&self) -> u64 {
         self.default_ttl_ms.min(self.max_ttl_ms)

@@ -4,6 +4,7 @@
 //! (task lifecycle) → `store` (task state) and `upstream` (the plain MCP server).
 
 pub mod config;
+pub mod config_file;
 pub mod protocol;
 pub mod server;
 pub mod store;

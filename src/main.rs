@@ -1,16 +1,29 @@
-use clap::Parser;
+use std::process::ExitCode;
+
 use mcp_task_gateway::config::Config;
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    let config = Config::parse();
+fn main() -> ExitCode {
+    let config = match Config::load() {
+        Ok(config) => config,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(2);
+        }
+    };
     init_tracing(&config.log_format);
-    match mcp_task_gateway::run(config).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("mcp-task-gateway: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(mcp_task_gateway::run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "gateway stopped");
             eprintln!("mcp-task-gateway: {e}");
-            std::process::ExitCode::FAILURE
+            ExitCode::FAILURE
         }
     }
 }

@@ -1,0 +1,175 @@
+//! `--config FILE`: a TOML or YAML file that mirrors the flags. Keys are the long flag
+//! names (`upstream`, `tool-policy`, `poll_interval_ms` also accepted); flags and
+//! environment variables override the file.
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use clap::CommandFactory;
+use serde_json::Value;
+
+use crate::config::Config;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigFileError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("config file {path} is not valid {format}: {detail}")]
+    Parse { path: String, format: &'static str, detail: String },
+    #[error("config file {path}: {detail}")]
+    Content { path: String, detail: String },
+}
+
+/// The command line with the file's settings added for every flag that neither the
+/// command line nor the environment sets.
+pub fn merge_into_args(args: Vec<OsString>) -> Result<Vec<OsString>, ConfigFileError> {
+    let Some(path) = config_path(&args) else {
+        return Ok(args);
+    };
+    let settings = read(&path)?;
+    let command = Config::command();
+    let mut merged = args;
+    for (key, value) in settings {
+        let flag = key.replace('_', "-");
+        let content_error = |detail: String| ConfigFileError::Content { path: path.clone(), detail };
+        if flag == "config" {
+            return Err(content_error("a config file cannot name another config file".into()));
+        }
+        let Some(arg) = command.get_arguments().find(|a| a.get_long() == Some(flag.as_str())) else {
+            return Err(content_error(format!("unknown setting {key:?} (expected a flag name, e.g. \"upstream\")")));
+        };
+        let on_command_line = merged.iter().any(|a| {
+            let a = a.to_string_lossy();
+            a == format!("--{flag}") || a.starts_with(&format!("--{flag}="))
+        });
+        let in_environment = arg.get_env().is_some_and(|env| std::env::var_os(env).is_some());
+        if on_command_line || in_environment {
+            continue;
+        }
+        for item in values_of(&value).map_err(|d| content_error(format!("{key}: {d}")))? {
+            match item {
+                FlagValue::Switch(true) => merged.push(format!("--{flag}").into()),
+                FlagValue::Switch(false) => {}
+                FlagValue::Text(text) => merged.push(format!("--{flag}={text}").into()),
+            }
+        }
+    }
+    Ok(merged)
+}
+
+fn config_path(args: &[OsString]) -> Option<String> {
+    let mut iter = args.iter().map(|a| a.to_string_lossy().into_owned());
+    while let Some(arg) = iter.next() {
+        if arg == "--config" {
+            return iter.next();
+        }
+        if let Some(path) = arg.strip_prefix("--config=") {
+            return Some(path.to_owned());
+        }
+    }
+    std::env::var("MTG_CONFIG").ok().filter(|p| !p.is_empty())
+}
+
+fn read(path: &str) -> Result<serde_json::Map<String, Value>, ConfigFileError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let yaml = matches!(
+        Path::new(path).extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml")
+    );
+    let parsed: Result<Value, String> = if yaml {
+        serde_yaml_ng::from_str(&text).map_err(|e| e.to_string())
+    } else {
+        toml::from_str(&text).map_err(|e| e.to_string())
+    };
+    let format = if yaml { "YAML" } else { "TOML" };
+    match parsed {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(Value::Null) => Ok(Default::default()),
+        Ok(_) => Err(ConfigFileError::Content {
+            path: path.to_owned(),
+            detail: "expected a table of settings at the top level".into(),
+        }),
+        Err(detail) => Err(ConfigFileError::Parse { path: path.to_owned(), format, detail }),
+    }
+}
+
+enum FlagValue {
+    Switch(bool),
+    Text(String),
+}
+
+fn values_of(value: &Value) -> Result<Vec<FlagValue>, String> {
+    match value {
+        Value::Bool(b) => Ok(vec![FlagValue::Switch(*b)]),
+        Value::String(s) => Ok(vec![FlagValue::Text(s.clone())]),
+        Value::Number(n) => Ok(vec![FlagValue::Text(n.to_string())]),
+        Value::Array(items) => items
+            .iter()
+            .map(|item| match item {
+                Value::String(s) => Ok(FlagValue::Text(s.clone())),
+                Value::Number(n) => Ok(FlagValue::Text(n.to_string())),
+                other => Err(format!("list items must be strings or numbers, got {other}")),
+            })
+            .collect(),
+        // A table of tool policies reads naturally: [tool-policy] slow = "required".
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => Ok(FlagValue::Text(format!("{k}={s}"))),
+                other => Err(format!("table values must be strings, got {other}")),
+            })
+            .collect(),
+        Value::Null => Ok(vec![]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn parse_with(file: &str, ext: &str, cli: &[&str]) -> Result<Config, String> {
+        let dir = std::env::temp_dir().join(format!("mtg-config-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("gateway.{ext}"));
+        std::fs::write(&path, file).unwrap();
+        let mut args: Vec<OsString> = vec!["mcp-task-gateway".into(), "--config".into(), path.clone().into()];
+        args.extend(cli.iter().map(OsString::from));
+        let merged = merge_into_args(args).map_err(|e| e.to_string())?;
+        std::fs::remove_dir_all(&dir).unwrap();
+        Config::try_parse_from(merged).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn toml_settings_apply_and_flags_override() {
+        let file = r#"
+            upstream = "http://127.0.0.1:9/mcp"
+            poll_interval_ms = 250
+            strict-headers = true
+            [tool-policy]
+            slow = "required"
+        "#;
+        let config = parse_with(file, "toml", &["--poll-interval-ms", "500"]).unwrap();
+        assert_eq!(config.poll_interval_ms, 500);
+        assert!(config.strict_headers);
+        assert_eq!(config.upstream.to_string(), "http://127.0.0.1:9/mcp");
+        assert_eq!(config.policy_map()["slow"], crate::tasks::policy::TaskPolicy::Required);
+    }
+
+    #[test]
+    fn yaml_settings_apply() {
+        let file = "upstream: http://127.0.0.1:9/mcp\ntool-policy:\n  - fast=forbidden\nmax-ttl-ms: 1000\n";
+        let config = parse_with(file, "yaml", &[]).unwrap();
+        assert_eq!(config.max_ttl_ms, 1000);
+        assert_eq!(config.policy_map()["fast"], crate::tasks::policy::TaskPolicy::Forbidden);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let err = parse_with("upstream = \"http://x/mcp\"\npoll-intervall-ms = 5\n", "toml", &[]).unwrap_err();
+        assert!(err.contains("poll-intervall-ms"), "{err}");
+    }
+}
