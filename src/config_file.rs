@@ -13,9 +13,16 @@ use crate::config::Config;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigFileError {
     #[error("cannot read config file {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("config file {path} is not valid {format}: {detail}")]
-    Parse { path: String, format: &'static str, detail: String },
+    Parse {
+        path: String,
+        format: &'static str,
+        detail: String,
+    },
     #[error("config file {path}: {detail}")]
     Content { path: String, detail: String },
 }
@@ -31,18 +38,30 @@ pub fn merge_into_args(args: Vec<OsString>) -> Result<Vec<OsString>, ConfigFileE
     let mut merged = args;
     for (key, value) in settings {
         let flag = key.replace('_', "-");
-        let content_error = |detail: String| ConfigFileError::Content { path: path.clone(), detail };
+        let content_error = |detail: String| ConfigFileError::Content {
+            path: path.clone(),
+            detail,
+        };
         if flag == "config" {
-            return Err(content_error("a config file cannot name another config file".into()));
+            return Err(content_error(
+                "a config file cannot name another config file".into(),
+            ));
         }
-        let Some(arg) = command.get_arguments().find(|a| a.get_long() == Some(flag.as_str())) else {
-            return Err(content_error(format!("unknown setting {key:?} (expected a flag name, e.g. \"upstream\")")));
+        let Some(arg) = command
+            .get_arguments()
+            .find(|a| a.get_long() == Some(flag.as_str()))
+        else {
+            return Err(content_error(format!(
+                "unknown setting {key:?} (expected a flag name, e.g. \"upstream\")"
+            )));
         };
         let on_command_line = merged.iter().any(|a| {
             let a = a.to_string_lossy();
             a == format!("--{flag}") || a.starts_with(&format!("--{flag}="))
         });
-        let in_environment = arg.get_env().is_some_and(|env| std::env::var_os(env).is_some());
+        let in_environment = arg
+            .get_env()
+            .is_some_and(|env| std::env::var_os(env).is_some());
         if on_command_line || in_environment {
             continue;
         }
@@ -92,7 +111,11 @@ fn read(path: &str) -> Result<serde_json::Map<String, Value>, ConfigFileError> {
             path: path.to_owned(),
             detail: "expected a table of settings at the top level".into(),
         }),
-        Err(detail) => Err(ConfigFileError::Parse { path: path.to_owned(), format, detail }),
+        Err(detail) => Err(ConfigFileError::Parse {
+            path: path.to_owned(),
+            format,
+            detail,
+        }),
     }
 }
 
@@ -111,7 +134,9 @@ fn values_of(value: &Value) -> Result<Vec<FlagValue>, String> {
             .map(|item| match item {
                 Value::String(s) => Ok(FlagValue::Text(s.clone())),
                 Value::Number(n) => Ok(FlagValue::Text(n.to_string())),
-                other => Err(format!("list items must be strings or numbers, got {other}")),
+                other => Err(format!(
+                    "list items must be strings or numbers, got {other}"
+                )),
             })
             .collect(),
         // A table of tool policies reads naturally: [tool-policy] slow = "required".
@@ -136,7 +161,11 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(format!("gateway.{ext}"));
         std::fs::write(&path, file).unwrap();
-        let mut args: Vec<OsString> = vec!["mcp-task-gateway".into(), "--config".into(), path.clone().into()];
+        let mut args: Vec<OsString> = vec![
+            "mcp-task-gateway".into(),
+            "--config".into(),
+            path.clone().into(),
+        ];
         args.extend(cli.iter().map(OsString::from));
         let merged = merge_into_args(args).map_err(|e| e.to_string())?;
         std::fs::remove_dir_all(&dir).unwrap();
@@ -156,7 +185,10 @@ mod tests {
         assert_eq!(config.poll_interval_ms, 500);
         assert!(config.strict_headers);
         assert_eq!(config.upstream.to_string(), "http://127.0.0.1:9/mcp");
-        assert_eq!(config.policy_map()["slow"], crate::tasks::policy::TaskPolicy::Required);
+        assert_eq!(
+            config.policy_map()["slow"],
+            crate::tasks::policy::TaskPolicy::Required
+        );
     }
 
     #[test]
@@ -164,12 +196,20 @@ mod tests {
         let file = "upstream: http://127.0.0.1:9/mcp\ntool-policy:\n  - fast=forbidden\nmax-ttl-ms: 1000\n";
         let config = parse_with(file, "yaml", &[]).unwrap();
         assert_eq!(config.max_ttl_ms, 1000);
-        assert_eq!(config.policy_map()["fast"], crate::tasks::policy::TaskPolicy::Forbidden);
+        assert_eq!(
+            config.policy_map()["fast"],
+            crate::tasks::policy::TaskPolicy::Forbidden
+        );
     }
 
     #[test]
     fn unknown_keys_are_errors() {
-        let err = parse_with("upstream = \"http://x/mcp\"\npoll-intervall-ms = 5\n", "toml", &[]).unwrap_err();
+        let err = parse_with(
+            "upstream = \"http://x/mcp\"\npoll-intervall-ms = 5\n",
+            "toml",
+            &[],
+        )
+        .unwrap_err();
         assert!(err.contains("poll-intervall-ms"), "{err}");
     }
 }

@@ -9,6 +9,7 @@ pub mod protocol;
 pub mod server;
 pub mod store;
 pub mod tasks;
+pub mod telemetry;
 pub mod upstream;
 
 use std::sync::Arc;
@@ -21,6 +22,10 @@ use tasks::{TaskService, TaskSettings};
 
 /// Runs the gateway until SIGTERM or Ctrl-C.
 pub async fn run(config: Config) -> std::io::Result<()> {
+    if let Some(addr) = config.metrics_listen {
+        telemetry::install_metrics(addr).map_err(std::io::Error::other)?;
+        tracing::info!(%addr, "serving Prometheus metrics at /metrics");
+    }
     let listener = TcpListener::bind(config.listen).await?;
     let local = listener.local_addr()?;
     let client = upstream::http::client();
@@ -36,11 +41,21 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     };
     let upstream: Arc<dyn upstream::Upstream> = upstream;
     let tasks = TaskService::start(store, upstream.clone(), settings);
-    let gateway = Arc::new(server::Gateway::new(&config, client, upstream, tasks));
+    let gateway = Arc::new(server::Gateway::new(
+        &config,
+        client,
+        upstream,
+        tasks.clone(),
+    ));
     tracing::info!(listen = %local, upstream = %config.upstream, instance = %config.instance_id, "mcp-task-gateway ready");
     // Tests and scripts read the bound address from this line (the port may be 0).
     println!("listening on http://{local}/mcp");
-    server::serve(listener, gateway, shutdown_signal()).await
+    server::serve(listener, gateway, shutdown_signal()).await?;
+    tasks
+        .drain(std::time::Duration::from_millis(config.drain_timeout_ms))
+        .await;
+    tracing::info!("stopped");
+    Ok(())
 }
 
 async fn shutdown_signal() {

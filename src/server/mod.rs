@@ -45,6 +45,7 @@ pub struct Gateway {
     strict_headers: bool,
     identity_header: Option<http::HeaderName>,
     allowed_origins: Vec<String>,
+    check_upstream_readiness: bool,
 }
 
 impl Gateway {
@@ -64,6 +65,7 @@ impl Gateway {
             strict_headers: config.strict_headers,
             identity_header: config.identity_header.clone(),
             allowed_origins: config.allowed_origins.clone(),
+            check_upstream_readiness: !config.readyz_skip_upstream,
         }
     }
 }
@@ -115,9 +117,16 @@ pub async fn serve(
 async fn route(gateway: &Gateway, request: Request<Incoming>) -> Response<Body> {
     match request.uri().path() {
         "/healthz" => reply::plain(StatusCode::OK, "ok\n"),
+        "/readyz" => readiness(gateway).await,
         "/mcp" => {
             let span = tracing::info_span!("request", method = tracing::field::Empty);
-            mcp_endpoint(gateway, request).instrument(span).await
+            let started = std::time::Instant::now();
+            let mut method = String::from("invalid");
+            let response = mcp_endpoint(gateway, request, &mut method)
+                .instrument(span)
+                .await;
+            crate::telemetry::request_served(&method, started.elapsed());
+            response
         }
         _ => reply::plain(
             StatusCode::NOT_FOUND,
@@ -126,7 +135,38 @@ async fn route(gateway: &Gateway, request: Request<Incoming>) -> Response<Body> 
     }
 }
 
-async fn mcp_endpoint(gateway: &Gateway, request: Request<Incoming>) -> Response<Body> {
+/// Ready when the store answers and (unless skipped) the upstream does.
+async fn readiness(gateway: &Gateway) -> Response<Body> {
+    let mut problems = Vec::new();
+    if let Err(e) = gateway.tasks.store().ping().await {
+        problems.push(format!("store: {e}"));
+    }
+    if gateway.check_upstream_readiness
+        && let Err(e) = gateway.upstream.ready().await
+    {
+        problems.push(format!("upstream: {e}"));
+    }
+    if problems.is_empty() {
+        return reply::plain(StatusCode::OK, "ready\n");
+    }
+    let mut response = reply::json(
+        StatusCode::SERVICE_UNAVAILABLE,
+        serde_json::to_vec(&json!({"ready": false, "problems": problems})).unwrap_or_default(),
+    );
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-store"),
+    );
+    response
+}
+
+/// Serves one request to `/mcp`; `method` is set to what the request turned out to be,
+/// for the metrics.
+async fn mcp_endpoint(
+    gateway: &Gateway,
+    request: Request<Incoming>,
+    method: &mut String,
+) -> Response<Body> {
     if let Some(origin) = request.headers().get(header::ORIGIN)
         && !origin_allowed(origin, &gateway.allowed_origins)
     {
@@ -163,6 +203,7 @@ async fn mcp_endpoint(gateway: &Gateway, request: Request<Incoming>) -> Response
     // Legacy sessions are the upstream's: the gateway does not read their traffic.
     if parts.headers.contains_key(SESSION_HEADER) || parts.method != Method::POST {
         if parts.method == Method::POST || parts.headers.contains_key(SESSION_HEADER) {
+            "legacy_passthrough".clone_into(method);
             return passthrough(gateway, &parts, body).await;
         }
         return reply::plain(
@@ -175,9 +216,19 @@ async fn mcp_endpoint(gateway: &Gateway, request: Request<Incoming>) -> Response
         Err(e) => return reply::error(None, &e.to_error_object()),
     };
     match classify(&parts.headers, &message) {
-        Era::Legacy => passthrough(gateway, &parts, body).await,
+        Era::Legacy => {
+            "legacy_passthrough".clone_into(method);
+            passthrough(gateway, &parts, body).await
+        }
         Era::Rejected(error) => reply::bad_request(message_id(&message), &error),
-        Era::Modern => modern_message(gateway, &parts, message).await,
+        Era::Modern => {
+            match &message {
+                Message::Request { method: m, .. } => m.clone_into(method),
+                Message::Notification { .. } => "notification".clone_into(method),
+                Message::Response { .. } => {}
+            }
+            modern_message(gateway, &parts, message).await
+        }
     }
 }
 

@@ -247,6 +247,11 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Cancels a non-terminal task for the client.
     async fn cancel(&self, task_id: &str, principal: &str) -> Result<CancelOutcome, StoreError>;
 
+    /// Whether the store can be reached now, for `/readyz`.
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Tells `owner` to look at `task_id` again.
     async fn wake(&self, owner: &str, task_id: &str) -> Result<(), StoreError>;
 

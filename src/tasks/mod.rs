@@ -16,6 +16,7 @@ use tokio::sync::{Notify, oneshot};
 use crate::protocol::jsonrpc::ErrorObject;
 use crate::protocol::wire::TaskStatus;
 use crate::store::{CancelOutcome, StoreError, TaskRecord, TaskStore, UpdateOutcome, now_ms};
+use crate::telemetry;
 use crate::upstream::Upstream;
 
 /// Settings of the task machinery, taken from the config at start.
@@ -52,6 +53,8 @@ pub struct TaskService {
     settings: TaskSettings,
     /// Wake-up handles of the runners on this instance, by task id.
     runners: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Signalled whenever a runner ends, for draining at shutdown.
+    runner_ended: Notify,
 }
 
 impl TaskService {
@@ -66,6 +69,7 @@ impl TaskService {
             upstream,
             settings,
             runners: Mutex::new(HashMap::new()),
+            runner_ended: Notify::new(),
         });
         let weak = Arc::downgrade(&service);
         tokio::spawn(async move {
@@ -107,6 +111,7 @@ impl TaskService {
         let task_id = record.task_id.clone();
         let principal = call.principal.clone();
         self.store.create(record).await.map_err(store_error)?;
+        telemetry::task_created();
 
         let notify = Arc::new(Notify::new());
         self.lock_runners().insert(task_id.clone(), notify.clone());
@@ -116,8 +121,11 @@ impl TaskService {
         let runner_task_id = task_id.clone();
         tokio::spawn(tracing::Instrument::instrument(
             async move {
+                telemetry::task_runner_started();
                 runner::run(&service, &runner_task_id, call, notify, done_tx).await;
                 service.lock_runners().remove(&runner_task_id);
+                telemetry::task_runner_ended();
+                service.runner_ended.notify_waiters();
             },
             span,
         ));
@@ -177,6 +185,7 @@ impl TaskService {
             UpdateOutcome::NotFound => Err(not_found(task_id)),
             UpdateOutcome::Accepted { keys, owner } => {
                 if !keys.is_empty() {
+                    telemetry::input_requests_answered(keys.len());
                     tracing::debug!(task_id, ?keys, "accepted input responses");
                     self.store
                         .wake(&owner, task_id)
@@ -200,6 +209,39 @@ impl TaskService {
             CancelOutcome::Cancelled { owner } => {
                 tracing::info!(task_id, "task cancelled by the client");
                 self.store.wake(&owner, task_id).await.map_err(store_error)
+            }
+        }
+    }
+
+    /// Waits up to `limit` for the tasks running here to finish, then fails the rest, so
+    /// that no task stays `working` after this instance is gone.
+    pub async fn drain(&self, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let ended = self.runner_ended.notified();
+            let running = self.lock_runners().len();
+            if running == 0 {
+                return;
+            }
+            tracing::info!(running, "waiting for running tasks to finish");
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                break;
+            }
+        }
+        let left: Vec<String> = self.lock_runners().keys().cloned().collect();
+        tracing::warn!(
+            count = left.len(),
+            "drain timeout passed; failing the tasks still running"
+        );
+        for task_id in left {
+            let outcome = crate::store::Outcome::Failed {
+                error: ErrorObject::internal("gateway instance shut down before the task finished"),
+                message: "gateway instance shut down before the task finished".into(),
+            };
+            match self.store.finish(&task_id, outcome).await {
+                Ok(true) => telemetry::task_finished("failed", Duration::ZERO),
+                Ok(false) => {}
+                Err(e) => tracing::error!(task_id, error = %e, "could not fail a task at shutdown"),
             }
         }
     }

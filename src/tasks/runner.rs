@@ -11,7 +11,8 @@ use tokio::time::Instant;
 use super::{TaskService, ToolCall};
 use crate::protocol::jsonrpc::{ErrorObject, code};
 use crate::protocol::wire::InputRequest;
-use crate::store::Outcome;
+use crate::store::{Outcome, now_ms};
+use crate::telemetry;
 use crate::upstream::{Caller, Exchange, UpstreamError, UpstreamEvent};
 
 /// Server-to-client requests that become the task's `inputRequests`.
@@ -24,11 +25,15 @@ pub(super) async fn run(
     wake: Arc<Notify>,
     done: oneshot::Sender<()>,
 ) {
+    let started = std::time::Instant::now();
     let outcome = drive(service, task_id, call, &wake).await;
     if let Some(outcome) = outcome {
         let label = outcome_label(&outcome);
         match service.store.finish(task_id, outcome).await {
-            Ok(true) => tracing::info!(outcome = label, "task finished"),
+            Ok(true) => {
+                telemetry::task_finished(label, started.elapsed());
+                tracing::info!(outcome = label, "task finished");
+            }
             Ok(false) => tracing::info!(outcome = label, "task had already ended; result dropped"),
             Err(e) => tracing::error!(error = %e, "could not record the task's outcome"),
         }
@@ -192,6 +197,7 @@ impl Call<'_> {
             .await
         {
             Ok(Some(key)) => {
+                telemetry::input_request_issued();
                 tracing::info!(%key, "task needs input");
                 self.pending.insert(key, id);
             }
@@ -220,6 +226,8 @@ impl Call<'_> {
             }
         };
         if task.status.is_terminal() {
+            let age = now_ms().saturating_sub(task.created_at_ms);
+            telemetry::task_finished(task.status.as_str(), std::time::Duration::from_millis(age));
             return false;
         }
         match self.service.store.take_answers(self.task_id).await {
@@ -260,6 +268,7 @@ fn completed(mut result: Value) -> Outcome {
 }
 
 fn upstream_failure(error: &UpstreamError) -> Outcome {
+    telemetry::upstream_error(error.kind());
     let message = error.to_string();
     Outcome::Failed {
         error: ErrorObject::internal(message.clone()),

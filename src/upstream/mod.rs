@@ -31,6 +31,20 @@ pub enum UpstreamError {
     Timeout(u64),
 }
 
+impl UpstreamError {
+    /// A short label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Unreachable(_) => "unreachable",
+            Self::Status { .. } => "http_status",
+            Self::SessionExpired => "session_expired",
+            Self::Lost(_) => "lost",
+            Self::Protocol(_) => "protocol",
+            Self::Timeout(_) => "timeout",
+        }
+    }
+}
+
 /// Who a request is sent for. Legacy upstreams have per-session capabilities, so the
 /// caller's declared capabilities and credentials choose the session.
 pub struct Caller<'a> {
@@ -54,6 +68,9 @@ pub trait Upstream: Send + Sync + 'static {
 
     /// Where legacy session clients are passed through to, for HTTP upstreams.
     fn passthrough_url(&self) -> Option<&::http::Uri>;
+
+    /// Whether the upstream can be reached now, for `/readyz`.
+    async fn ready(&self) -> Result<(), UpstreamError>;
 }
 
 /// One request in flight upstream.

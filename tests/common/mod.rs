@@ -54,10 +54,17 @@ fn repo_root() -> PathBuf {
 /// Spawns `command` and waits for the stdout line starting with "listening on "; returns
 /// the rest of that line (the URL). Output after it is drained in the background.
 fn spawn_announcing(name: &'static str, mut command: Command) -> (Proc, String) {
-    command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .stdin(Stdio::null());
+    command.stderr(Stdio::inherit());
+    spawn_announcing_keep_stderr(name, command)
+}
+
+/// Like the gateway start, but with stderr as the caller set it up.
+pub fn spawn_with_stderr(command: Command) -> (Proc, String) {
+    spawn_announcing_keep_stderr("mcp-task-gateway", command)
+}
+
+fn spawn_announcing_keep_stderr(name: &'static str, mut command: Command) -> (Proc, String) {
+    command.stdout(Stdio::piped()).stdin(Stdio::null());
     let mut child = command
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));

@@ -1,0 +1,87 @@
+//! Metrics: names and recording helpers in one place, and the Prometheus endpoint.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram};
+
+/// Starts the Prometheus exporter on `addr` (`GET /metrics`).
+pub fn install_metrics(addr: SocketAddr) -> Result<(), String> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .set_buckets(&[
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            30.0, 60.0, 300.0,
+        ])
+        .map_err(|e| e.to_string())?
+        .install()
+        .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))
+}
+
+/// Methods get their own label; anything else is `other`, so clients cannot grow the
+/// number of series without bound.
+fn method_label(method: &str) -> &'static str {
+    const KNOWN: [&str; 20] = [
+        "server/discover",
+        "tools/call",
+        "tools/list",
+        "tasks/get",
+        "tasks/update",
+        "tasks/cancel",
+        "resources/list",
+        "resources/read",
+        "resources/templates/list",
+        "prompts/list",
+        "prompts/get",
+        "completion/complete",
+        "subscriptions/listen",
+        "ping",
+        "initialize",
+        "logging/setLevel",
+        "notification",
+        "legacy_passthrough",
+        "invalid",
+        "other",
+    ];
+    KNOWN
+        .iter()
+        .find(|m| **m == method)
+        .copied()
+        .unwrap_or("other")
+}
+
+pub fn request_served(method: &str, elapsed: Duration) {
+    let method = method_label(method);
+    counter!("mtg_requests_total", "method" => method).increment(1);
+    histogram!("mtg_request_duration_seconds", "method" => method).record(elapsed.as_secs_f64());
+}
+
+pub fn task_created() {
+    counter!("mtg_tasks_created_total").increment(1);
+}
+
+/// A task reached a terminal status after `age` (creation to the end).
+pub fn task_finished(status: &'static str, age: Duration) {
+    counter!("mtg_tasks_finished_total", "status" => status).increment(1);
+    histogram!("mtg_task_time_to_terminal_seconds", "status" => status).record(age.as_secs_f64());
+}
+
+pub fn task_runner_started() {
+    gauge!("mtg_tasks_in_flight").increment(1.0);
+}
+
+pub fn task_runner_ended() {
+    gauge!("mtg_tasks_in_flight").decrement(1.0);
+}
+
+pub fn input_request_issued() {
+    counter!("mtg_input_requests_issued_total").increment(1);
+}
+
+pub fn input_requests_answered(count: usize) {
+    counter!("mtg_input_requests_answered_total").increment(count as u64);
+}
+
+pub fn upstream_error(kind: &'static str) {
+    counter!("mtg_upstream_errors_total", "kind" => kind).increment(1);
+}

@@ -1,0 +1,231 @@
+//! Operations: Prometheus metrics for one task lifecycle, /readyz, SIGTERM draining,
+//! and the config file.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use common::*;
+use serde_json::json;
+
+async fn scrape(port: u16) -> String {
+    reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// The value of one sample line, e.g. `mtg_tasks_created_total` or
+/// `mtg_tasks_finished_total{status="completed"}`.
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        let (name, value) = line.rsplit_once(' ')?;
+        (name == series).then(|| value.parse().ok()).flatten()
+    })
+}
+
+#[tokio::test]
+async fn metrics_count_one_task_lifecycle() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let port = free_port();
+    let metrics_addr = format!("127.0.0.1:{port}");
+    let (_gateway, url) = start_gateway(&upstream_url, &["--metrics-listen", &metrics_addr]);
+    let client = Client::with_tasks(&url);
+
+    let task_id = client.start_task("ask_name", json!({})).await;
+    let waiting = client.wait_status(&task_id, "input_required").await;
+    let key = waiting["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    client
+        .update(
+            &task_id,
+            json!({key: {"action": "accept", "content": {"name": "M"}}}),
+        )
+        .await
+        .result();
+    client.wait_status(&task_id, "completed").await;
+
+    let metrics = eventually("the runner to end", || async {
+        let metrics = scrape(port).await;
+        (sample(&metrics, "mtg_tasks_in_flight") == Some(0.0)).then_some(metrics)
+    })
+    .await;
+    assert_eq!(
+        sample(&metrics, "mtg_tasks_created_total"),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(&metrics, r#"mtg_tasks_finished_total{status="completed"}"#),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(&metrics, "mtg_input_requests_issued_total"),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(&metrics, "mtg_input_requests_answered_total"),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(&metrics, r#"mtg_requests_total{method="tools/call"}"#),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(&metrics, r#"mtg_requests_total{method="tasks/update"}"#),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert!(sample(&metrics, r#"mtg_requests_total{method="tasks/get"}"#).unwrap() >= 2.0);
+    assert_eq!(
+        sample(
+            &metrics,
+            r#"mtg_task_time_to_terminal_seconds_count{status="completed"}"#
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert!(sample(&metrics, r#"mtg_upstream_errors_total{kind="lost"}"#).is_none());
+}
+
+#[tokio::test]
+async fn readyz_follows_the_upstream() {
+    let (mut upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let (_lenient, lenient_url) = start_gateway(&upstream_url, &["--readyz-skip-upstream"]);
+    let readyz = |base: &str| {
+        let url = base.replace("/mcp", "/readyz");
+        async move { reqwest::get(url).await.unwrap() }
+    };
+    assert_eq!(readyz(&url).await.status(), 200);
+    upstream.kill();
+    let not_ready = readyz(&url).await;
+    assert_eq!(not_ready.status(), 503);
+    let body: serde_json::Value = not_ready.json().await.unwrap();
+    assert!(
+        body["problems"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("upstream:"),
+        "{body}"
+    );
+    assert_eq!(readyz(&lenient_url).await.status(), 200);
+    let health = reqwest::get(url.replace("/mcp", "/healthz")).await.unwrap();
+    assert_eq!(health.status(), 200);
+}
+
+/// Starts the gateway with its log captured in a file; returns the process, URL, log path.
+fn gateway_with_log(upstream: &str, extra: &[&str]) -> (Proc, String, std::path::PathBuf) {
+    let log = std::env::temp_dir().join(format!("mtg-{}.log", uuid::Uuid::new_v4()));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-task-gateway"));
+    command
+        .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::from(std::fs::File::create(&log).unwrap()));
+    let (proc, url) = spawn_with_stderr(command);
+    (proc, url, log)
+}
+
+fn wait_exit(proc: &mut Proc) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = proc.child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(start.elapsed() < DEADLINE, "gateway did not exit");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+fn sigterm(proc: &Proc) {
+    let status = Command::new("kill")
+        .args(["-TERM", &proc.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn sigterm_lets_a_running_task_finish() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (mut gateway, url, log) = gateway_with_log(&upstream_url, &["--drain-timeout-ms", "20000"]);
+    let client = Client::with_tasks(&url);
+    let task_id = client
+        .start_task("sleep", json!({"ms": 1500, "steps": 3}))
+        .await;
+    client
+        .poll_until(&task_id, |t| t["statusMessage"].is_string())
+        .await;
+    sigterm(&gateway);
+    let status = wait_exit(&mut gateway);
+    assert!(status.success(), "{status:?}");
+    let log = std::fs::read_to_string(log).unwrap();
+    assert!(log.contains("waiting for running tasks to finish"), "{log}");
+    assert!(
+        log.contains(r#"task finished outcome="completed""#),
+        "{log}"
+    );
+    assert!(!log.contains("failing the tasks still running"), "{log}");
+}
+
+#[tokio::test]
+async fn sigterm_fails_tasks_still_running_after_the_drain_timeout() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (mut gateway, url, log) = gateway_with_log(&upstream_url, &["--drain-timeout-ms", "300"]);
+    let client = Client::with_tasks(&url);
+    let task_id = client.start_task("sleep", json!({"ms": 60000})).await;
+    client
+        .poll_until(&task_id, |t| t["statusMessage"].is_string())
+        .await;
+    let signalled = Instant::now();
+    sigterm(&gateway);
+    let status = wait_exit(&mut gateway);
+    assert!(status.success(), "{status:?}");
+    assert!(signalled.elapsed() < std::time::Duration::from_secs(10));
+    let log = std::fs::read_to_string(log).unwrap();
+    assert!(log.contains("failing the tasks still running"), "{log}");
+}
+
+#[tokio::test]
+async fn config_file_settings_apply() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let dir = std::env::temp_dir().join(format!("mtg-cfg-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("gateway.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "upstream: {upstream_url}\npoll-interval-ms: 250\ntool-policy:\n  echo: forbidden\n"
+        ),
+    )
+    .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-task-gateway"));
+    command.args([
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        path.to_str().unwrap(),
+    ]);
+    let (_gateway, url) = spawn_with_stderr(command);
+    let client = Client::with_tasks(&url);
+    let inline = client
+        .call_tool("echo", json!({"text": "from config"}))
+        .await;
+    assert_eq!(inline.result()["resultType"], "complete");
+    let created = client.call_tool("sleep", json!({"ms": 1})).await;
+    assert_eq!(created.result()["pollIntervalMs"], 250);
+    std::fs::remove_dir_all(dir).unwrap();
+}
