@@ -10,7 +10,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_tracing(&config.log_format);
+    let _tracing = mcp_task_gateway::telemetry::traces::init(&config.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -28,19 +28,5 @@ fn main() -> ExitCode {
             eprintln!("mcp-task-gateway: {e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-fn init_tracing(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
     }
 }

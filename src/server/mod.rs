@@ -120,6 +120,7 @@ async fn route(gateway: &Gateway, request: Request<Incoming>) -> Response<Body> 
         "/readyz" => readiness(gateway).await,
         "/mcp" => {
             let span = tracing::info_span!("request", method = tracing::field::Empty);
+            crate::telemetry::traces::continue_from_headers(&span, request.headers());
             let started = std::time::Instant::now();
             let mut method = String::from("invalid");
             let response = mcp_endpoint(gateway, request, &mut method)
@@ -303,7 +304,11 @@ async fn modern_message(gateway: &Gateway, parts: &Parts, message: Message) -> R
             );
         }
     };
-    tracing::Span::current().record("method", method.as_str());
+    let span = tracing::Span::current();
+    span.record("method", method.as_str());
+    if !parts.headers.contains_key("traceparent") {
+        crate::telemetry::traces::continue_from_meta(&span, params.as_ref());
+    }
     if let Err(error) = headers::validate(
         &parts.headers,
         &method,

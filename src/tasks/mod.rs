@@ -116,7 +116,9 @@ impl TaskService {
         let notify = Arc::new(Notify::new());
         self.lock_runners().insert(task_id.clone(), notify.clone());
         let (done_tx, done_rx) = oneshot::channel();
-        let span = tracing::info_span!("task", task_id = %task_id);
+        // A task outlives its request: its own trace, linked to the request that made it.
+        let span = tracing::info_span!(parent: None, "task", task_id = %task_id);
+        span.follows_from(tracing::Span::current());
         let service = self.clone();
         let runner_task_id = task_id.clone();
         tokio::spawn(tracing::Instrument::instrument(

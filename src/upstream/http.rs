@@ -12,8 +12,11 @@ pub fn client() -> HttpClient {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
+    // The provider is named explicitly: another dependency (the OTLP exporter's reqwest)
+    // brings a second rustls provider, and then there is no process default.
     let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_webpki_roots()
+        .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
+        .expect("ring supports the default TLS versions")
         .https_or_http()
         .enable_http1()
         .enable_http2()

@@ -248,6 +248,9 @@ impl LegacyUpstream {
         if let Some(auth) = auth {
             request = request.header(header::AUTHORIZATION, auth);
         }
+        if let Some(headers) = request.headers_mut() {
+            crate::telemetry::traces::inject_into(headers);
+        }
         let bytes = Bytes::from(serde_json::to_vec(body).expect("JSON values serialize"));
         let request = request
             .body(Full::new(bytes))

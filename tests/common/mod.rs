@@ -151,6 +151,15 @@ pub fn wait_for_port(port: u16) {
 
 /// Starts the gateway binary in front of `upstream`; returns it and its `/mcp` URL.
 pub fn start_gateway(upstream: &str, extra: &[&str]) -> (Proc, String) {
+    start_gateway_with_env(upstream, extra, &[])
+}
+
+/// Starts the gateway with extra environment variables.
+pub fn start_gateway_with_env(
+    upstream: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Proc, String) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-task-gateway"));
     command
         .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
@@ -158,7 +167,8 @@ pub fn start_gateway(upstream: &str, extra: &[&str]) -> (Proc, String) {
         .env(
             "RUST_LOG",
             std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
-        );
+        )
+        .envs(env.iter().copied());
     spawn_announcing("mcp-task-gateway", command)
 }
 
