@@ -202,11 +202,11 @@ async fn mcp_endpoint(
         }
     };
     // Legacy sessions are the upstream's: the gateway does not read their traffic.
-    if parts.headers.contains_key(SESSION_HEADER) || parts.method != Method::POST {
-        if parts.method == Method::POST || parts.headers.contains_key(SESSION_HEADER) {
-            "legacy_passthrough".clone_into(method);
-            return passthrough(gateway, &parts, body).await;
-        }
+    if parts.headers.contains_key(SESSION_HEADER) {
+        "legacy_passthrough".clone_into(method);
+        return passthrough(gateway, &parts, body).await;
+    }
+    if parts.method != Method::POST {
         return reply::plain(
             StatusCode::METHOD_NOT_ALLOWED,
             "GET and DELETE belong to legacy sessions; send Mcp-Session-Id\n",
