@@ -115,6 +115,13 @@ pub async fn serve(
 async fn route(gateway: &Gateway, request: Request<Incoming>) -> Response<Body> {
     match request.uri().path() {
         "/healthz" => reply::plain(StatusCode::OK, "ok\n"),
+        "/readyz" => match gateway.upstream.ready() {
+            Ok(()) => reply::plain(StatusCode::OK, "ready\n"),
+            Err(why) => reply::text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: {why}\n"),
+            ),
+        },
         "/mcp" => {
             let span = tracing::info_span!("request", method = tracing::field::Empty);
             mcp_endpoint(gateway, request).instrument(span).await

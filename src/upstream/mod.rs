@@ -3,6 +3,7 @@
 pub mod forward;
 pub mod http;
 pub mod legacy;
+pub mod stdio;
 pub mod stream;
 
 use async_trait::async_trait;
@@ -29,6 +30,9 @@ pub enum UpstreamError {
     Protocol(String),
     #[error("upstream did not answer within {0} ms")]
     Timeout(u64),
+    /// A stdio upstream's process ended, e.g. "status 137 (signal 9)".
+    #[error("upstream process exited with {0}")]
+    Exited(String),
 }
 
 /// Who a request is sent for. Legacy upstreams have per-session capabilities, so the
@@ -54,6 +58,11 @@ pub trait Upstream: Send + Sync + 'static {
 
     /// Where legacy session clients are passed through to, for HTTP upstreams.
     fn passthrough_url(&self) -> Option<&::http::Uri>;
+
+    /// Whether the upstream can take calls now (for `/readyz`); why not, if not.
+    fn ready(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// One request in flight upstream.
