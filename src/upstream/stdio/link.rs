@@ -423,8 +423,10 @@ impl Link {
         match owner {
             Owner::NoCall => Verdict::Gateway,
             Owner::Ambiguous(ids) => {
+                // Any of them may have asked: none may pass for quiet when it ends.
                 for id in &ids {
-                    if let Some(call) = state.calls.get(id) {
+                    if let Some(call) = state.calls.get_mut(id) {
+                        call.asked = true;
                         self.context.habits.suspect(&call.habit);
                     }
                 }
