@@ -32,18 +32,18 @@ pub struct Config {
     /// Environment variable for the `--upstream-cmd` process, `KEY=VALUE`
     /// (repeatable; comma-separated in the environment). The process inherits the
     /// gateway's environment otherwise.
-    #[arg(long = "upstream-env", env = "MTG_UPSTREAM_ENV", value_delimiter = ',', value_parser = parse_env_pair, requires = "upstream_cmd")]
+    #[arg(long = "upstream-env", env = "MTG_UPSTREAM_ENV", value_delimiter = ',', value_parser = parse_env_pair, conflicts_with = "upstream")]
     pub upstream_env: Vec<(String, String)>,
 
     /// Working directory of the `--upstream-cmd` process (default: the gateway's).
-    #[arg(long, env = "MTG_UPSTREAM_CWD", requires = "upstream_cmd")]
+    #[arg(long, env = "MTG_UPSTREAM_CWD", conflicts_with = "upstream")]
     pub upstream_cwd: Option<std::path::PathBuf>,
 
     /// Most `--upstream-cmd` processes to run. A call that may ask the client for
     /// input gets a process to itself while it runs (a stdio server's requests carry
     /// no link to the call they belong to), so more processes let other calls go on
     /// meanwhile. Processes after the first start only when needed.
-    #[arg(long, env = "MTG_UPSTREAM_POOL", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64), requires = "upstream_cmd")]
+    #[arg(long, env = "MTG_UPSTREAM_POOL", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64), conflicts_with = "upstream")]
     pub upstream_pool: u16,
 
     /// `pollIntervalMs` suggested to clients on every task.
