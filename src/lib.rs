@@ -33,7 +33,11 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         promote_after: std::time::Duration::from_millis(config.promote_after_ms),
     };
     let tasks = TaskService::start(store, upstream.clone(), settings);
-    let gateway = Arc::new(server::Gateway::new(&config, client, upstream, tasks));
+    let mut gateway = server::Gateway::new(&config, client, upstream, tasks);
+    if let Some(stdio) = &stdio {
+        gateway = gateway.with_stdio_sessions(stdio.clone());
+    }
+    let gateway = Arc::new(gateway);
     tracing::info!(listen = %local, upstream = %describe_upstream(&config), instance = %config.instance_id, "mcp-task-gateway ready");
     // Tests and scripts read the bound address from this line (the port may be 0).
     println!("listening on http://{local}/mcp");

@@ -365,3 +365,125 @@ async fn a_modern_stdio_server_is_spoken_to_statelessly() {
     );
     gateway.wait_for_log(&["speaks 2026-07-28"]);
 }
+
+/// A 2025-11-25 session client, for the sessions the gateway serves itself.
+struct SessionClient {
+    http: reqwest::Client,
+    url: String,
+    session: Option<String>,
+}
+
+impl SessionClient {
+    async fn post(&self, body: Value) -> reqwest::Response {
+        let mut request = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&body);
+        if let Some(session) = &self.session {
+            request = request.header("mcp-session-id", session);
+        }
+        request.send().await.unwrap()
+    }
+}
+
+async fn next_message<E: std::fmt::Debug>(
+    stream: &mut (impl futures_util::Stream<Item = Result<sse_stream::Sse, E>> + Unpin),
+) -> Value {
+    use futures_util::StreamExt;
+    loop {
+        let event = stream.next().await.expect("another message").unwrap();
+        if let Some(data) = event.data.filter(|d| !d.trim().is_empty()) {
+            return serde_json::from_str(&data).unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn legacy_session_clients_are_served_by_the_gateway() {
+    let (gateway, _) = everything(&[]);
+    let mut client = SessionClient {
+        http: reqwest::Client::new(),
+        url: gateway.url.clone(),
+        session: None,
+    };
+    let init = client
+        .post(
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {"elicitation": {}},
+                "clientInfo": {"name": "session-test", "version": "0"}
+            }}),
+        )
+        .await;
+    assert_eq!(init.status(), 200);
+    client.session = Some(
+        init.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned(),
+    );
+    let init: Value = init.json().await.unwrap();
+    assert_eq!(
+        init["result"]["serverInfo"]["name"],
+        "mcp-servers/everything"
+    );
+    assert_eq!(init["result"]["protocolVersion"], "2025-06-18");
+    let ack = client
+        .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    assert_eq!(ack.status(), 202);
+
+    // Requests are multiplexed onto the process; the answer carries the client's id.
+    let echo = client
+        .post(json!({"jsonrpc": "2.0", "id": "e-1", "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "session"}}}))
+        .await;
+    assert_eq!(echo.headers()["content-type"], "text/event-stream");
+    let mut stream = sse_stream::SseStream::from_bytes_stream(echo.bytes_stream());
+    let answer = next_message(&mut stream).await;
+    assert_eq!(answer["id"], "e-1");
+    assert_eq!(answer["result"]["content"][0]["text"], "Echo: session");
+
+    // An upstream request goes out on the call's stream; the POSTed answer goes back.
+    let call = client
+        .post(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "trigger-elicitation-request", "arguments": {}}}))
+        .await;
+    let mut stream = sse_stream::SseStream::from_bytes_stream(call.bytes_stream());
+    let request = next_message(&mut stream).await;
+    assert_eq!(request["method"], "elicitation/create", "{request}");
+    let answer = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "accept", "content": {"name": "Grace Hopper"}}});
+    assert_eq!(client.post(answer).await.status(), 202);
+    let result = next_message(&mut stream).await;
+    assert_eq!(result["id"], 7);
+    assert!(
+        result["result"]["content"]
+            .to_string()
+            .contains("Grace Hopper"),
+        "{result}"
+    );
+
+    // A client that declared no sampling is not asked for it: the upstream gets an error.
+    let sampling = client
+        .post(json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "trigger-sampling-request", "arguments": {"prompt": "hi"}}}))
+        .await;
+    let mut stream = sse_stream::SseStream::from_bytes_stream(sampling.bytes_stream());
+    let result = next_message(&mut stream).await;
+    assert_eq!(result["id"], 8, "{result}");
+    assert_eq!(result["result"]["isError"], true, "{result}");
+
+    let session = client.session.clone().unwrap();
+    let delete = client
+        .http
+        .delete(&client.url)
+        .header("mcp-session-id", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(delete.status(), 200);
+    let after = client
+        .post(json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list"}))
+        .await;
+    assert_eq!(after.status(), 404);
+}

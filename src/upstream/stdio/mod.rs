@@ -112,13 +112,6 @@ impl StdioUpstream {
         );
         Ok(StdioExchange::new(lease, id, events))
     }
-
-    /// Sends a notification from a client (e.g. `notifications/cancelled` of a session
-    /// client for a request the gateway forwarded) to every running process.
-    pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), UpstreamError> {
-        let lease = self.pool.acquire(Kind::Quiet).await?;
-        lease.link.notify(method, params)
-    }
 }
 
 impl Drop for StdioUpstream {
