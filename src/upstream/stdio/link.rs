@@ -17,8 +17,8 @@ use crate::protocol::jsonrpc::{self, ErrorObject, Message, code};
 use crate::protocol::meta;
 use crate::upstream::{UpstreamError, UpstreamEvent};
 
-/// How long a call the gateway gave up on still counts when attributing requests:
-/// the upstream may have sent one before it read the cancellation.
+/// The longest a call the gateway gave up on still counts when attributing requests.
+/// It normally stops counting sooner: see `Link::cancel`.
 const GHOST_GRACE: Duration = Duration::from_secs(30);
 
 pub type Events = mpsc::UnboundedReceiver<Result<UpstreamEvent, UpstreamError>>;
@@ -133,6 +133,8 @@ struct LinkState {
     calls: HashMap<u64, CallEntry>,
     /// Upstream requests handed to callers, by the id the callers see.
     server_requests: HashMap<u64, ServerRequest>,
+    /// Pings sent after a cancellation, and the cancelled call each one retires.
+    barriers: HashMap<u64, u64>,
     closed: Option<UpstreamError>,
 }
 
@@ -258,14 +260,20 @@ impl Link {
         }
     }
 
-    /// Sends `notifications/cancelled` for a call; it stays a candidate for a while.
+    /// Sends `notifications/cancelled` for a call, then a `ping`. The call stays a
+    /// candidate until the ping is answered: the server reads stdin in order, so by
+    /// then it has seen the cancellation, and anything it sent for the call before
+    /// came earlier on stdout.
     pub fn cancel(&self, id: u64, reason: &str) -> Result<(), UpstreamError> {
         self.forget(id);
         let notice = jsonrpc::notification_value(
             "notifications/cancelled",
             Some(json!({"requestId": id, "reason": reason})),
         );
-        self.send(&notice)
+        self.send(&notice)?;
+        let barrier = self.context.next_id();
+        self.lock().barriers.insert(barrier, id);
+        self.send(&jsonrpc::request_value(Value::from(barrier), "ping", None))
     }
 
     /// The caller stopped listening: the call lingers as a ghost so its late requests
@@ -353,11 +361,17 @@ impl Link {
     fn on_response(&self, id: Value, outcome: Result<Value, ErrorObject>) {
         let Some(call) = id_number(&id).and_then(|n| {
             let mut state = self.lock();
+            if let Some(cancelled) = state.barriers.remove(&n) {
+                if state.calls.get(&cancelled).is_some_and(|c| c.ghost_until.is_some()) {
+                    state.calls.remove(&cancelled);
+                }
+                return None;
+            }
             let call = state.calls.remove(&n)?;
             state.server_requests.retain(|_, r| r.call != n);
             Some((n, call))
         }) else {
-            tracing::debug!(%id, "response to a request nobody waits for");
+            tracing::debug!(%id, "response to a request nobody waits for (or a barrier ping)");
             return;
         };
         let (n, call) = call;
