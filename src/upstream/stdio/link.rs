@@ -362,7 +362,11 @@ impl Link {
         let Some(call) = id_number(&id).and_then(|n| {
             let mut state = self.lock();
             if let Some(cancelled) = state.barriers.remove(&n) {
-                if state.calls.get(&cancelled).is_some_and(|c| c.ghost_until.is_some()) {
+                if state
+                    .calls
+                    .get(&cancelled)
+                    .is_some_and(|c| c.ghost_until.is_some())
+                {
                     state.calls.remove(&cancelled);
                 }
                 return None;
