@@ -26,5 +26,4 @@ if ! command -v redis-server >/dev/null; then
   exit 1
 fi
 
-cargo build --examples --quiet
 cargo nextest run --no-fail-fast "$@"
