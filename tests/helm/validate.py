@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import math
 import shutil
 import subprocess
@@ -421,25 +422,45 @@ def check_lint(values: dict | None) -> None:
     assert not problems, "\n".join(problems)
 
 
-def value_paths(node: Any, prefix: str = "") -> list[str]:
-    """Dotted paths of the leaves (and empty maps) of values.yaml; lists count as leaves."""
-    if isinstance(node, dict) and node:
-        out: list[str] = []
-        for k, v in node.items():
-            out.extend(value_paths(v, f"{prefix}.{k}" if prefix else k))
-        return out
-    return [prefix]
+def schema_paths(schema: dict, prefix: str = "") -> list[str]:
+    """Dotted paths of the values the schema describes: objects with `properties` are walked,
+    anything else (free-form Kubernetes objects such as `resources`, lists, scalars) is a leaf."""
+    props = schema.get("properties")
+    if not props:
+        return [prefix]
+    out: list[str] = []
+    for k, sub in props.items():
+        out.extend(schema_paths(sub, f"{prefix}.{k}" if prefix else k))
+    return out
 
 
-def check_readme() -> None:
-    readme = (CHART / "README.md").read_text()
+def values_paths(values: Any, schema: dict, prefix: str = "") -> list[str]:
+    """Dotted paths of values.yaml, cut where the schema stops describing structure."""
+    props = schema.get("properties")
+    if not props or not isinstance(values, dict):
+        return [prefix]
+    out: list[str] = []
+    for k, v in values.items():
+        out.extend(values_paths(v, props.get(k, {}), f"{prefix}.{k}" if prefix else k))
+    return out
+
+
+def check_values_documented() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    missing = [p for p in value_paths(values) if f"`{p}`" not in readme]
+    in_values = set(values_paths(values, schema))
+    in_schema = set(schema_paths(schema)) - {"global"}
+    assert in_values == in_schema, (
+        f"values.yaml and values.schema.json differ: only in values.yaml: "
+        f"{sorted(in_values - in_schema)}; only in the schema: {sorted(in_schema - in_values)}")
+    readme = (CHART / "README.md").read_text()
+    missing = [p for p in sorted(in_values) if f"`{p}`" not in readme]
     assert not missing, "README.md does not document: " + ", ".join(missing)
 
 
 def chart_checks() -> None:
-    check("chart: README.md documents every value", check_readme)
+    check("chart: values.yaml, values.schema.json and README.md list the same values",
+          check_values_documented)
     chart = helm.Chart.load(str(CHART))
     try:
         files = sorted(VALUES_DIR.glob("values-*.yaml"))
