@@ -208,13 +208,11 @@ def env_of(c: dict) -> dict[str, dict]:
     return {e["name"]: e for e in c.get("env", [])}
 
 
-def check_gateway(docs: list[dict], merged: dict) -> None:
-    """What every rendering of the chart must hold."""
-    dep = gateway_deployment(docs)
+def check_pod_hardening(dep: dict) -> None:
+    """Security context, probes and instance id of the gateway pod (chart and kustomize)."""
     pod = dep["spec"]["template"]["spec"]
     c = container(dep, "gateway")
     psc, csc = pod.get("securityContext", {}), c.get("securityContext", {})
-
     assert csc.get("readOnlyRootFilesystem") is True, "root filesystem is not read-only"
     assert csc.get("allowPrivilegeEscalation") is False, "privilege escalation is allowed"
     assert csc.get("capabilities", {}).get("drop") == ["ALL"], "capabilities are not dropped"
@@ -222,15 +220,22 @@ def check_gateway(docs: list[dict], merged: dict) -> None:
     assert (psc.get("seccompProfile") or csc.get("seccompProfile") or {}).get("type") == \
         "RuntimeDefault", "seccomp profile is not RuntimeDefault"
     assert pod.get("automountServiceAccountToken") is False, "service account token mounted"
-
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz", "liveness is not /healthz"
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz", "readiness is not /readyz"
     assert c["resources"].get("requests"), "no resource requests"
     assert pod.get("topologySpreadConstraints"), "no topologySpreadConstraints"
-
     env = env_of(c)
     assert env["MTG_INSTANCE_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name", \
         "instance id is not the pod name"
+
+
+def check_gateway(docs: list[dict], merged: dict) -> None:
+    """What every rendering of the chart must hold."""
+    dep = gateway_deployment(docs)
+    check_pod_hardening(dep)
+    pod = dep["spec"]["template"]["spec"]
+    c = container(dep, "gateway")
+    env = env_of(c)
     cm_name = one(docs, "ConfigMap", dep["metadata"]["name"])["metadata"]["name"]
     assert {"configMapRef": {"name": cm_name}} in c["envFrom"], "env not from the ConfigMap"
 
@@ -506,9 +511,9 @@ def expect_kustomize_base(docs: list[dict]) -> None:
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == ["ConfigMap", "Deployment", "Service", "ServiceAccount"], kinds
     dep = one(docs, "Deployment")
+    check_pod_hardening(dep)
     c = container(dep, "gateway")
     env = env_of(c)
-    assert env["MTG_INSTANCE_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert dep["spec"]["replicas"] == 1
     assert "MTG_REDIS" not in env
     cm = one(docs, "ConfigMap")
@@ -519,6 +524,7 @@ def expect_kustomize_redis(docs: list[dict]) -> None:
     gw = [d for d in by_kind(docs, "Deployment")
           if d["metadata"]["labels"].get("app.kubernetes.io/component") == "gateway"]
     assert len(gw) == 1, "no gateway Deployment"
+    check_pod_hardening(gw[0])
     assert gw[0]["spec"]["replicas"] == 3
     env = env_of(container(gw[0], "gateway"))
     ref = env["MTG_REDIS"]["valueFrom"]["secretKeyRef"]
