@@ -15,7 +15,10 @@ What it does, all without a cluster or network:
   * checks what the chart promises (security context, probes, instance id, grace period, Redis
     URL only from a Secret, ...) and that bad values fail with a clear message;
   * builds the kustomize base and overlays with `kubectl kustomize` and validates them the same way;
-  * checks that README.md documents every value in values.yaml.
+  * checks that README.md documents every value in values.yaml;
+  * parses deploy/Dockerfile with BuildKit's own parser (PyPI `dockerfile`) and checks its
+    shape: a locked release build, a non-root numeric USER, an exec-form ENTRYPOINT. (No Docker
+    engine runs here, so the image itself is not built.)
 
 Exit status 0 when everything passed, 1 otherwise.
 """
@@ -569,9 +572,47 @@ def kustomize_checks() -> None:
             check(f"{label}: expected objects and settings", lambda: expect(docs))
 
 
+# ---------------------------------------------------------------------------------------------
+# Dockerfile
+
+
+def check_dockerfile() -> None:
+    import dockerfile
+
+    cmds = dockerfile.parse_file(str(ROOT / "deploy" / "Dockerfile"))
+    stages: list[list] = []
+    for c in cmds:
+        if c.cmd.upper() == "FROM":
+            stages.append([])
+        if stages:
+            stages[-1].append(c)
+    assert len(stages) == 2, f"expected a build and a runtime stage, found {len(stages)}"
+    build, runtime = stages
+    assert build[0].value[-2:] == ("AS", "build") or build[0].value[-2:] == ("as", "build"), \
+        "the first stage is not named `build`"
+    runs = " ".join(" ".join(c.value) for c in build if c.cmd.upper() == "RUN")
+    assert "cargo build --release --locked" in runs, "no `cargo build --release --locked`"
+    copies = [c for c in runtime if c.cmd.upper() == "COPY"]
+    assert copies and all("--from=build" in c.flags for c in copies), \
+        "the runtime stage copies from somewhere other than the build stage"
+    users = [c.value[0] for c in runtime if c.cmd.upper() == "USER"]
+    assert users, "the runtime stage sets no USER"
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit() and int(uid) != 0, f"USER {users[-1]} is not a numeric non-root user"
+    entry = [c for c in runtime if c.cmd.upper() == "ENTRYPOINT"]
+    assert entry and entry[-1].json, "ENTRYPOINT is missing or not in exec (JSON) form"
+    assert entry[-1].value[0] == "/usr/local/bin/mcp-task-gateway", entry[-1].value
+    args = {c.value[0].split("=")[0]: c.value[0].split("=", 1)[1]
+            for c in cmds if c.cmd.upper() == "ARG" and "=" in c.value[0]}
+    assert args.get("RUST_IMAGE", "").startswith("rust:1"), args
+    assert "distroless/cc-debian12" in args.get("RUNTIME_IMAGE", ""), args
+    assert "bookworm" in args["RUST_IMAGE"], "builder and runtime Debian releases differ"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=["chart", "kustomize"], help="run one part only")
+    parser.add_argument("--only", choices=["chart", "kustomize", "dockerfile"],
+                        help="run one part only")
     args = parser.parse_args()
 
     print(f"tool  helm-python-sdk: libhelm_c {helm.helm_c_version()}, "
@@ -581,6 +622,9 @@ def main() -> int:
         chart_checks()
     if args.only in (None, "kustomize"):
         kustomize_checks()
+    if args.only in (None, "dockerfile"):
+        check("deploy/Dockerfile: parses (BuildKit parser) and has the expected shape",
+              check_dockerfile)
 
     print(f"{passed} passed, {len(failed)} failed")
     if failed:

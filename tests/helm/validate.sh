@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Validate the Helm chart and the kustomize manifests offline; exits non-zero on any failure.
+# Validate the Helm chart, the kustomize manifests and the Dockerfile offline; exits non-zero
+# on any failure.
 #
-#   tests/helm/validate.sh [--only chart|kustomize]
+#   tests/helm/validate.sh [--only chart|kustomize|dockerfile]
 #
 # Needs python3 (3.10+) and, for the kustomize part, kubectl (its built-in kustomize) or a
 # standalone kustomize on PATH. The Python tools come from PyPI, pinned by
