@@ -3,6 +3,7 @@
 # on any failure.
 #
 #   tests/helm/validate.sh [--only chart|kustomize|dockerfile]
+#   tests/helm/validate.sh --setup      # only create/update the venv (e.g. before a timed test run)
 #
 # Needs python3 (3.10+) and, for the kustomize part, kubectl (its built-in kustomize) or a
 # standalone kustomize on PATH. The Python tools come from PyPI, pinned by
@@ -25,4 +26,7 @@ if [ ! -f "$marker" ] || [ "$requirements" -nt "$marker" ]; then
   touch "$marker"
 fi
 
+if [ "${1:-}" = "--setup" ]; then
+  exit 0
+fi
 exec "$venv/bin/python" "$here/validate.py" "$@"
