@@ -4,21 +4,47 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{ArgGroup, Parser};
 
 use crate::tasks::policy::TaskPolicy;
 
 /// Every flag has an environment variable of the same name, upper-cased with a `MTG_` prefix.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "mcp-task-gateway", version, about)]
+#[command(group(ArgGroup::new("upstream_source").required(true).args(["upstream", "upstream_cmd"])))]
 pub struct Config {
     /// Address the MCP endpoint (`/mcp`) and health check (`/healthz`) listen on.
     #[arg(long, env = "MTG_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
     /// URL of the plain Streamable HTTP MCP server to put tasks in front of.
+    /// Exactly one of `--upstream` and `--upstream-cmd` is required.
     #[arg(long, env = "MTG_UPSTREAM", value_parser = parse_upstream_url)]
-    pub upstream: http::Uri,
+    pub upstream: Option<http::Uri>,
+
+    /// Command line of a local stdio MCP server to start and put tasks in front of,
+    /// e.g. "npx -y @modelcontextprotocol/server-everything". Split like a POSIX shell
+    /// does (quotes, backslashes) but not run through one. The gateway restarts it
+    /// when it exits.
+    #[arg(long, env = "MTG_UPSTREAM_CMD", value_parser = parse_upstream_cmd)]
+    pub upstream_cmd: Option<CommandLine>,
+
+    /// Environment variable for the `--upstream-cmd` process, `KEY=VALUE`
+    /// (repeatable; comma-separated in the environment). The process inherits the
+    /// gateway's environment otherwise.
+    #[arg(long = "upstream-env", env = "MTG_UPSTREAM_ENV", value_delimiter = ',', value_parser = parse_env_pair, conflicts_with = "upstream")]
+    pub upstream_env: Vec<(String, String)>,
+
+    /// Working directory of the `--upstream-cmd` process (default: the gateway's).
+    #[arg(long, env = "MTG_UPSTREAM_CWD", conflicts_with = "upstream")]
+    pub upstream_cwd: Option<std::path::PathBuf>,
+
+    /// Most `--upstream-cmd` processes to run. A call that may ask the client for
+    /// input gets a process to itself while it runs (a stdio server's requests carry
+    /// no link to the call they belong to), so more processes let other calls go on
+    /// meanwhile. Processes after the first start only when needed.
+    #[arg(long, env = "MTG_UPSTREAM_POOL", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64), conflicts_with = "upstream")]
+    pub upstream_pool: u16,
 
     /// `pollIntervalMs` suggested to clients on every task.
     #[arg(long, env = "MTG_POLL_INTERVAL_MS", default_value_t = 1000)]
@@ -123,6 +149,10 @@ impl Config {
     }
 }
 
+/// A program and its arguments, as split from `--upstream-cmd`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandLine(pub Vec<String>);
+
 fn default_instance_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
@@ -136,6 +166,25 @@ fn parse_upstream_url(raw: &str) -> Result<http::Uri, String> {
     match uri.scheme_str() {
         Some("http" | "https") if uri.host().is_some() => Ok(uri),
         _ => Err("expected an http:// or https:// URL with a host".to_owned()),
+    }
+}
+
+/// The command line split into program and arguments; `shlex` follows POSIX shell
+/// quoting, so paths with spaces can be quoted.
+fn parse_upstream_cmd(raw: &str) -> Result<CommandLine, String> {
+    let words = shlex::split(raw).ok_or_else(|| {
+        format!("cannot split {raw:?} into words: unbalanced quotes or a trailing backslash")
+    })?;
+    if words.is_empty() {
+        return Err("the command is empty".to_owned());
+    }
+    Ok(CommandLine(words))
+}
+
+fn parse_env_pair(raw: &str) -> Result<(String, String), String> {
+    match raw.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("expected KEY=VALUE, got {raw:?}")),
     }
 }
 
@@ -187,5 +236,60 @@ mod tests {
         assert!(bad_policy.is_err());
         let bad_url = Config::try_parse_from(["mcp-task-gateway", "--upstream", "ftp://x/mcp"]);
         assert!(bad_url.is_err());
+    }
+
+    #[test]
+    fn takes_exactly_one_upstream_source() {
+        let neither = Config::try_parse_from(["mcp-task-gateway"]);
+        assert!(neither.is_err());
+        let both = Config::try_parse_from([
+            "mcp-task-gateway",
+            "--upstream",
+            "http://127.0.0.1:9/mcp",
+            "--upstream-cmd",
+            "server",
+        ]);
+        assert!(both.is_err());
+        let env_without_cmd = Config::try_parse_from([
+            "mcp-task-gateway",
+            "--upstream",
+            "http://127.0.0.1:9/mcp",
+            "--upstream-env",
+            "A=1",
+        ]);
+        assert!(env_without_cmd.is_err());
+    }
+
+    #[test]
+    fn splits_the_command_like_a_shell() {
+        let config = Config::try_parse_from([
+            "mcp-task-gateway",
+            "--upstream-cmd",
+            r#"node "/opt/my server/index.js" stdio --name='a b'"#,
+            "--upstream-env",
+            "TOKEN=x=y",
+            "--upstream-env",
+            "MODE=fast",
+            "--upstream-cwd",
+            "/tmp",
+        ])
+        .unwrap();
+        assert!(config.upstream.is_none());
+        assert_eq!(
+            config.upstream_cmd.unwrap().0,
+            ["node", "/opt/my server/index.js", "stdio", "--name=a b"]
+        );
+        assert_eq!(
+            config.upstream_env,
+            [
+                ("TOKEN".into(), "x=y".into()),
+                ("MODE".into(), "fast".into())
+            ]
+        );
+        assert_eq!(config.upstream_pool, 2);
+        for bad in [r#"node "unclosed"#, "   "] {
+            let parsed = Config::try_parse_from(["mcp-task-gateway", "--upstream-cmd", bad]);
+            assert!(parsed.is_err(), "{bad:?}");
+        }
     }
 }

@@ -184,7 +184,10 @@ mod tests {
         let config = parse_with(file, "toml", &["--poll-interval-ms", "500"]).unwrap();
         assert_eq!(config.poll_interval_ms, 500);
         assert!(config.strict_headers);
-        assert_eq!(config.upstream.to_string(), "http://127.0.0.1:9/mcp");
+        assert_eq!(
+            config.upstream.as_ref().unwrap().to_string(),
+            "http://127.0.0.1:9/mcp"
+        );
         assert_eq!(
             config.policy_map()["slow"],
             crate::tasks::policy::TaskPolicy::Required

@@ -29,8 +29,7 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     let listener = TcpListener::bind(config.listen).await?;
     let local = listener.local_addr()?;
     let client = upstream::http::client();
-    let upstream =
-        upstream::LegacyUpstream::new(client.clone(), config.upstream.clone(), &config.roots);
+    let (upstream, stdio) = select_upstream(&config, &client);
     let store = MemoryStore::start();
     let settings = TaskSettings {
         instance_id: config.instance_id.clone(),
@@ -39,23 +38,64 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         upstream_timeout: config.upstream_timeout(),
         promote_after: std::time::Duration::from_millis(config.promote_after_ms),
     };
-    let upstream: Arc<dyn upstream::Upstream> = upstream;
     let tasks = TaskService::start(store, upstream.clone(), settings);
-    let gateway = Arc::new(server::Gateway::new(
-        &config,
-        client,
-        upstream,
-        tasks.clone(),
-    ));
-    tracing::info!(listen = %local, upstream = %config.upstream, instance = %config.instance_id, "mcp-task-gateway ready");
+    let mut gateway = server::Gateway::new(&config, client, upstream, tasks.clone());
+    if let Some(stdio) = &stdio {
+        gateway = gateway.with_stdio_sessions(stdio.clone());
+    }
+    let gateway = Arc::new(gateway);
+    tracing::info!(listen = %local, upstream = %describe_upstream(&config), instance = %config.instance_id, "mcp-task-gateway ready");
     // Tests and scripts read the bound address from this line (the port may be 0).
     println!("listening on http://{local}/mcp");
     server::serve(listener, gateway, shutdown_signal()).await?;
     tasks
         .drain(std::time::Duration::from_millis(config.drain_timeout_ms))
         .await;
+    if let Some(stdio) = stdio {
+        stdio.shutdown().await;
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The upstream the flags name: a URL, or a command to run over stdio.
+fn select_upstream(
+    config: &Config,
+    client: &upstream::http::HttpClient,
+) -> (
+    Arc<dyn upstream::Upstream>,
+    Option<Arc<upstream::stdio::StdioUpstream>>,
+) {
+    let command = config
+        .upstream_cmd
+        .as_ref()
+        .and_then(|words| upstream::stdio::StdioCommand::new(&words.0));
+    match (command, &config.upstream) {
+        (Some(mut command), _) => {
+            command.env = config.upstream_env.clone();
+            command.cwd = config.upstream_cwd.clone();
+            let stdio = upstream::stdio::StdioUpstream::start(
+                command,
+                usize::from(config.upstream_pool),
+                &config.roots,
+            );
+            (stdio.clone(), Some(stdio))
+        }
+        (None, Some(url)) => (
+            upstream::LegacyUpstream::new(client.clone(), url.clone(), &config.roots),
+            None,
+        ),
+        // clap requires one of the two.
+        (None, None) => unreachable!("--upstream or --upstream-cmd is required"),
+    }
+}
+
+fn describe_upstream(config: &Config) -> String {
+    match (&config.upstream_cmd, &config.upstream) {
+        (Some(words), _) => format!("stdio: {}", words.0.join(" ")),
+        (None, Some(url)) => url.to_string(),
+        (None, None) => String::new(),
+    }
 }
 
 async fn shutdown_signal() {

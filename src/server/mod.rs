@@ -3,6 +3,7 @@
 mod modern;
 mod passthrough;
 mod reply;
+mod stdio_sessions;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -46,6 +47,8 @@ pub struct Gateway {
     identity_header: Option<http::HeaderName>,
     allowed_origins: Vec<String>,
     check_upstream_readiness: bool,
+    /// Legacy session clients' sessions, served by the gateway for a stdio upstream.
+    stdio_sessions: Option<stdio_sessions::StdioSessions>,
 }
 
 impl Gateway {
@@ -66,7 +69,17 @@ impl Gateway {
             identity_header: config.identity_header.clone(),
             allowed_origins: config.allowed_origins.clone(),
             check_upstream_readiness: !config.readyz_skip_upstream,
+            stdio_sessions: None,
         }
+    }
+
+    /// Serves legacy session clients itself, multiplexed onto this stdio upstream.
+    pub fn with_stdio_sessions(
+        mut self,
+        upstream: Arc<crate::upstream::stdio::StdioUpstream>,
+    ) -> Self {
+        self.stdio_sessions = Some(stdio_sessions::StdioSessions::new(upstream));
+        self
     }
 }
 
@@ -234,6 +247,9 @@ async fn mcp_endpoint(
 }
 
 async fn passthrough(gateway: &Gateway, parts: &Parts, body: bytes::Bytes) -> Response<Body> {
+    if let Some(sessions) = &gateway.stdio_sessions {
+        return sessions.handle(parts, body).await;
+    }
     match gateway.upstream.passthrough_url() {
         Some(url) => passthrough::forward(&gateway.client, url, parts, body).await,
         None => reply::error_with_status(

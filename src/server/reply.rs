@@ -54,7 +54,11 @@ fn status_for(error_code: i64) -> StatusCode {
     }
 }
 
-pub fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
+pub fn plain(status: StatusCode, message: &'static str) -> Response<Body> {
+    text(status, message)
+}
+
+pub fn text(status: StatusCode, text: impl Into<Bytes>) -> Response<Body> {
     let mut response = Response::new(full(text));
     *response.status_mut() = status;
     response.headers_mut().insert(

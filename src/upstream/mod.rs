@@ -3,6 +3,7 @@
 pub mod forward;
 pub mod http;
 pub mod legacy;
+pub mod stdio;
 pub mod stream;
 
 use async_trait::async_trait;
@@ -29,6 +30,9 @@ pub enum UpstreamError {
     Protocol(String),
     #[error("upstream did not answer within {0} ms")]
     Timeout(u64),
+    /// A stdio upstream's process ended, e.g. "status 137 (signal 9)".
+    #[error("upstream process exited with {0}")]
+    Exited(String),
 }
 
 impl UpstreamError {
@@ -41,6 +45,7 @@ impl UpstreamError {
             Self::Lost(_) => "lost",
             Self::Protocol(_) => "protocol",
             Self::Timeout(_) => "timeout",
+            Self::Exited(_) => "exited",
         }
     }
 }

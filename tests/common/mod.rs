@@ -3,6 +3,8 @@
 //! client. Every wait polls against a deadline; nothing sleeps to synchronise.
 #![allow(dead_code)]
 
+pub mod stdio;
+
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -87,20 +89,24 @@ fn spawn_announcing_keep_stderr(name: &'static str, mut command: Command) -> (Pr
     (Proc { child, name }, url)
 }
 
-/// The fixture binary, built once if `cargo test` did not build examples already.
+/// The fixture binary. `cargo test` and `cargo nextest run` build examples with the
+/// tests; building it from here only when it is missing avoids rebuilding the
+/// dependencies with another feature set on every run.
 fn plain_server_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let exe = std::env::current_exe().unwrap();
         let profile_dir = exe.parent().unwrap().parent().unwrap();
         let bin = profile_dir.join("examples").join("plain_server");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "--example", "plain_server"])
-            .current_dir(repo_root())
-            .status()
-            .expect("cargo build --example plain_server");
-        assert!(status.success(), "building the fixture failed");
+        if !bin.exists() {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let status = Command::new(cargo)
+                .args(["build", "--example", "plain_server"])
+                .current_dir(repo_root())
+                .status()
+                .expect("cargo build --example plain_server");
+            assert!(status.success(), "building the fixture failed");
+        }
         assert!(bin.exists(), "fixture not found at {}", bin.display());
         bin
     })

@@ -1,0 +1,158 @@
+{{/* Chart name, truncated to the 63 characters a DNS label allows. */}}
+{{- define "mtg.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: release + chart, unless the release name already contains the chart name. */}}
+{{- define "mtg.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "mtg.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels shared by every object of the release. */}}
+{{- define "mtg.commonLabels" -}}
+helm.sh/chart: {{ include "mtg.chart" . }}
+app.kubernetes.io/name: {{ include "mtg.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- if .Chart.AppVersion }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: mcp-task-gateway
+{{- end }}
+
+{{/* Gateway objects. The component label keeps the gateway's selector apart from the evaluation Redis. */}}
+{{- define "mtg.labels" -}}
+{{ include "mtg.commonLabels" . }}
+app.kubernetes.io/component: gateway
+{{- end }}
+
+{{- define "mtg.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "mtg.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: gateway
+{{- end }}
+
+{{- define "mtg.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "mtg.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "mtg.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/*
+Redis: which source the gateway uses. One of "" (in-memory store), "url", "cluster",
+"existing", "evaluation".
+*/}}
+{{- define "mtg.redis.source" -}}
+{{- $r := .Values.redis }}
+{{- if $r.url }}url
+{{- else if $r.clusterUrls }}cluster
+{{- else if $r.existingSecret.name }}existing
+{{- else if $r.evaluation.enabled }}evaluation
+{{- end }}
+{{- end }}
+
+{{/* "true" when the gateway gets a Redis Cluster (MTG_REDIS_CLUSTER) rather than one Redis (MTG_REDIS). */}}
+{{- define "mtg.redis.isCluster" -}}
+{{- $source := include "mtg.redis.source" . }}
+{{- if or (eq $source "cluster") (and (eq $source "existing") .Values.redis.existingSecret.cluster) }}true{{ end }}
+{{- end }}
+
+{{/* The chart's own Redis Secret (for url, cluster and evaluation). */}}
+{{- define "mtg.redis.chartSecretName" -}}
+{{- printf "%s-redis" (include "mtg.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The evaluation Redis' Deployment and Service name. */}}
+{{- define "mtg.redis.evaluationName" -}}
+{{- printf "%s-redis" (include "mtg.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Name and key of the Secret the gateway reads its Redis URL(s) from. */}}
+{{- define "mtg.redis.secretRef" -}}
+{{- if eq (include "mtg.redis.source" .) "existing" -}}
+name: {{ .Values.redis.existingSecret.name }}
+key: {{ .Values.redis.existingSecret.key }}
+{{- else if eq (include "mtg.redis.source" .) "cluster" -}}
+name: {{ include "mtg.redis.chartSecretName" . }}
+key: redis-cluster-urls
+{{- else -}}
+name: {{ include "mtg.redis.chartSecretName" . }}
+key: redis-url
+{{- end }}
+{{- end }}
+
+{{/* The Redis URL of the evaluation Redis. */}}
+{{- define "mtg.redis.evaluationUrl" -}}
+{{- $host := printf "%s.%s.svc" (include "mtg.redis.evaluationName" .) .Release.Namespace }}
+{{- if .Values.redis.evaluation.password }}
+{{- printf "redis://:%s@%s:6379" .Values.redis.evaluation.password $host }}
+{{- else }}
+{{- printf "redis://%s:6379" $host }}
+{{- end }}
+{{- end }}
+
+{{/* Seconds: preStop sleep + drain timeout (rounded up) + margin. */}}
+{{- define "mtg.terminationGracePeriodSeconds" -}}
+{{- $drain := div (add (int64 .Values.gateway.drainTimeoutMs) 999) 1000 }}
+{{- add $drain (int64 .Values.lifecycle.preStopSleepSeconds) (int64 .Values.terminationGracePeriodMarginSeconds) }}
+{{- end }}
+
+{{/*
+Checks that values.schema.json cannot express. Included by every template that depends on
+them, so `helm template`/`install` stop with a clear message.
+*/}}
+{{- define "mtg.validate" -}}
+{{- $r := .Values.redis }}
+{{- $sources := list }}
+{{- if $r.url }}{{ $sources = append $sources "redis.url" }}{{ end }}
+{{- if $r.clusterUrls }}{{ $sources = append $sources "redis.clusterUrls" }}{{ end }}
+{{- if $r.existingSecret.name }}{{ $sources = append $sources "redis.existingSecret.name" }}{{ end }}
+{{- if $r.evaluation.enabled }}{{ $sources = append $sources "redis.evaluation.enabled" }}{{ end }}
+{{- if gt (len $sources) 1 }}
+{{- fail (printf "set only one Redis source; found %s" (join ", " $sources)) }}
+{{- end }}
+{{- if not .Values.gateway.upstream }}
+{{- fail "gateway.upstream is required: the URL of the plain MCP server, e.g. --set gateway.upstream=http://my-mcp-server:8000/mcp" }}
+{{- end }}
+{{- if eq (len $sources) 0 }}
+{{- if .Values.autoscaling.enabled }}
+{{- fail "autoscaling.enabled requires Redis: with the in-memory store each pod only knows its own tasks. Set redis.url, redis.clusterUrls, redis.existingSecret.name or (for evaluation) redis.evaluation.enabled." }}
+{{- end }}
+{{- if gt (int .Values.replicaCount) 1 }}
+{{- fail (printf "replicaCount=%d requires Redis: with the in-memory store each pod only knows its own tasks. Set redis.url, redis.clusterUrls, redis.existingSecret.name or (for evaluation) redis.evaluation.enabled, or use replicaCount=1." (int .Values.replicaCount)) }}
+{{- end }}
+{{- end }}
+{{- if and .Values.autoscaling.enabled (gt (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas)) }}
+{{- fail "autoscaling.minReplicas must not exceed autoscaling.maxReplicas" }}
+{{- end }}
+{{- if and .Values.podDisruptionBudget.enabled (kindIs "invalid" .Values.podDisruptionBudget.minAvailable) (kindIs "invalid" .Values.podDisruptionBudget.maxUnavailable) }}
+{{- fail "podDisruptionBudget.enabled needs minAvailable or maxUnavailable" }}
+{{- end }}
+{{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.enabled) }}
+{{- fail "metrics.serviceMonitor.enabled requires metrics.enabled" }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,637 @@
+#!/usr/bin/env python3
+"""Offline validation of the Helm chart (helm/mcp-task-gateway) and the kustomize manifests
+(deploy/kustomize). Run it through tests/helm/validate.sh, which sets up the pinned venv.
+
+What it does, all without a cluster or network:
+  * lints the chart with Helm's own Go code (helm-python-sdk, which bundles libhelm_c built from
+    the Helm v4 SDK) for every values file tests/helm/values-*.yaml;
+  * validates each values file against values.schema.json, renders the chart with it and checks
+    every rendered object with kubernetes-validate in strict mode (unknown fields are errors)
+    against the oldest Kubernetes the chart supports and the newest kubernetes-validate knows;
+  * ServiceMonitor (a prometheus-operator CRD, not in kubernetes-validate's schemas) is checked
+    instead against the pydantic models of cloudcoil-models-prometheus-operator, generated from
+    the CRDs, plus a check that no field was dropped as unknown; any other kind without a schema
+    is a failure, never a silent skip;
+  * checks what the chart promises (security context, probes, instance id, grace period, Redis
+    URL only from a Secret, ...) and that bad values fail with a clear message;
+  * builds the kustomize base and overlays with `kubectl kustomize` and validates them the same way;
+  * checks that README.md documents every value in values.yaml;
+  * parses deploy/Dockerfile with BuildKit's own parser (PyPI `dockerfile`) and checks its
+    shape: a locked release build, a non-root numeric USER, an exec-form ENTRYPOINT. (No Docker
+    engine runs here, so the image itself is not built.)
+
+Exit status 0 when everything passed, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import shutil
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import helm_python as helm
+import kubernetes_validate.utils as kv
+import yaml
+from kubernetes_validate.version import __version__ as kv_version
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "mcp-task-gateway"
+VALUES_DIR = ROOT / "tests" / "helm"
+KUSTOMIZE_DIRS = [
+    ROOT / "deploy" / "kustomize" / "base",
+    ROOT / "deploy" / "kustomize" / "overlays" / "redis",
+]
+# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest with schemas.
+KUBE_VERSIONS = ["1.30.0", kv.latest_version()]
+RELEASE = "mtg"
+NAMESPACE = "mcp"
+
+passed = 0
+failed: list[str] = []
+
+
+def ok(what: str) -> None:
+    global passed
+    passed += 1
+    print(f"ok    {what}")
+
+
+def fail(what: str, why: str) -> None:
+    failed.append(what)
+    detail = why.rstrip().replace("\n", "\n      ")
+    print(f"FAIL  {what}\n      {detail}")
+
+
+def check(what: str, fn: Callable[[], None]) -> None:
+    """Run one check; an AssertionError or any exception fails it with its message."""
+    try:
+        fn()
+    except AssertionError as e:
+        fail(what, str(e) or traceback.format_exc())
+    except Exception as e:  # noqa: BLE001 - report anything as a failed check
+        fail(what, f"{type(e).__name__}: {e}")
+    else:
+        ok(what)
+
+
+# ---------------------------------------------------------------------------------------------
+# Validating Kubernetes objects
+
+
+def validate_servicemonitor(doc: dict) -> None:
+    """ServiceMonitor against the prometheus-operator CRD's generated models, strictly."""
+    from cloudcoil.models.prometheus_operator.v1 import ServiceMonitor
+
+    model = ServiceMonitor.model_validate(doc)
+    dumped = model.model_dump(by_alias=True, exclude_unset=True, mode="json")
+    dropped = unknown_fields(doc, dumped)
+    assert not dropped, f"fields unknown to the ServiceMonitor CRD: {', '.join(dropped)}"
+
+
+def unknown_fields(given: Any, kept: Any, path: str = "") -> list[str]:
+    """Paths present in `given` but missing from the model's dump (i.e. ignored as unknown)."""
+    out: list[str] = []
+    if isinstance(given, dict) and isinstance(kept, dict):
+        for key, value in given.items():
+            sub = f"{path}.{key}" if path else key
+            if key not in kept:
+                out.append(sub)
+            else:
+                out.extend(unknown_fields(value, kept[key], sub))
+    elif isinstance(given, list) and isinstance(kept, list):
+        for n, (a, b) in enumerate(zip(given, kept)):
+            out.extend(unknown_fields(a, b, f"{path}[{n}]"))
+    return out
+
+
+# Kinds that kubernetes-validate has no schema for, each with the check used instead.
+NON_CORE_KINDS: dict[tuple[str, str], tuple[str, Callable[[dict], None]]] = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): (
+        "prometheus-operator CRD models (cloudcoil-models-prometheus-operator)",
+        validate_servicemonitor,
+    ),
+}
+noted_non_core: set[tuple[str, str]] = set()
+
+
+def validate_object(doc: dict) -> None:
+    """Strict schema validation of one object for every Kubernetes version in KUBE_VERSIONS."""
+    key = (doc.get("apiVersion", ""), doc.get("kind", ""))
+    if key in NON_CORE_KINDS:
+        how, validator = NON_CORE_KINDS[key]
+        if key not in noted_non_core:
+            noted_non_core.add(key)
+            print(f"note  {key[1]} ({key[0]}) is not in kubernetes-validate's bundled schemas; "
+                  f"checked against {how} instead")
+        validator(doc)
+        return
+    for version in KUBE_VERSIONS:
+        try:
+            kv.validate(doc, version, strict=True)
+        except kv.ValidationError as e:
+            where = ".".join(str(p) for p in e.path)
+            raise AssertionError(f"Kubernetes {version}: {where}: {e.message}") from None
+        except kv.SchemaNotFoundError as e:
+            raise AssertionError(f"{e.message}; add a validator to NON_CORE_KINDS "
+                                 "rather than skipping it") from None
+
+
+def parse_docs(text: str, source: str) -> list[dict]:
+    docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    for d in docs:
+        assert isinstance(d, dict), f"{source}: a YAML document is not a mapping: {d!r:.80}"
+        for field in ("apiVersion", "kind", "metadata"):
+            assert field in d, f"{source}: {d.get('kind', '?')} has no {field}"
+    return docs
+
+
+def validate_all(docs: list[dict], label: str) -> None:
+    names = set()
+    for d in docs:
+        name = f"{d['kind']}/{d['metadata'].get('name')}"
+        assert name not in names, f"{label}: {name} rendered twice"
+        names.add(name)
+        check(f"{label}: {name} is valid", lambda d=d: validate_object(d))
+
+
+# ---------------------------------------------------------------------------------------------
+# The chart
+
+
+def load_values(path: Path) -> dict:
+    return helm.values_from_yaml(path.read_text())
+
+
+def render(chart: helm.Chart, values: dict) -> tuple[list[dict], str]:
+    """Schema validation + render, as `helm install` does; returns the objects and NOTES.txt."""
+    chart.validate_schema(values)
+    out = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    docs: list[dict] = []
+    notes = ""
+    for path, text in sorted(out.items()):
+        if path.endswith("NOTES.txt"):
+            notes = text
+            continue
+        docs.extend(parse_docs(text, path))
+    return docs, notes
+
+
+def by_kind(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: list[dict], kind: str, name: str | None = None) -> dict:
+    found = [d for d in by_kind(docs, kind) if name is None or d["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind}{' ' + name if name else ''}, found {len(found)}"
+    return found[0]
+
+
+def gateway_deployment(docs: list[dict]) -> dict:
+    deps = [d for d in by_kind(docs, "Deployment")
+            if d["metadata"]["labels"].get("app.kubernetes.io/component") == "gateway"]
+    assert len(deps) == 1, f"expected one gateway Deployment, found {len(deps)}"
+    return deps[0]
+
+
+def container(dep: dict, name: str) -> dict:
+    for c in dep["spec"]["template"]["spec"]["containers"]:
+        if c["name"] == name:
+            return c
+    raise AssertionError(f"no container {name} in {dep['metadata']['name']}")
+
+
+def env_of(c: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in c.get("env", [])}
+
+
+def check_pod_hardening(dep: dict) -> None:
+    """Security context, probes and instance id of the gateway pod (chart and kustomize)."""
+    pod = dep["spec"]["template"]["spec"]
+    c = container(dep, "gateway")
+    psc, csc = pod.get("securityContext", {}), c.get("securityContext", {})
+    assert csc.get("readOnlyRootFilesystem") is True, "root filesystem is not read-only"
+    assert csc.get("allowPrivilegeEscalation") is False, "privilege escalation is allowed"
+    assert csc.get("capabilities", {}).get("drop") == ["ALL"], "capabilities are not dropped"
+    assert psc.get("runAsNonRoot") or csc.get("runAsNonRoot"), "not runAsNonRoot"
+    assert (psc.get("seccompProfile") or csc.get("seccompProfile") or {}).get("type") == \
+        "RuntimeDefault", "seccomp profile is not RuntimeDefault"
+    assert pod.get("automountServiceAccountToken") is False, "service account token mounted"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz", "liveness is not /healthz"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz", "readiness is not /readyz"
+    assert c["resources"].get("requests"), "no resource requests"
+    assert pod.get("topologySpreadConstraints"), "no topologySpreadConstraints"
+    env = env_of(c)
+    assert env["MTG_INSTANCE_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name", \
+        "instance id is not the pod name"
+
+
+def check_gateway(docs: list[dict], merged: dict) -> None:
+    """What every rendering of the chart must hold."""
+    dep = gateway_deployment(docs)
+    check_pod_hardening(dep)
+    pod = dep["spec"]["template"]["spec"]
+    c = container(dep, "gateway")
+    env = env_of(c)
+    cm_name = one(docs, "ConfigMap", dep["metadata"]["name"])["metadata"]["name"]
+    assert {"configMapRef": {"name": cm_name}} in c["envFrom"], "env not from the ConfigMap"
+
+    g = merged["gateway"]
+    grace = (math.ceil(g["drainTimeoutMs"] / 1000) + merged["lifecycle"]["preStopSleepSeconds"]
+             + merged["terminationGracePeriodMarginSeconds"])
+    assert pod["terminationGracePeriodSeconds"] == grace, \
+        f"terminationGracePeriodSeconds {pod['terminationGracePeriodSeconds']} != {grace}"
+
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports["http"] == merged["containerPorts"]["http"]
+    if merged["metrics"]["enabled"]:
+        assert ports["metrics"] == merged["containerPorts"]["metrics"], "no metrics port"
+        svc_ports = {p["name"] for p in one(docs, "Service", dep["metadata"]["name"])["spec"]["ports"]}
+        assert "metrics" in svc_ports, "metrics port missing from the Service"
+
+    # The Redis URL may carry a password: never in a ConfigMap or a literal env value.
+    for cm in by_kind(docs, "ConfigMap"):
+        for k, v in (cm.get("data") or {}).items():
+            assert "redis://" not in v and "rediss://" not in v, f"Redis URL in ConfigMap key {k}"
+    for name, e in env.items():
+        assert "redis" not in str(e.get("value", "")), f"Redis URL in literal env {name}"
+
+    redis_env = [n for n in ("MTG_REDIS", "MTG_REDIS_CLUSTER") if n in env]
+    r = merged["redis"]
+    configured = bool(r["url"] or r["clusterUrls"] or r["existingSecret"]["name"]
+                      or r["evaluation"]["enabled"])
+    if configured:
+        assert len(redis_env) == 1, f"expected one Redis env var, found {redis_env}"
+        ref = env[redis_env[0]]["valueFrom"]["secretKeyRef"]
+        if r["existingSecret"]["name"]:
+            assert ref == {"name": r["existingSecret"]["name"], "key": r["existingSecret"]["key"]}
+            assert not by_kind(docs, "Secret"), "a Secret was rendered beside existingSecret"
+        else:
+            secret = one(docs, "Secret", ref["name"])
+            assert ref["key"] in secret["stringData"], f"Secret has no key {ref['key']}"
+    else:
+        assert not redis_env, "Redis env var without Redis configured"
+
+    if merged["autoscaling"]["enabled"]:
+        assert "replicas" not in dep["spec"], "replicas set while the HPA owns them"
+        hpa = one(docs, "HorizontalPodAutoscaler")
+        assert hpa["spec"]["scaleTargetRef"]["name"] == dep["metadata"]["name"]
+    else:
+        assert dep["spec"]["replicas"] == merged["replicaCount"]
+
+
+def env_value(docs: list[dict], name: str) -> Any:
+    c = container(gateway_deployment(docs), "gateway")
+    return env_of(c).get(name)
+
+
+def cm_data(docs: list[dict]) -> dict:
+    dep = gateway_deployment(docs)
+    return one(docs, "ConfigMap", dep["metadata"]["name"])["data"]
+
+
+def expect_defaults(docs: list[dict], notes: str) -> None:
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == ["ConfigMap", "Deployment", "PodDisruptionBudget", "Service",
+                     "ServiceAccount"], f"unexpected objects: {kinds}"
+    data = cm_data(docs)
+    assert data["MTG_LISTEN"] == "0.0.0.0:8080", data["MTG_LISTEN"]
+    assert data["MTG_METRICS_LISTEN"] == "0.0.0.0:9090"
+    assert data["MTG_MAX_TTL_MS"] == "86400000", data["MTG_MAX_TTL_MS"]
+    assert "in-memory" in notes, "NOTES.txt does not mention the in-memory store"
+
+
+def expect_external_redis(docs: list[dict], notes: str) -> None:
+    assert env_value(docs, "MTG_REDIS")["valueFrom"]["secretKeyRef"]["key"] == "redis-url"
+    secret = one(docs, "Secret")
+    assert secret["stringData"]["redis-url"].startswith("rediss://")
+    data = cm_data(docs)
+    assert data["MTG_TOOL_POLICY"] == "echo=forbidden,slow_compute=required", data["MTG_TOOL_POLICY"]
+    assert data["MTG_ALLOWED_ORIGINS"] == "https://app.example.com,https://admin.example.com"
+    assert data["MTG_REDIS_WAIT_REPLICAS"] == "1"
+    assert data["MTG_LEASE_TIMEOUT_MS"] == "15000"
+    assert data["MTG_CONFIG"] == "/etc/mcp-task-gateway/config.yaml"
+    assert data["OTEL_EXPORTER_OTLP_ENDPOINT"].startswith("http://otel-collector")
+    assert data["OTEL_RESOURCE_ATTRIBUTES"] == "deployment.environment=prod"
+    dep = gateway_deployment(docs)
+    assert dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 61 + 5 + 10
+    assert container(dep, "gateway")["image"].endswith("@sha256:" + "0123456789abcdef" * 4)
+    sm = one(docs, "ServiceMonitor")
+    assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert sm["spec"]["endpoints"][0]["port"] == "metrics"
+
+
+def expect_redis_cluster(docs: list[dict], notes: str) -> None:
+    ref = env_value(docs, "MTG_REDIS_CLUSTER")["valueFrom"]["secretKeyRef"]
+    assert ref["key"] == "redis-cluster-urls"
+    urls = one(docs, "Secret")["stringData"]["redis-cluster-urls"].split(",")
+    assert len(urls) == 3 and all(u.startswith("redis://") for u in urls), urls
+    pdb = one(docs, "PodDisruptionBudget")["spec"]
+    assert pdb.get("minAvailable") == 2 and "maxUnavailable" not in pdb, pdb
+    tsc = gateway_deployment(docs)["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert [t["whenUnsatisfiable"] for t in tsc] == ["DoNotSchedule"], tsc
+
+
+def expect_ingress_hpa(docs: list[dict], notes: str) -> None:
+    ing = one(docs, "Ingress")
+    assert ing["metadata"]["annotations"]["nginx.ingress.kubernetes.io/upstream-hash-by"] == \
+        "$http_mcp_name"
+    backend = ing["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert backend == {"name": gateway_deployment(docs)["metadata"]["name"], "port": {"name": "http"}}
+    hpa = one(docs, "HorizontalPodAutoscaler")["spec"]
+    assert (hpa["minReplicas"], hpa["maxReplicas"]) == (3, 12)
+    assert sorted(m["resource"]["name"] for m in hpa["metrics"]) == ["cpu", "memory"]
+    assert "optimisation only" in notes
+
+
+def expect_evaluation_redis(docs: list[dict], notes: str) -> None:
+    redis = [d for d in by_kind(docs, "Deployment")
+             if d["metadata"]["labels"].get("app.kubernetes.io/component") == "redis"]
+    assert len(redis) == 1, "no evaluation Redis Deployment"
+    rc = container(redis[0], "redis")
+    assert rc["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "$(REDIS_PASSWORD)" in rc["args"]
+    svc = one(docs, "Service", redis[0]["metadata"]["name"])
+    assert svc["spec"]["selector"]["app.kubernetes.io/component"] == "redis"
+    url = one(docs, "Secret")["stringData"]["redis-url"]
+    assert url == f"redis://:eval-only-password@{svc['metadata']['name']}.{NAMESPACE}.svc:6379", url
+    gw_svc = one(docs, "Service", gateway_deployment(docs)["metadata"]["name"])
+    assert gw_svc["spec"]["selector"]["app.kubernetes.io/component"] == "gateway"
+    assert "WARNING" in notes
+
+
+EXPECTATIONS: dict[str, Callable[[list[dict], str], None]] = {
+    "values-defaults.yaml": expect_defaults,
+    "values-external-redis.yaml": expect_external_redis,
+    "values-redis-cluster.yaml": expect_redis_cluster,
+    "values-ingress-hpa.yaml": expect_ingress_hpa,
+    "values-evaluation-redis.yaml": expect_evaluation_redis,
+}
+
+UPSTREAM = {"gateway": {"upstream": "http://mcp-server:8000/mcp"}}
+
+
+def with_upstream(extra: dict) -> dict:
+    v = copy.deepcopy(UPSTREAM)
+    for k, val in extra.items():
+        if isinstance(val, dict) and isinstance(v.get(k), dict):
+            v[k].update(val)
+        else:
+            v[k] = val
+    return v
+
+
+# (description, values, text the error must contain)
+MUST_FAIL: list[tuple[str, dict, str]] = [
+    ("no upstream", {}, "gateway.upstream is required"),
+    ("replicaCount 3 without Redis", with_upstream({"replicaCount": 3}), "requires Redis"),
+    ("autoscaling without Redis", with_upstream({"autoscaling": {"enabled": True}}),
+     "requires Redis"),
+    ("two Redis sources",
+     with_upstream({"redis": {"url": "redis://a:6379", "clusterUrls": ["redis://b:6379"]}}),
+     "set only one Redis source"),
+    ("typo in a top-level key", with_upstream({"replicaCont": 2}), "replicaCont"),
+    ("typo in a nested key", with_upstream({"gateway": {"pollIntervalMS": 5}}), "pollIntervalMS"),
+    ("Redis URL with an http scheme", with_upstream({"redis": {"url": "http://redis:6379"}}),
+     "url"),
+    ("unknown tool policy", with_upstream({"gateway": {"toolPolicies": {"x": "sometimes"}}}),
+     "/gateway/toolPolicies/x"),
+    ("log format not json/pretty", with_upstream({"gateway": {"logFormat": "xml"}}),
+     "/gateway/logFormat"),
+    ("ServiceMonitor without metrics",
+     with_upstream({"metrics": {"enabled": False, "serviceMonitor": {"enabled": True}}}),
+     "requires metrics.enabled"),
+    ("PDB without minAvailable/maxUnavailable",
+     with_upstream({"podDisruptionBudget": {"maxUnavailable": None}}),
+     "needs minAvailable or maxUnavailable"),
+]
+
+
+def check_must_fail(chart: helm.Chart, values: dict, needle: str) -> None:
+    try:
+        render(chart, values)
+    except helm.HelmError as e:
+        assert needle in str(e), f"failed, but without {needle!r}: {e}"
+    else:
+        raise AssertionError("rendered, but should have failed")
+
+
+def check_lint(values: dict | None) -> None:
+    report = helm.lint(str(CHART), values, strict=True, kube_version="v" + KUBE_VERSIONS[0])
+    problems = [f"[{m['severity']}] {m['path']}: {m['error']}" for m in report["messages"]
+                if m["severity"] >= 2]
+    problems += report.get("errors") or []
+    assert not problems, "\n".join(problems)
+
+
+def schema_paths(schema: dict, prefix: str = "") -> list[str]:
+    """Dotted paths of the values the schema describes: objects with `properties` are walked,
+    anything else (free-form Kubernetes objects such as `resources`, lists, scalars) is a leaf."""
+    props = schema.get("properties")
+    if not props:
+        return [prefix]
+    out: list[str] = []
+    for k, sub in props.items():
+        out.extend(schema_paths(sub, f"{prefix}.{k}" if prefix else k))
+    return out
+
+
+def values_paths(values: Any, schema: dict, prefix: str = "") -> list[str]:
+    """Dotted paths of values.yaml, cut where the schema stops describing structure."""
+    props = schema.get("properties")
+    if not props or not isinstance(values, dict):
+        return [prefix]
+    out: list[str] = []
+    for k, v in values.items():
+        out.extend(values_paths(v, props.get(k, {}), f"{prefix}.{k}" if prefix else k))
+    return out
+
+
+def check_values_documented() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    in_values = set(values_paths(values, schema))
+    in_schema = set(schema_paths(schema)) - {"global"}
+    assert in_values == in_schema, (
+        f"values.yaml and values.schema.json differ: only in values.yaml: "
+        f"{sorted(in_values - in_schema)}; only in the schema: {sorted(in_schema - in_values)}")
+    readme = (CHART / "README.md").read_text()
+    missing = [p for p in sorted(in_values) if f"`{p}`" not in readme]
+    assert not missing, "README.md does not document: " + ", ".join(missing)
+
+
+def chart_checks() -> None:
+    check("chart: values.yaml, values.schema.json and README.md list the same values",
+          check_values_documented)
+    chart = helm.Chart.load(str(CHART))
+    try:
+        files = sorted(VALUES_DIR.glob("values-*.yaml"))
+        assert files, f"no values files in {VALUES_DIR}"
+        for vf in files:
+            label = f"chart[{vf.name}]"
+            values = load_values(vf)
+            check(f"{label}: helm lint --strict", lambda values=values: check_lint(values))
+            try:
+                docs, notes = render(chart, values)
+            except helm.HelmError as e:
+                fail(f"{label}: render", str(e))
+                continue
+            ok(f"{label}: schema + render ({len(docs)} objects)")
+            validate_all(docs, label)
+            merged = chart.merge_values(values)
+            check(f"{label}: gateway invariants", lambda: check_gateway(docs, merged))
+            expect = EXPECTATIONS.get(vf.name)
+            if expect is None:
+                print(f"note  {vf.name} has no specific expectations in validate.py")
+            else:
+                check(f"{label}: expected objects and settings", lambda: expect(docs, notes))
+        for what, values, needle in MUST_FAIL:
+            check(f"chart: rejects {what}",
+                  lambda values=values, needle=needle: check_must_fail(chart, values, needle))
+    finally:
+        chart.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Kustomize
+
+
+def kustomize_command() -> list[str] | None:
+    if shutil.which("kustomize"):
+        return ["kustomize", "build"]
+    if shutil.which("kubectl"):
+        return ["kubectl", "kustomize"]
+    return None
+
+
+def expect_kustomize_base(docs: list[dict]) -> None:
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == ["ConfigMap", "Deployment", "Service", "ServiceAccount"], kinds
+    dep = one(docs, "Deployment")
+    check_pod_hardening(dep)
+    c = container(dep, "gateway")
+    env = env_of(c)
+    assert dep["spec"]["replicas"] == 1
+    assert "MTG_REDIS" not in env
+    cm = one(docs, "ConfigMap")
+    assert c["envFrom"] == [{"configMapRef": {"name": cm["metadata"]["name"]}}], c["envFrom"]
+
+
+def expect_kustomize_redis(docs: list[dict]) -> None:
+    gw = [d for d in by_kind(docs, "Deployment")
+          if d["metadata"]["labels"].get("app.kubernetes.io/component") == "gateway"]
+    assert len(gw) == 1, "no gateway Deployment"
+    check_pod_hardening(gw[0])
+    assert gw[0]["spec"]["replicas"] == 3
+    env = env_of(container(gw[0], "gateway"))
+    ref = env["MTG_REDIS"]["valueFrom"]["secretKeyRef"]
+    secret = one(docs, "Secret", ref["name"])
+    assert ref["key"] in secret.get("data", {}) or ref["key"] in secret.get("stringData", {})
+    assert one(docs, "PodDisruptionBudget")
+    assert any(d["metadata"]["labels"].get("app.kubernetes.io/component") == "redis"
+               for d in by_kind(docs, "Deployment")), "no Redis Deployment"
+
+
+KUSTOMIZE_EXPECTATIONS = {
+    "base": expect_kustomize_base,
+    "redis": expect_kustomize_redis,
+}
+
+
+def kustomize_checks() -> None:
+    cmd = kustomize_command()
+    if cmd is None:
+        fail("kustomize: find a kustomize", "neither `kustomize` nor `kubectl` is on PATH; "
+             "install kubectl (it embeds kustomize) to validate deploy/kustomize")
+        return
+    version = subprocess.run(cmd[:1] + (["version", "--client"] if cmd[0] == "kubectl"
+                                        else ["version"]),
+                             capture_output=True, text=True, timeout=60)
+    print("tool  " + " ".join(version.stdout.split()))
+    for d in KUSTOMIZE_DIRS:
+        label = f"kustomize[{d.relative_to(ROOT)}]"
+        run = subprocess.run(cmd + [str(d)], capture_output=True, text=True, timeout=120)
+        if run.returncode != 0:
+            fail(f"{label}: build", run.stderr or run.stdout)
+            continue
+        try:
+            docs = parse_docs(run.stdout, label)
+        except AssertionError as e:
+            fail(f"{label}: parse", str(e))
+            continue
+        ok(f"{label}: build ({len(docs)} objects)")
+        validate_all(docs, label)
+        expect = KUSTOMIZE_EXPECTATIONS.get(d.name)
+        if expect:
+            check(f"{label}: expected objects and settings", lambda: expect(docs))
+
+
+# ---------------------------------------------------------------------------------------------
+# Dockerfile
+
+
+def check_dockerfile() -> None:
+    import dockerfile
+
+    cmds = dockerfile.parse_file(str(ROOT / "deploy" / "Dockerfile"))
+    stages: list[list] = []
+    for c in cmds:
+        if c.cmd.upper() == "FROM":
+            stages.append([])
+        if stages:
+            stages[-1].append(c)
+    assert len(stages) == 2, f"expected a build and a runtime stage, found {len(stages)}"
+    build, runtime = stages
+    assert build[0].value[-2:] == ("AS", "build") or build[0].value[-2:] == ("as", "build"), \
+        "the first stage is not named `build`"
+    runs = " ".join(" ".join(c.value) for c in build if c.cmd.upper() == "RUN")
+    assert "cargo build --release --locked" in runs, "no `cargo build --release --locked`"
+    copies = [c for c in runtime if c.cmd.upper() == "COPY"]
+    assert copies and all("--from=build" in c.flags for c in copies), \
+        "the runtime stage copies from somewhere other than the build stage"
+    users = [c.value[0] for c in runtime if c.cmd.upper() == "USER"]
+    assert users, "the runtime stage sets no USER"
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit() and int(uid) != 0, f"USER {users[-1]} is not a numeric non-root user"
+    entry = [c for c in runtime if c.cmd.upper() == "ENTRYPOINT"]
+    assert entry and entry[-1].json, "ENTRYPOINT is missing or not in exec (JSON) form"
+    assert entry[-1].value[0] == "/usr/local/bin/mcp-task-gateway", entry[-1].value
+    args = {c.value[0].split("=")[0]: c.value[0].split("=", 1)[1]
+            for c in cmds if c.cmd.upper() == "ARG" and "=" in c.value[0]}
+    assert args.get("RUST_IMAGE", "").startswith("rust:1"), args
+    assert "distroless/cc-debian12" in args.get("RUNTIME_IMAGE", ""), args
+    assert "bookworm" in args["RUST_IMAGE"], "builder and runtime Debian releases differ"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=["chart", "kustomize", "dockerfile"],
+                        help="run one part only")
+    args = parser.parse_args()
+
+    print(f"tool  helm-python-sdk: libhelm_c {helm.helm_c_version()}, "
+          f"Helm SDK {helm.helm_sdk_version()}")
+    print(f"tool  kubernetes-validate {kv_version}, strict, Kubernetes {', '.join(KUBE_VERSIONS)}")
+    if args.only in (None, "chart"):
+        chart_checks()
+    if args.only in (None, "kustomize"):
+        kustomize_checks()
+    if args.only in (None, "dockerfile"):
+        check("deploy/Dockerfile: parses (BuildKit parser) and has the expected shape",
+              check_dockerfile)
+
+    print(f"{passed} passed, {len(failed)} failed")
+    if failed:
+        print("failed checks:\n  " + "\n  ".join(failed))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
