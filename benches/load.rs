@@ -382,7 +382,7 @@ async fn scenario_f(args: &Args, bins: &Binaries, report: &mut Report) {
                 .note("gateway side skipped: this gateway has no --upstream-cmd (stdio upstreams)");
             continue;
         }
-        let command = format!("node {}", everything.display());
+        let command = format!("node {} stdio", everything.display());
         let (gateway, url) = bins.gateway_cmd(&command);
         let target = Target::parse(&url);
         let pids = Pids::new(Some(&gateway), None);
@@ -1203,7 +1203,7 @@ impl Binaries {
         let mut command = Command::new("node");
         match which {
             "mcp-proxy" => {
-                let entry = peers.join("mcp-proxy/dist/bin/mcp-proxy.js");
+                let entry = peers.join("mcp-proxy/dist/bin/mcp-proxy.mjs");
                 if !entry.exists() {
                     return None;
                 }
