@@ -117,6 +117,9 @@ async fn accept_loop(listener: TcpListener, app: Arc<App>) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
+                // Like Node's HTTP server: without it, the SSE body written after the
+                // headers waits for a delayed ACK (~40 ms on Linux).
+                let _ = stream.set_nodelay(true);
                 tokio::spawn(serve_connection(stream, app.clone()));
             }
             Err(err) => {
