@@ -35,6 +35,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 const MODERN: &str = "2026-07-28";
 const LEGACY: &str = "2025-11-25";
 const TASKS_EXT: &str = "io.modelcontextprotocol/tasks";
+/// Distinct request ids per shared legacy session (more than any connection count).
+const LEGACY_IDS: u64 = 4096;
 const ANNOUNCE_DEADLINE: Duration = Duration::from_secs(30);
 
 #[derive(Parser, Debug, Clone)]
@@ -606,14 +608,18 @@ async fn legacy_requests(target: &Target, method: &str, params: Value) -> Worklo
     if let Err(e) = target.send_full(&mut conn, &initialized).await {
         return Workload::Unusable(format!("initialized: {e}"));
     }
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    Workload::fixed(
-        vec![Req {
-            headers: session,
-            body: Bytes::from(body.to_string()),
-        }],
-        Expect::Contains(br#""result""#),
-    )
+    // Connections share the session, and a session refuses an id already in flight:
+    // the requests cycle through distinct ids.
+    let requests = (1..=LEGACY_IDS)
+        .map(|id| {
+            let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+            Req {
+                headers: session.clone(),
+                body: Bytes::from(body.to_string()),
+            }
+        })
+        .collect();
+    Workload::fixed(requests, Expect::Contains(br#""result""#))
 }
 
 async fn legacy_echo_requests(target: &Target) -> Workload {
@@ -1138,13 +1144,33 @@ impl Binaries {
         let gateway = PathBuf::from(env!("CARGO_BIN_EXE_mcp-task-gateway"));
         let profile_dir = gateway.parent().expect("target/<profile>").to_path_buf();
         let fixture = profile_dir.join("examples").join("plain_server");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "--release", "--example", "plain_server"])
-            .current_dir(&root)
-            .status()
-            .expect("cargo build --release --example plain_server");
-        assert!(status.success(), "building the fixture failed");
+        let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        let fresh = match (
+            modified(&fixture),
+            modified(&root.join("examples/plain_server.rs")),
+        ) {
+            (Some(built), Some(source)) => built >= source,
+            _ => false,
+        };
+        if !fresh {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut command = Command::new(cargo);
+            // The variables `cargo bench` sets for the bench would change build-script
+            // fingerprints and rebuild half the tree.
+            for (name, _) in std::env::vars_os() {
+                let name = name.to_string_lossy().into_owned();
+                if name.starts_with("CARGO_") && name != "CARGO_HOME" && name != "CARGO_TARGET_DIR"
+                {
+                    command.env_remove(&name);
+                }
+            }
+            let status = command
+                .args(["build", "--release", "--example", "plain_server"])
+                .current_dir(&root)
+                .status()
+                .expect("cargo build --release --example plain_server");
+            assert!(status.success(), "building the fixture failed");
+        }
         assert!(
             fixture.exists(),
             "fixture not found at {}",
