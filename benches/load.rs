@@ -89,6 +89,14 @@ struct Args {
     /// The other proxy of scenario f: "mcp-proxy" or "supergateway" (from benches/peers).
     #[arg(long, default_value = "mcp-proxy")]
     other_proxy: String,
+    /// Another gateway binary to measure (e.g. a copy built before a change), instead of
+    /// the one this bench was built with.
+    #[arg(long)]
+    gateway_bin: Option<PathBuf>,
+    /// A command the gateway is run under, e.g. "valgrind --tool=massif" (split on
+    /// whitespace).
+    #[arg(long)]
+    gateway_wrap: Option<String>,
     /// Optional name filter, as `cargo bench NAME` passes it; runs matching scenarios.
     filter: Option<String>,
 }
@@ -123,7 +131,7 @@ fn wanted(args: &Args, scenario: &str) -> bool {
 }
 
 async fn run(args: &Args, report: &mut Report) {
-    let bins = Binaries::locate();
+    let bins = Binaries::locate(args);
     let redis_ok = !args.no_redis && bins.gateway_supports("--redis");
     if wanted(args, "a") {
         scenario_a(args, &bins, report).await;
@@ -1110,13 +1118,24 @@ async fn lifecycle(
 // Processes
 // ---------------------------------------------------------------------------
 
-/// A child process, killed by its PID when dropped.
+/// A child process, stopped by its PID when dropped: SIGTERM, then SIGKILL after
+/// `grace` (a wrapped gateway, e.g. under valgrind, needs to exit by itself to write
+/// its report).
 struct Proc {
     child: Child,
     name: String,
+    grace: Duration,
 }
 
 impl Proc {
+    fn new(child: Child, name: &str) -> Self {
+        Self {
+            child,
+            name: name.to_owned(),
+            grace: Duration::ZERO,
+        }
+    }
+
     fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -1124,9 +1143,25 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        if !self.grace.is_zero() {
+            // SAFETY: kill(2) on our own child's PID.
+            unsafe {
+                libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+            }
+            let deadline = Instant::now() + self.grace;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            eprintln!(
+                "{} did not stop within {:?}; killing it",
+                self.name, self.grace
+            );
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = &self.name;
     }
 }
 
@@ -1134,15 +1169,17 @@ struct Binaries {
     root: PathBuf,
     gateway: PathBuf,
     fixture: PathBuf,
+    wrap: Vec<String>,
 }
 
 impl Binaries {
     /// The gateway is the bench profile's own build of the binary; the fixture is built
     /// with `cargo build --release --example plain_server` if needed.
-    fn locate() -> Self {
+    fn locate(args: &Args) -> Self {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let gateway = PathBuf::from(env!("CARGO_BIN_EXE_mcp-task-gateway"));
-        let profile_dir = gateway.parent().expect("target/<profile>").to_path_buf();
+        let built = PathBuf::from(env!("CARGO_BIN_EXE_mcp-task-gateway"));
+        let profile_dir = built.parent().expect("target/<profile>").to_path_buf();
+        let gateway = args.gateway_bin.clone().unwrap_or(built);
         let fixture = profile_dir.join("examples").join("plain_server");
         let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
         let fresh = match (
@@ -1176,10 +1213,28 @@ impl Binaries {
             "fixture not found at {}",
             fixture.display()
         );
+        let wrap = args
+            .gateway_wrap
+            .as_deref()
+            .map(|w| w.split_whitespace().map(str::to_owned).collect())
+            .unwrap_or_default();
         Self {
             root,
             gateway,
             fixture,
+            wrap,
+        }
+    }
+
+    /// The gateway binary, under `--gateway-wrap` if given.
+    fn gateway_command(&self) -> Command {
+        match self.wrap.split_first() {
+            Some((program, wrap_args)) => {
+                let mut command = Command::new(program);
+                command.args(wrap_args).arg(&self.gateway);
+                command
+            }
+            None => Command::new(&self.gateway),
         }
     }
 
@@ -1199,20 +1254,28 @@ impl Binaries {
     }
 
     fn gateway(&self, upstream: &str, extra: &[String]) -> (Proc, String) {
-        let mut command = Command::new(&self.gateway);
+        let mut command = self.gateway_command();
         command
             .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
             .args(extra);
         gateway_env(&mut command);
-        spawn_announcing("mcp-task-gateway", command)
+        self.graced(spawn_announcing("mcp-task-gateway", command))
     }
 
     fn gateway_cmd(&self, upstream_cmd: &str) -> (Proc, String) {
-        let mut command = Command::new(&self.gateway);
+        let mut command = self.gateway_command();
         command.args(["--listen", "127.0.0.1:0", "--upstream-cmd", upstream_cmd]);
         command.current_dir(self.root.join("tests"));
         gateway_env(&mut command);
-        spawn_announcing("mcp-task-gateway", command)
+        self.graced(spawn_announcing("mcp-task-gateway", command))
+    }
+
+    /// A wrapped gateway gets SIGTERM and time to exit (and write its report).
+    fn graced(&self, (mut proc, url): (Proc, String)) -> (Proc, String) {
+        if !self.wrap.is_empty() {
+            proc.grace = Duration::from_secs(120);
+        }
+        (proc, url)
     }
 
     fn everything_entry(&self) -> Option<PathBuf> {
@@ -1259,10 +1322,7 @@ impl Binaries {
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         let child = command.spawn().ok()?;
-        let proc = Proc {
-            child,
-            name: which.to_owned(),
-        };
+        let proc = Proc::new(child, which);
         wait_for_port(port, ANNOUNCE_DEADLINE).ok()?;
         Some((proc, format!("http://127.0.0.1:{port}/mcp")))
     }
@@ -1270,6 +1330,7 @@ impl Binaries {
 
 fn gateway_env(command: &mut Command) {
     command
+        .args(["--drain-timeout-ms", "0"])
         .env("RUST_LOG", "error")
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .env("MTG_LOG_FORMAT", "json");
@@ -1331,10 +1392,7 @@ fn start_redis(binary: &str) -> (Proc, String) {
         .stderr(Stdio::null())
         .spawn()
         .expect("redis-server on the PATH");
-    let proc = Proc {
-        child,
-        name: "redis-server".into(),
-    };
+    let proc = Proc::new(child, "redis-server");
     wait_for_port(port, ANNOUNCE_DEADLINE).expect("redis-server listening");
     (proc, format!("redis://127.0.0.1:{port}"))
 }
@@ -1379,10 +1437,7 @@ fn spawn_announcing(name: &str, mut command: Command) -> (Proc, String) {
         }
         for _ in lines {}
     });
-    let proc = Proc {
-        child,
-        name: name.to_owned(),
-    };
+    let proc = Proc::new(child, name);
     let url = rx
         .recv_timeout(ANNOUNCE_DEADLINE)
         .unwrap_or_else(|_| panic!("{name} did not announce its address"));
