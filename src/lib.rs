@@ -24,7 +24,7 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     let local = listener.local_addr()?;
     let client = upstream::http::client();
     let upstream =
-        upstream::LegacyUpstream::new(client.clone(), config.upstream.clone(), &config.roots);
+        upstream::detect::AutoUpstream::new(client.clone(), config.upstream.clone(), &config.roots);
     let store = MemoryStore::start();
     let settings = TaskSettings {
         instance_id: config.instance_id.clone(),

@@ -4,4 +4,5 @@ pub mod bridge;
 pub mod headers;
 pub mod jsonrpc;
 pub mod meta;
+pub mod mrtr;
 pub mod wire;

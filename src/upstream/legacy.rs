@@ -467,7 +467,7 @@ async fn check_status(
     })
 }
 
-fn truncate_on_char(text: &mut String, max: usize) {
+pub(super) fn truncate_on_char(text: &mut String, max: usize) {
     if text.len() > max {
         let cut = (0..=max)
             .rev()

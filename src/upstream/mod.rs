@@ -1,8 +1,10 @@
 //! The plain MCP server behind the gateway, behind one trait whatever its transport.
 
+pub mod detect;
 pub mod forward;
 pub mod http;
 pub mod legacy;
+pub mod modern;
 pub mod stream;
 
 use async_trait::async_trait;
@@ -51,6 +53,14 @@ pub trait Upstream: Send + Sync + 'static {
 
     /// The server's `InitializeResult` (capabilities, serverInfo, instructions).
     async fn server_info(&self, caller: &Caller<'_>) -> Result<Value, UpstreamError>;
+
+    /// The `server/discover` result the gateway gives its 2026-07-28 clients. By
+    /// default built from `server_info`; a 2026-07-28 upstream gives its own answer.
+    async fn discover_result(&self, caller: &Caller<'_>) -> Result<Value, UpstreamError> {
+        Ok(crate::protocol::bridge::discover_result(
+            &self.server_info(caller).await?,
+        ))
+    }
 
     /// Where legacy session clients are passed through to, for HTTP upstreams.
     fn passthrough_url(&self) -> Option<&::http::Uri>;
