@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+pub mod mrtr;
+
 pub const MODERN: &str = "2026-07-28";
 pub const TASKS_EXT: &str = "io.modelcontextprotocol/tasks";
 pub const DEADLINE: Duration = Duration::from_secs(20);
@@ -83,20 +85,23 @@ fn spawn_announcing(name: &'static str, mut command: Command) -> (Proc, String) 
 /// The fixture binary, built once if `cargo test` did not build examples already.
 fn plain_server_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let exe = std::env::current_exe().unwrap();
-        let profile_dir = exe.parent().unwrap().parent().unwrap();
-        let bin = profile_dir.join("examples").join("plain_server");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "--example", "plain_server"])
-            .current_dir(repo_root())
-            .status()
-            .expect("cargo build --example plain_server");
-        assert!(status.success(), "building the fixture failed");
-        assert!(bin.exists(), "fixture not found at {}", bin.display());
-        bin
-    })
+    BIN.get_or_init(|| example_binary("plain_server"))
+}
+
+/// Builds `examples/<name>.rs` if needed; returns the binary's path.
+fn example_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().unwrap().parent().unwrap();
+    let bin = profile_dir.join("examples").join(name);
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--example", name])
+        .current_dir(repo_root())
+        .status()
+        .unwrap_or_else(|e| panic!("cargo build --example {name}: {e}"));
+    assert!(status.success(), "building the fixture {name} failed");
+    assert!(bin.exists(), "fixture not found at {}", bin.display());
+    bin
 }
 
 /// Starts `examples/plain_server`; returns it and its `/mcp` URL.
