@@ -106,7 +106,7 @@ async fn two_rounds_wait_for_every_answer(upstream: MrtrUpstream, args: &[&str])
         .result();
     let task = s.client.get_task(&task_id).await;
     assert_eq!(task["status"], "input_required", "{task}");
-    assert_eq!(outstanding_keys(&task), [color_key.clone()]);
+    assert_eq!(outstanding_keys(&task), std::slice::from_ref(&color_key));
     assert_eq!(upstream_calls(&s.upstream_url, "two_rounds").await, 1);
 
     // The rest (an answer to the already answered key is ignored).
