@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::mrtr::{MrtrUpstream, upstream_calls};
+use common::mrtr::{LegacySession, MrtrUpstream, upstream_calls};
 use common::*;
 use serde_json::{Value, json};
 
@@ -335,6 +335,80 @@ async fn discover_is_the_upstreams_with_the_tasks_extension(upstream: MrtrUpstre
     assert!(result["ttlMs"].is_u64() && result["cacheScope"].is_string());
 }
 
+async fn a_legacy_client_gets_input_requests_as_server_requests(
+    upstream: MrtrUpstream,
+    args: &[&str],
+) {
+    let s = setup(upstream, args);
+    let (session, init) =
+        LegacySession::initialize(&s.client.url, json!({"elicitation": {}})).await;
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25");
+    assert!(
+        init["result"]["capabilities"]["tools"].is_object(),
+        "{init}"
+    );
+    assert!(init["result"]["capabilities"].get("extensions").is_none());
+
+    let tools = session
+        .request(1, "tools/list", json!({}))
+        .await
+        .next()
+        .await
+        .unwrap();
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"two_rounds"), "{tools}");
+
+    // Round 1: two requests on the call's stream; the upstream waits for both answers.
+    let mut stream = session
+        .request(
+            2,
+            "tools/call",
+            json!({"name": "two_rounds", "arguments": {}}),
+        )
+        .await;
+    let first = stream.next().await.expect("a request");
+    let second = stream.next().await.expect("a request");
+    assert_ne!(first["id"], second["id"]);
+    for request in [&first, &second] {
+        assert_eq!(request["method"], "elicitation/create", "{request}");
+        let answer = match request["params"]["message"].as_str().unwrap() {
+            "Your name?" => json!({"name": "Cy"}),
+            "Favourite color?" => json!({"color": "green"}),
+            other => panic!("unexpected question {other}"),
+        };
+        if request == &first {
+            assert_eq!(upstream_calls(&s.upstream_url, "two_rounds").await, 1);
+        }
+        session.respond(&request["id"], accept(answer)).await;
+    }
+    // Round 2, then the result, on the same stream.
+    let third = stream.next().await.expect("round 2");
+    assert_eq!(third["params"]["message"], "Cy likes green, right?");
+    session
+        .respond(&third["id"], accept(json!({"ok": true})))
+        .await;
+    let last = stream.next().await.expect("the response");
+    assert_eq!(last["id"], 2);
+    assert_eq!(first_text(&last["result"]), "Cy likes green");
+    assert!(
+        stream.next().await.is_none(),
+        "the stream ends with the response"
+    );
+    assert_eq!(upstream_calls(&s.upstream_url, "two_rounds").await, 3);
+
+    // The session ends with DELETE; it is unknown afterwards.
+    assert_eq!(session.delete().await, 200);
+    let after = session
+        .post(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {}}))
+        .await;
+    assert_eq!(after.status(), 404);
+}
+
 /// One test per flow and upstream, all with the gateway's default (in-memory) store.
 macro_rules! flows {
     ($($flow:ident),* $(,)?) => {
@@ -363,4 +437,5 @@ flows!(
     input_before_promotion_is_answered_inline,
     cancel_while_waiting_for_input,
     discover_is_the_upstreams_with_the_tasks_extension,
+    a_legacy_client_gets_input_requests_as_server_requests,
 );

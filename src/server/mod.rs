@@ -1,5 +1,6 @@
 //! The HTTP front: routing, the era of each request, limits, and graceful shutdown.
 
+mod legacy_bridge;
 mod modern;
 mod passthrough;
 mod reply;
@@ -45,6 +46,8 @@ pub struct Gateway {
     strict_headers: bool,
     identity_header: Option<http::HeaderName>,
     allowed_origins: Vec<String>,
+    /// Legacy sessions the gateway serves itself (for 2026-07-28 upstreams).
+    legacy_sessions: legacy_bridge::LegacySessions,
 }
 
 impl Gateway {
@@ -64,6 +67,7 @@ impl Gateway {
             strict_headers: config.strict_headers,
             identity_header: config.identity_header.clone(),
             allowed_origins: config.allowed_origins.clone(),
+            legacy_sessions: Default::default(),
         }
     }
 }
@@ -182,14 +186,14 @@ async fn mcp_endpoint(gateway: &Gateway, request: Request<Incoming>) -> Response
 }
 
 async fn passthrough(gateway: &Gateway, parts: &Parts, body: bytes::Bytes) -> Response<Body> {
-    match gateway.upstream.passthrough_url() {
-        Some(url) => passthrough::forward(&gateway.client, url, parts, body).await,
-        None => reply::error_with_status(
-            StatusCode::BAD_REQUEST,
-            &ErrorObject::new(
-                code::INVALID_REQUEST,
-                "this upstream serves 2026-07-28 requests only; send params._meta protocolVersion",
-            ),
+    let auth = parts.headers.get(header::AUTHORIZATION);
+    match gateway.upstream.legacy_passthrough(auth).await {
+        Ok(Some(url)) => passthrough::forward(&gateway.client, url, parts, body).await,
+        // No upstream session to pass through to: the gateway serves the session.
+        Ok(None) => gateway.legacy_sessions.serve(gateway, parts, body).await,
+        Err(e) => reply::error_with_status(
+            StatusCode::BAD_GATEWAY,
+            &ErrorObject::internal(e.to_string()),
         ),
     }
 }

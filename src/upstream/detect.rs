@@ -161,6 +161,20 @@ impl Upstream for AutoUpstream {
     }
 
     fn passthrough_url(&self) -> Option<&Uri> {
-        Some(&self.url)
+        match self.chosen.get() {
+            Some(chosen) => chosen.passthrough_url(),
+            None => Some(&self.url),
+        }
+    }
+
+    async fn legacy_passthrough(
+        &self,
+        auth: Option<&HeaderValue>,
+    ) -> Result<Option<&Uri>, UpstreamError> {
+        let caller = Caller {
+            capabilities: &Map::new(),
+            auth,
+        };
+        Ok(self.chosen(&caller).await?.passthrough_url())
     }
 }

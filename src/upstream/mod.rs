@@ -64,6 +64,16 @@ pub trait Upstream: Send + Sync + 'static {
 
     /// Where legacy session clients are passed through to, for HTTP upstreams.
     fn passthrough_url(&self) -> Option<&::http::Uri>;
+
+    /// Whether legacy session clients go through to the upstream as they are (its URL),
+    /// or the gateway serves their sessions itself (`None`: a 2026-07-28 upstream has
+    /// no sessions). May ask the upstream first, with the caller's credentials.
+    async fn legacy_passthrough(
+        &self,
+        _auth: Option<&::http::HeaderValue>,
+    ) -> Result<Option<&::http::Uri>, UpstreamError> {
+        Ok(self.passthrough_url())
+    }
 }
 
 /// One request in flight upstream.

@@ -79,8 +79,9 @@ impl Upstream for ModernUpstream {
         Ok(bridge::modern_discover_result(&upstream))
     }
 
+    /// No sessions to pass through to: the gateway serves legacy clients itself.
     fn passthrough_url(&self) -> Option<&Uri> {
-        Some(&self.url)
+        None
     }
 }
 
