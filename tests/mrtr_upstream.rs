@@ -439,3 +439,25 @@ flows!(
     discover_is_the_upstreams_with_the_tasks_extension,
     a_legacy_client_gets_input_requests_as_server_requests,
 );
+
+/// An upstream that is down at first use is asked again later, not taken for legacy.
+#[tokio::test]
+async fn an_unreachable_upstream_is_detected_once_it_answers() {
+    let port = free_port();
+    let (_gateway, url) = start_gateway(&format!("http://127.0.0.1:{port}/mcp"), &[]);
+    let client = Client::with_tasks(&url);
+    let down = client.request("server/discover", json!({})).await;
+    assert_eq!(down.error_code(), -32603, "{}", down.body);
+
+    let (_upstream, _) = MrtrUpstream::Rmcp.start_on(port);
+    let up = client.request("server/discover", json!({})).await;
+    assert_eq!(
+        up.result()["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "rmcp"
+    );
+    let task_id = client
+        .start_task("confirm_delete", json!({"path": "/late"}))
+        .await;
+    let task = client.wait_status(&task_id, "input_required").await;
+    assert_eq!(outstanding_keys(&task), ["input-0"]);
+}

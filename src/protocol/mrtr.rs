@@ -11,6 +11,9 @@ use super::wire::InputRequest;
 pub const RESULT_TYPE_INPUT_REQUIRED: &str = "input_required";
 pub const INPUT_RESPONSES: &str = "inputResponses";
 pub const REQUEST_STATE: &str = "requestState";
+/// Rounds in a row that ask for nothing (only a `requestState`, so the retry is
+/// immediate) before the gateway decides the upstream is looping.
+pub const MAX_ROUNDS_WITHOUT_INPUT: u32 = 16;
 
 /// Whether a result asks for input instead of being final.
 pub fn is_input_required(result: &Value) -> bool {

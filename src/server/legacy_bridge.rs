@@ -29,7 +29,7 @@ use super::Gateway;
 use super::reply::{self, Body};
 use crate::protocol::jsonrpc::{self, ErrorObject, Message, code};
 use crate::protocol::meta::LEGACY_PROTOCOL_VERSION;
-use crate::protocol::mrtr::{self, InputRequired};
+use crate::protocol::mrtr::{self, InputRequired, MAX_ROUNDS_WITHOUT_INPUT};
 use crate::upstream::{Caller, Upstream, UpstreamError, UpstreamEvent, forward};
 
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -307,6 +307,7 @@ impl Session {
         };
         let original = original.unwrap_or_else(|| json!({}));
         let mut params = original.clone();
+        let mut without_input = 0;
         loop {
             let result = self
                 .call_once(upstream, &caller, method, params, events)
@@ -316,6 +317,16 @@ impl Session {
             }
             let round = InputRequired::parse(&result)
                 .map_err(|e| ErrorObject::internal(format!("upstream sent a {e}")))?;
+            without_input = if round.input_requests.is_empty() {
+                without_input + 1
+            } else {
+                0
+            };
+            if without_input > MAX_ROUNDS_WITHOUT_INPUT {
+                return Err(ErrorObject::internal(format!(
+                    "{MAX_ROUNDS_WITHOUT_INPUT} InputRequiredResults in a row asked for no input"
+                )));
+            }
             let mut asked = Vec::new();
             for (key, request) in round.input_requests {
                 let (request_id, answer) = self.expect_answer();

@@ -167,10 +167,15 @@ impl TaskService {
                 self.lock_early_input().remove(task_id);
                 return self.take_inline(task_id, principal).await;
             }
-            // Past the budget, input goes into the task, unless the runner took the
-            // hand-over just now: then its input is on the way.
-            Err(_) if self.lock_early_input().remove(task_id).is_some() => return None,
-            Err(_) => early_input.await.ok()?,
+            Err(_) => {
+                // Past the budget, input goes into the task, unless the runner took the
+                // hand-over just now: then its input is on the way.
+                let nobody_took_it = self.lock_early_input().remove(task_id).is_some();
+                if nobody_took_it {
+                    return None;
+                }
+                early_input.await.ok()?
+            }
         };
         if let Err(e) = self.store.delete(task_id).await {
             tracing::warn!(task_id, error = %e, "could not delete a task answered inline");

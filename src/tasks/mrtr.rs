@@ -16,13 +16,9 @@ use tokio::time::Instant;
 use super::runner::{sleep_until, timed_out, upstream_failure};
 use super::{TaskService, ToolCall};
 use crate::protocol::jsonrpc::ErrorObject;
-use crate::protocol::mrtr::{self, InputRequired};
+use crate::protocol::mrtr::{self, InputRequired, MAX_ROUNDS_WITHOUT_INPUT};
 use crate::store::{Outcome, StoreError};
 use crate::upstream::UpstreamError;
-
-/// Rounds in a row that ask for nothing (only a `requestState`) before the gateway
-/// decides the upstream is looping.
-const MAX_ROUNDS_WITHOUT_INPUT: u32 = 16;
 
 /// Key of the round in `TaskRecord::upstream_state`.
 const STATE_KEY: &str = "mrtr";

@@ -18,19 +18,26 @@ pub enum MrtrUpstream {
 }
 
 impl MrtrUpstream {
-    /// Starts the server; returns it and its `/mcp` URL.
+    /// Starts the server on a free port; returns it and its `/mcp` URL.
     pub fn start(self) -> (Proc, String) {
+        self.start_on(0)
+    }
+
+    /// Starts the server on `port` (0: any free one).
+    pub fn start_on(self, port: u16) -> (Proc, String) {
         match self {
             Self::Python => {
                 let mut command = Command::new(python());
-                command.arg(repo_root().join("tests/fixtures/mrtr_server.py"));
+                command
+                    .arg(repo_root().join("tests/fixtures/mrtr_server.py"))
+                    .args(["--port", &port.to_string()]);
                 spawn_announcing("mrtr_server.py", command)
             }
             Self::Rmcp => {
                 static BIN: OnceLock<PathBuf> = OnceLock::new();
                 let bin = BIN.get_or_init(|| example_binary("mrtr_server"));
                 let mut command = Command::new(bin);
-                command.args(["--listen", "127.0.0.1:0"]);
+                command.args(["--listen", &format!("127.0.0.1:{port}")]);
                 spawn_announcing("mrtr_server", command)
             }
         }
