@@ -94,7 +94,27 @@ fn example_binary(name: &str) -> PathBuf {
     let profile_dir = exe.parent().unwrap().parent().unwrap();
     let bin = profile_dir.join("examples").join(name);
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
+    let mut command = Command::new(cargo);
+    // Cargo gives tests the package's CARGO_PKG_*/CARGO_MANIFEST_* variables; ring's
+    // build script tracks some, so passing them on would rebuild half the dependency
+    // tree twice per test run (here, then again in the next plain `cargo build`).
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+            "CARGO_PRIMARY_",
+            "CARGO_TARGET_TMPDIR",
+        ]
+        .iter()
+        .any(|prefix| key.starts_with(prefix))
+        {
+            command.env_remove(key.as_ref());
+        }
+    }
+    let status = command
         .args(["build", "--example", name])
         .current_dir(repo_root())
         .status()
