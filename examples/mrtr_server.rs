@@ -14,6 +14,8 @@
 //! * `two_rounds {}`: round 1 asks two questions at once (name, color); round 2 asks to
 //!   confirm; then answers with all three.
 //! * `echo {text}`: no input needed.
+//! * `regional_echo {region, text}`: `region` is annotated `x-mcp-header: Region`, so a
+//!   call must carry a matching `Mcp-Param-Region` header (rmcp checks it).
 //!
 //! A `requestState` the server did not mint is rejected with -32602. `GET /stats`
 //! counts the tool calls that reached a tool, by tool name.
@@ -203,30 +205,12 @@ impl ServerHandler for MrtrServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let schema = |value: Value| -> Arc<JsonObject> {
-            Arc::new(serde_json::from_value(value).expect("a JSON object"))
-        };
-        Ok(ListToolsResult::with_all_items(vec![
-            Tool::new(
-                "confirm_delete",
-                "asks to confirm, then deletes (pretends to)",
-                schema(json!({
-                    "type": "object",
-                    "properties": {"path": {"type": "string"}, "delay_ms": {"type": "integer"}},
-                    "required": ["path"]
-                })),
-            ),
-            Tool::new(
-                "two_rounds",
-                "two MRTR rounds: name and color, then a confirmation",
-                schema(json!({"type": "object"})),
-            ),
-            Tool::new(
-                "echo",
-                "returns its text",
-                schema(json!({"type": "object", "properties": {"text": {"type": "string"}}})),
-            ),
-        ]))
+        Ok(ListToolsResult::with_all_items(tools()))
+    }
+
+    /// rmcp checks `Mcp-Param-*` headers against the schema found here.
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        tools().into_iter().find(|tool| tool.name == name)
     }
 
     async fn call_tool(
@@ -244,6 +228,23 @@ impl ServerHandler for MrtrServer {
                 self.count(&tool);
                 self.two_rounds(&request)
             }
+            "regional_echo" => {
+                self.count(&tool);
+                let argument = |name: &str| {
+                    request
+                        .arguments
+                        .as_ref()
+                        .and_then(|a| a.get(name))
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                Ok(text(format!(
+                    "{}: {}",
+                    argument("region"),
+                    argument("text")
+                )))
+            }
             "echo" => {
                 self.count(&tool);
                 let text_arg = request
@@ -260,6 +261,45 @@ impl ServerHandler for MrtrServer {
             )),
         }
     }
+}
+
+fn tools() -> Vec<Tool> {
+    let schema = |value: Value| -> Arc<JsonObject> {
+        Arc::new(serde_json::from_value(value).expect("a JSON object"))
+    };
+    vec![
+        Tool::new(
+            "confirm_delete",
+            "asks to confirm, then deletes (pretends to)",
+            schema(json!({
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "delay_ms": {"type": "integer"}},
+                "required": ["path"]
+            })),
+        ),
+        Tool::new(
+            "two_rounds",
+            "two MRTR rounds: name and color, then a confirmation",
+            schema(json!({"type": "object"})),
+        ),
+        Tool::new(
+            "echo",
+            "returns its text",
+            schema(json!({"type": "object", "properties": {"text": {"type": "string"}}})),
+        ),
+        Tool::new(
+            "regional_echo",
+            "returns region and text; region must be mirrored in Mcp-Param-Region",
+            schema(json!({
+                "type": "object",
+                "properties": {
+                    "region": {"type": "string", "x-mcp-header": "Region"},
+                    "text": {"type": "string"}
+                },
+                "required": ["region", "text"]
+            })),
+        ),
+    ]
 }
 
 #[tokio::main]

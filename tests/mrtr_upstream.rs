@@ -409,6 +409,27 @@ async fn a_legacy_client_gets_input_requests_as_server_requests(
     assert_eq!(after.status(), 404);
 }
 
+async fn annotated_arguments_are_mirrored_into_param_headers(
+    upstream: MrtrUpstream,
+    args: &[&str],
+) {
+    let s = setup(upstream, args);
+    // Both SDKs reject a call whose Mcp-Param-Region does not mirror `region`; a
+    // non-ASCII value travels Base64-encoded.
+    let arguments = json!({"region": "z\u{fc}rich", "text": "hi"});
+    let task_id = s
+        .client
+        .start_task("regional_echo", arguments.clone())
+        .await;
+    let task = s.client.wait_status(&task_id, "completed").await;
+    assert_eq!(first_text(&task["result"]), "z\u{fc}rich: hi");
+
+    let plain = Client::new(&s.client.url, json!({}));
+    let inline = plain.call_tool("regional_echo", arguments).await;
+    assert_eq!(first_text(inline.result()), "z\u{fc}rich: hi");
+    assert_eq!(upstream_calls(&s.upstream_url, "regional_echo").await, 2);
+}
+
 /// One test per flow and upstream, all with the gateway's default (in-memory) store.
 macro_rules! flows {
     ($($flow:ident),* $(,)?) => {
@@ -438,6 +459,7 @@ flows!(
     cancel_while_waiting_for_input,
     discover_is_the_upstreams_with_the_tasks_extension,
     a_legacy_client_gets_input_requests_as_server_requests,
+    annotated_arguments_are_mirrored_into_param_headers,
 );
 
 /// An upstream that is down at first use is asked again later, not taken for legacy.

@@ -4,6 +4,7 @@
 use serde_json::{Map, Value, json};
 
 use super::meta::{META_SERVER_INFO, MODERN_PROTOCOL_VERSION, TASKS_EXTENSION};
+use super::param_headers;
 
 /// Results that 2026-07-28 makes cacheable: they need `ttlMs` and `cacheScope`.
 const CACHEABLE: [&str; 5] = [
@@ -30,6 +31,18 @@ pub fn complete_result(method: &str, result: &mut Value) {
             // `execution.taskSupport` belongs to the 2025-11-25 task dialect.
             tool.remove("execution");
         }
+        // An HTTP client must not use a tool whose `x-mcp-header` annotations are
+        // invalid; the gateway is one, so it does not offer such a tool either.
+        tools.retain(|tool| {
+            let schema = tool.get("inputSchema").unwrap_or(&Value::Null);
+            match param_headers::annotations(schema) {
+                Ok(_) => true,
+                Err(reason) => {
+                    tracing::warn!(tool = %tool["name"], %reason, "tool hidden: invalid x-mcp-header");
+                    false
+                }
+            }
+        });
     }
 }
 
@@ -123,6 +136,13 @@ mod tests {
             result,
             json!({"tools": [{"name": "t"}], "resultType": "complete", "ttlMs": 0, "cacheScope": "private"})
         );
+        let mut result = json!({"tools": [
+            {"name": "ok", "inputSchema": {"properties": {"r": {"type": "string", "x-mcp-header": "R"}}}},
+            {"name": "bad", "inputSchema": {"properties": {"r": {"type": "number", "x-mcp-header": "R"}}}}
+        ]});
+        complete_result("tools/list", &mut result);
+        assert_eq!(result["tools"].as_array().unwrap().len(), 1);
+        assert_eq!(result["tools"][0]["name"], "ok");
         let mut result = json!({"content": [], "resultType": "complete"});
         complete_result("tools/call", &mut result);
         assert_eq!(result, json!({"content": [], "resultType": "complete"}));

@@ -5,4 +5,5 @@ pub mod headers;
 pub mod jsonrpc;
 pub mod meta;
 pub mod mrtr;
+pub mod param_headers;
 pub mod wire;

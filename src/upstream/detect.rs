@@ -43,7 +43,7 @@ pub async fn probe(
         Some(meta::with_modern_meta(None, &Map::new())),
     );
     let exchange = async {
-        let response = post(client, url, auth, "server/discover", &body).await?;
+        let response = post(client, url, auth, "server/discover", &body, &[]).await?;
         let status = response.status();
         if status == StatusCode::UNAUTHORIZED
             || status == StatusCode::FORBIDDEN

@@ -6,6 +6,7 @@ pub mod http;
 pub mod legacy;
 pub mod modern;
 pub mod stream;
+pub mod tool_headers;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::http::HttpClient;
 use super::legacy::{describe_client_error, truncate_on_char};
+use super::tool_headers::ToolHeaderCache;
 use super::{CallStream, Caller, Exchange, Upstream, UpstreamError, UpstreamEvent};
 use crate::protocol::bridge;
 use crate::protocol::headers::{self, MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
@@ -29,7 +30,11 @@ pub struct ModernUpstream {
     /// The upstream's `server/discover` answer when it was detected.
     discovered: Value,
     next_id: AtomicU64,
+    tool_headers: ToolHeaderCache,
 }
+
+/// Pages of `tools/list` read at most, so a looping cursor cannot hold a call forever.
+const MAX_TOOL_PAGES: usize = 100;
 
 impl ModernUpstream {
     pub fn new(client: HttpClient, url: Uri, discovered: Value) -> Self {
@@ -38,6 +43,7 @@ impl ModernUpstream {
             url,
             discovered,
             next_id: AtomicU64::new(1),
+            tool_headers: ToolHeaderCache::default(),
         }
     }
 
@@ -47,11 +53,63 @@ impl ModernUpstream {
         method: &str,
         params: Option<Value>,
     ) -> Result<ModernExchange, UpstreamError> {
+        let mut extra_headers = Vec::new();
+        if method == "tools/call"
+            && let Some(tool) = params.as_ref().and_then(|p| p.get("name")?.as_str())
+        {
+            let arguments = params.as_ref().and_then(|p| p.get("arguments"));
+            extra_headers = self
+                .tool_headers
+                .headers_for(tool, arguments, || self.list_tools(caller))
+                .await;
+        }
+        self.send(caller, method, params, &extra_headers).await
+    }
+
+    async fn send(
+        &self,
+        caller: &Caller<'_>,
+        method: &str,
+        params: Option<Value>,
+        extra_headers: &[(String, String)],
+    ) -> Result<ModernExchange, UpstreamError> {
         let id = Value::from(self.next_id.fetch_add(1, Ordering::Relaxed));
         let params = meta::with_modern_meta(params, caller.capabilities);
         let body = jsonrpc::request_value(id.clone(), method, Some(params));
-        let response = post(&self.client, &self.url, caller.auth, method, &body).await?;
+        let response = post(
+            &self.client,
+            &self.url,
+            caller.auth,
+            method,
+            &body,
+            extra_headers,
+        )
+        .await?;
         ModernExchange::open(response, id).await
+    }
+
+    /// Every tool of the upstream, all pages.
+    async fn list_tools(&self, caller: &Caller<'_>) -> Result<Vec<Value>, UpstreamError> {
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_TOOL_PAGES {
+            let params = cursor.take().map(|c| serde_json::json!({ "cursor": c }));
+            let mut exchange = self.send(caller, "tools/list", params, &[]).await?;
+            let page = exchange.final_answer().await?.map_err(|e| {
+                UpstreamError::Protocol(format!("tools/list failed: {}", e.message))
+            })?;
+            if let Some(page_tools) = page.get("tools").and_then(Value::as_array) {
+                tools.extend(page_tools.iter().cloned());
+            }
+            cursor = page
+                .get("nextCursor")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            if cursor.is_none() {
+                break;
+            }
+        }
+        Ok(tools)
     }
 }
 
@@ -85,13 +143,15 @@ impl Upstream for ModernUpstream {
     }
 }
 
-/// POSTs one JSON-RPC message to a 2026-07-28 endpoint with the standard headers.
+/// POSTs one JSON-RPC message to a 2026-07-28 endpoint with the standard headers, and
+/// `extra_headers` (name, unencoded value) such as `Mcp-Param-*`.
 pub(super) async fn post(
     client: &HttpClient,
     url: &Uri,
     auth: Option<&HeaderValue>,
     method: &str,
     body: &Value,
+    extra_headers: &[(String, String)],
 ) -> Result<hyper::Response<Incoming>, UpstreamError> {
     let mut request = Request::builder()
         .method(Method::POST)
@@ -104,6 +164,9 @@ pub(super) async fn post(
         headers::name_field(method).and_then(|field| body.get("params")?.get(field)?.as_str());
     if let Some(name) = name {
         request = request.header(MCP_NAME, headers::encode_value(name));
+    }
+    for (name, value) in extra_headers {
+        request = request.header(name.as_str(), headers::encode_value(value));
     }
     if let Some(auth) = auth {
         request = request.header(header::AUTHORIZATION, auth);
