@@ -148,15 +148,16 @@ mod tests {
         });
         let found = annotations(&schema).unwrap();
         assert_eq!(found.len(), 3);
-        let headers = values(
+        let mut headers = values(
             &found,
             Some(&json!({"region": "eu 1", "opts": {"dry": true}, "n": null, "query": "q"})),
         );
+        headers.sort();
         assert_eq!(
             headers,
             [
+                ("mcp-param-Dry-Run".to_owned(), "true".to_owned()),
                 ("mcp-param-Region".to_owned(), "eu 1".to_owned()),
-                ("mcp-param-Dry-Run".to_owned(), "true".to_owned())
             ]
         );
         assert!(values(&found, None).is_empty());

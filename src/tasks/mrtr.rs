@@ -147,17 +147,15 @@ async fn record_round(
     task_id: &str,
     round: &InputRequired,
 ) -> Result<Option<BTreeMap<String, String>>, StoreError> {
-    let mut keys = BTreeMap::new();
-    for (upstream_key, request) in &round.input_requests {
-        match service
-            .store
-            .add_input_request(task_id, request.clone())
-            .await?
-        {
-            Some(task_key) => keys.insert(task_key, upstream_key.clone()),
-            None => return Ok(None),
-        };
-    }
+    let (upstream_keys, requests): (Vec<_>, Vec<_>) = round
+        .input_requests
+        .iter()
+        .map(|(key, request)| (key.clone(), request.clone()))
+        .unzip();
+    let Some(task_keys) = service.store.add_input_requests(task_id, requests).await? else {
+        return Ok(None);
+    };
+    let keys: BTreeMap<String, String> = task_keys.into_iter().zip(upstream_keys).collect();
     let state = RoundState::AwaitingInput {
         request_state: round.request_state.clone(),
         keys: keys.clone(),
