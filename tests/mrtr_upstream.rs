@@ -409,6 +409,34 @@ async fn a_legacy_client_gets_input_requests_as_server_requests(
     assert_eq!(after.status(), 404);
 }
 
+async fn a_legacy_client_cancels_a_bridged_call(upstream: MrtrUpstream, args: &[&str]) {
+    let s = setup(upstream, args);
+    let (session, _) = LegacySession::initialize(&s.client.url, json!({"elicitation": {}})).await;
+    let mut stream = session
+        .request(
+            7,
+            "tools/call",
+            json!({"name": "confirm_delete", "arguments": {"path": "/c"}}),
+        )
+        .await;
+    let asked = stream.next().await.expect("an elicitation");
+    assert_eq!(asked["method"], "elicitation/create");
+    let notice = json!({
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": {"requestId": 7, "reason": "user gave up"}
+    });
+    assert_eq!(session.post(notice).await.status(), 202);
+    // The call's stream ends without a response, and the upstream is not called again.
+    assert!(stream.next().await.is_none());
+    assert_eq!(upstream_calls(&s.upstream_url, "confirm_delete").await, 1);
+    // A late answer to the withdrawn request is accepted and ignored.
+    session
+        .respond(&asked["id"], accept(json!({"confirm": true})))
+        .await;
+    assert_eq!(upstream_calls(&s.upstream_url, "confirm_delete").await, 1);
+}
+
 async fn annotated_arguments_are_mirrored_into_param_headers(
     upstream: MrtrUpstream,
     args: &[&str],
@@ -459,6 +487,7 @@ flows!(
     cancel_while_waiting_for_input,
     discover_is_the_upstreams_with_the_tasks_extension,
     a_legacy_client_gets_input_requests_as_server_requests,
+    a_legacy_client_cancels_a_bridged_call,
     annotated_arguments_are_mirrored_into_param_headers,
 );
 
