@@ -20,6 +20,9 @@ use crate::protocol::mrtr::{self, InputRequired, MAX_ROUNDS_WITHOUT_INPUT};
 use crate::store::{Outcome, StoreError};
 use crate::upstream::UpstreamError;
 
+/// How soon to read the task again after the store failed to answer.
+const STORE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Key of the round in `TaskRecord::upstream_state`.
 const STATE_KEY: &str = "mrtr";
 
@@ -119,11 +122,15 @@ impl Rounds {
             Err(e) => return Next::Finished(store_failure(&e)),
         };
         tracing::info!(keys = ?keys.keys().collect::<Vec<_>>(), "task needs input (MRTR round)");
+        // Set when the store could not be read: look again then, not only at a wake-up.
+        let mut look_again: Option<Instant> = None;
         loop {
             tokio::select! {
                 () = wake.notified() => {}
+                () = sleep_until(look_again) => {}
                 () = sleep_until(deadline) => return Next::Finished(timed_out(service)),
             }
+            look_again = None;
             match answers(service, task_id, &call.principal, &keys).await {
                 Ok(Answers::Complete(responses)) => {
                     let state = round.request_state.as_deref();
@@ -134,7 +141,10 @@ impl Rounds {
                 }
                 Ok(Answers::Partial) => {}
                 Ok(Answers::Ended) => return Next::Stopped,
-                Err(e) => tracing::warn!(error = %e, "could not read the task's answers"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not read the task's answers");
+                    look_again = Some(Instant::now() + STORE_RETRY);
+                }
             }
         }
     }

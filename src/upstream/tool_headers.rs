@@ -16,6 +16,7 @@ use crate::protocol::param_headers::{self, ParamHeader};
 const FRESH_FOR: Duration = Duration::from_secs(60);
 /// A tool missing from the listing refetches it, but not more often than this.
 const REFETCH_AFTER: Duration = Duration::from_secs(5);
+const LIST_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Default)]
 pub struct ToolHeaderCache {
@@ -50,14 +51,26 @@ impl ToolHeaderCache {
             Some(l) => !l.tools.contains_key(tool) && l.at.elapsed() > REFETCH_AFTER,
         };
         if refetch {
-            match list().await {
+            // Every tool call waits for this listing: it must not hang them all.
+            let listed = tokio::time::timeout(LIST_TIMEOUT, list())
+                .await
+                .unwrap_or_else(|_| Err(UpstreamError::Timeout(LIST_TIMEOUT.as_millis() as u64)));
+            match listed {
                 Ok(tools) => {
                     *listing = Some(Listing {
                         at: Instant::now(),
                         tools: annotations_by_tool(&tools),
                     });
                 }
-                Err(e) => tracing::warn!(error = %e, "could not list the upstream's tools"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not list the upstream's tools");
+                    // Try again later, not at every call: keep what is known, if anything.
+                    let known = listing.take().map(|l| l.tools).unwrap_or_default();
+                    *listing = Some(Listing {
+                        at: Instant::now(),
+                        tools: known,
+                    });
+                }
             }
         }
         listing
