@@ -1,6 +1,7 @@
 //! Server-Sent Events answers for legacy clients.
 
 use std::convert::Infallible;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, header};
@@ -10,6 +11,7 @@ use tokio::sync::mpsc;
 
 use crate::server::reply::Body;
 
+/// One JSON-RPC message as an SSE event.
 pub(super) fn sse_event(json: &[u8]) -> Bytes {
     let mut frame = Vec::with_capacity(json.len() + 24);
     frame.extend_from_slice(b"event: message\ndata: ");
@@ -18,9 +20,18 @@ pub(super) fn sse_event(json: &[u8]) -> Bytes {
     Bytes::from(frame)
 }
 
+/// While the client takes its time to answer, a comment now and then keeps proxies from
+/// closing the idle stream.
+const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(15);
+const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
+
+/// A response streaming `events` until their sender is dropped.
 pub(super) fn sse_response(events: mpsc::Receiver<Bytes>) -> Response<Body> {
     let frames = futures_util::stream::unfold(events, |mut events| async move {
-        let event = events.recv().await?;
+        let event = match tokio::time::timeout(KEEP_ALIVE_EVERY, events.recv()).await {
+            Ok(event) => event?,
+            Err(_) => Bytes::from_static(KEEP_ALIVE),
+        };
         Some((Ok::<_, Infallible>(Frame::data(event)), events))
     });
     let body = StreamBody::new(frames)
