@@ -82,7 +82,7 @@ fn select_upstream(
             (stdio.clone(), Some(stdio))
         }
         (None, Some(url)) => (
-            upstream::LegacyUpstream::new(client.clone(), url.clone(), &config.roots),
+            upstream::detect::AutoUpstream::new(client.clone(), url.clone(), &config.roots),
             None,
         ),
         // clap requires one of the two.

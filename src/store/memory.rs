@@ -114,6 +114,23 @@ impl TaskStore for MemoryStore {
             .flatten())
     }
 
+    async fn add_input_requests(
+        &self,
+        task_id: &str,
+        requests: Vec<InputRequest>,
+    ) -> Result<Option<Vec<String>>, StoreError> {
+        Ok(self
+            .update(task_id, |task, now| {
+                (!task.status.is_terminal()).then(|| {
+                    requests
+                        .into_iter()
+                        .map(|request| task.push_input_request(request, now))
+                        .collect()
+                })
+            })
+            .flatten())
+    }
+
     async fn withdraw_input_request(&self, task_id: &str, key: &str) -> Result<(), StoreError> {
         self.update(task_id, |task, now| task.withdraw_input_request(key, now));
         Ok(())
@@ -307,6 +324,35 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(![k0, k1].contains(&k2));
+    }
+
+    #[tokio::test]
+    async fn a_round_of_requests_is_added_at_once_with_fresh_keys() {
+        let store = MemoryStore::start();
+        store.create(record("t1", 60_000)).await.unwrap();
+        let first = store
+            .add_input_request("t1", elicit())
+            .await
+            .unwrap()
+            .unwrap();
+        let round = store
+            .add_input_requests("t1", vec![elicit(), elicit()])
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(round, ["input-1", "input-2"]);
+        assert!(!round.contains(&first));
+        let task = store.get("t1", "alice").await.unwrap().unwrap();
+        assert_eq!(task.input_requests.len(), 3);
+        assert_eq!(task.status, TaskStatus::InputRequired);
+        store.cancel("t1", "alice").await.unwrap();
+        assert!(
+            store
+                .add_input_requests("t1", vec![elicit()])
+                .await
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[tokio::test]

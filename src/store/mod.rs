@@ -218,6 +218,24 @@ pub trait TaskStore: Send + Sync + 'static {
         request: InputRequest,
     ) -> Result<Option<String>, StoreError>;
 
+    /// Adds several input requests at once (an MRTR round), so that no reader sees part
+    /// of them; their keys in order, or `None` if the task ended. Stores that can should
+    /// override this default, which adds them one by one.
+    async fn add_input_requests(
+        &self,
+        task_id: &str,
+        requests: Vec<InputRequest>,
+    ) -> Result<Option<Vec<String>>, StoreError> {
+        let mut keys = Vec::with_capacity(requests.len());
+        for request in requests {
+            match self.add_input_request(task_id, request).await? {
+                Some(key) => keys.push(key),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(keys))
+    }
+
     /// Withdraws an outstanding input request the upstream gave up on; the task goes
     /// back to `working` when nothing else is outstanding.
     async fn withdraw_input_request(&self, task_id: &str, key: &str) -> Result<(), StoreError>;
