@@ -28,7 +28,9 @@ pub(super) async fn run(
     let outcome = drive(service, task_id, call, &wake).await;
     if let Some(outcome) = outcome {
         let label = outcome_label(&outcome);
-        match service.store.finish(task_id, outcome).await {
+        // The TTL bounds the retries: a short store outage loses no upstream result.
+        let ttl = std::time::Duration::from_millis(service.settings.ttl_ms);
+        match crate::store::finish_with_retry(&*service.store, task_id, outcome, ttl).await {
             Ok(true) => tracing::info!(outcome = label, "task finished"),
             Ok(false) => tracing::info!(outcome = label, "task had already ended; result dropped"),
             Err(e) => tracing::error!(error = %e, "could not record the task's outcome"),
