@@ -412,3 +412,6 @@ impl TaskStore for RedisStore {
         leases::sweep(self, me).await
     }
 }
+
+#[cfg(test)]
+mod tests;
