@@ -3,6 +3,8 @@
 //! client. Every wait polls against a deadline; nothing sleeps to synchronise.
 #![allow(dead_code)]
 
+pub mod redis;
+
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
