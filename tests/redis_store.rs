@@ -415,3 +415,32 @@ async fn an_expired_task_is_unknown_and_leaves_no_key() {
     }
     assert!(ttl_less.is_empty(), "keys without a TTL: {ttl_less:?}");
 }
+
+#[tokio::test]
+async fn a_restarted_instance_with_the_same_id_fails_what_it_left_running() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    // Long lease: only the restart's own clean-up can explain a prompt failure.
+    let mut d = deploy_with_lease(2, 120_000, &["--redis", &url], &[]);
+    let left = d.clients[0].start_task("sleep", json!({"ms": 60000})).await;
+    let other = d.clients[1].start_task("sleep", json!({"ms": 60000})).await;
+    d.clients[1].wait_status(&left, "working").await;
+    d.gateways[0].kill();
+    let (_again, url_again) = start_gateway(
+        &d.upstream_url,
+        &[
+            "--instance-id",
+            "gw-0",
+            "--lease-timeout-ms",
+            "120000",
+            "--redis",
+            &url,
+        ],
+    );
+    let again = Client::with_tasks(&url_again);
+    let failed = again.wait_status(&left, "failed").await;
+    assert_eq!(failed["statusMessage"], "gateway instance lost", "{failed}");
+    assert_eq!(again.get_task(&other).await["status"], "working");
+    let task = again.start_task("echo", json!({"text": "fresh"})).await;
+    d.clients[1].wait_status(&task, "completed").await;
+}

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::store::{Lease, TaskStore};
+use crate::store::{INSTANCE_LOST, Lease, TaskStore};
 
 #[derive(Debug, Clone)]
 pub struct ClusterSettings {
@@ -46,8 +46,21 @@ impl Membership {
     /// Takes the lease (or keeps trying in the background) and starts renewing and
     /// sweeping.
     pub async fn start(store: Arc<dyn TaskStore>, settings: ClusterSettings) -> Self {
-        if let Err(e) = store.ping().await {
-            tracing::warn!(error = %e, "task store not reachable at start; will keep trying");
+        // Tasks still indexed under this id belong to an earlier process with the same
+        // id (e.g. a restarted pod that keeps its name): nobody runs them any more.
+        // This runs before the first request is served, so none of them is ours.
+        match store
+            .fail_tasks_of(&settings.instance_id, INSTANCE_LOST)
+            .await
+        {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(
+                tasks = n,
+                "failed the tasks an earlier process with this instance id left running"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "task store not reachable at start; will keep trying")
+            }
         }
         let (stop, stopped) = watch::channel(false);
         let handle = tokio::spawn(run(store.clone(), settings.clone(), stopped));

@@ -209,6 +209,10 @@ impl TaskStore for MemoryStore {
         Ok(true)
     }
 
+    async fn fail_tasks_of(&self, _instance: &str, _message: &str) -> Result<usize, StoreError> {
+        Ok(0)
+    }
+
     async fn release_lease(&self, _instance: &str) -> Result<usize, StoreError> {
         Ok(0)
     }

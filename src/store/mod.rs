@@ -313,6 +313,10 @@ pub trait TaskStore: Send + Sync + 'static {
     /// case other instances may have failed its tasks.
     async fn renew_lease(&self, lease: &Lease<'_>) -> Result<bool, StoreError>;
 
+    /// Fails the unfinished tasks indexed under `instance` with `message` (-32603).
+    /// Used at start for tasks an earlier process with the same instance id left.
+    async fn fail_tasks_of(&self, instance: &str, message: &str) -> Result<usize, StoreError>;
+
     /// Gives the lease up on a graceful stop and fails the instance's unfinished tasks
     /// ([`INSTANCE_STOPPED`]) so every instance reports them at once. Returns how many.
     async fn release_lease(&self, instance: &str) -> Result<usize, StoreError>;

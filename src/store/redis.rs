@@ -404,6 +404,10 @@ impl TaskStore for RedisStore {
         leases::renew(self, lease).await
     }
 
+    async fn fail_tasks_of(&self, instance: &str, message: &str) -> Result<usize, StoreError> {
+        leases::fail_owned_tasks(self, instance, message).await
+    }
+
     async fn release_lease(&self, instance: &str) -> Result<usize, StoreError> {
         leases::release(self, instance).await
     }

@@ -100,7 +100,7 @@ pub(super) async fn sweep(store: &RedisStore, me: &str) -> Result<usize, StoreEr
 
 /// Fails every unfinished task in `instance`'s index with `message`; empties the index
 /// of the ids it handled. Returns how many tasks it failed.
-async fn fail_owned_tasks(
+pub(super) async fn fail_owned_tasks(
     store: &RedisStore,
     instance: &str,
     message: &str,
