@@ -9,7 +9,8 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use super::{
-    CancelOutcome, Outcome, StoreError, TaskRecord, TaskStore, UpdateOutcome, WakeReceiver, now_ms,
+    CancelOutcome, Lease, Outcome, StoreError, TaskRecord, TaskStore, UpdateOutcome, WakeReceiver,
+    metrics, now_ms,
 };
 use crate::protocol::wire::InputRequest;
 
@@ -71,6 +72,7 @@ impl TaskStore for MemoryStore {
         if tasks.contains_key(&task.task_id) {
             return Err(StoreError::Duplicate(task.task_id));
         }
+        metrics::task_reached(task.status);
         tasks.insert(task.task_id.clone(), Arc::new(task));
         Ok(())
     }
@@ -213,6 +215,27 @@ impl TaskStore for MemoryStore {
             .unwrap_or_else(|p| p.into_inner())
             .insert(owner.to_owned(), tx);
         rx
+    }
+
+    // One process holds every task: no other instance to hand over to or sweep for.
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn renew_lease(&self, _lease: &Lease<'_>) -> Result<bool, StoreError> {
+        Ok(true)
+    }
+
+    async fn fail_tasks_of(&self, _instance: &str, _message: &str) -> Result<usize, StoreError> {
+        Ok(0)
+    }
+
+    async fn release_lease(&self, _instance: &str) -> Result<usize, StoreError> {
+        Ok(0)
+    }
+
+    async fn fail_tasks_of_lost_owners(&self, _me: &str) -> Result<usize, StoreError> {
+        Ok(0)
     }
 }
 

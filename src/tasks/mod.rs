@@ -312,7 +312,10 @@ impl TaskService {
     }
 
     fn wake_local(&self, task_id: &str) {
-        if let Some(notify) = self.lock_runners().get(task_id) {
+        let runners = self.lock_runners();
+        if task_id == crate::store::WAKE_ALL {
+            runners.values().for_each(|notify| notify.notify_one());
+        } else if let Some(notify) = runners.get(task_id) {
             notify.notify_one();
         }
     }

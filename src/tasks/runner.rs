@@ -29,7 +29,9 @@ pub(super) async fn run(
     let outcome = drive(service, task_id, call, &wake).await;
     if let Some(outcome) = outcome {
         let label = outcome_label(&outcome);
-        match service.store.finish(task_id, outcome).await {
+        // The TTL bounds the retries: a short store outage loses no upstream result.
+        let ttl = std::time::Duration::from_millis(service.settings.ttl_ms);
+        match crate::store::finish_with_retry(&*service.store, task_id, outcome, ttl).await {
             Ok(true) => {
                 telemetry::task_finished(label, started.elapsed());
                 tracing::info!(outcome = label, "task finished");
