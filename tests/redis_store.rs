@@ -228,7 +228,13 @@ async fn a_stopping_instance_fails_its_running_tasks_at_once() {
     let redis = RedisServer::start();
     let url = redis.url();
     // A lease timeout far beyond the test's deadline: only the release can explain it.
-    let d = deploy_with_lease(2, 120_000, &["--redis", &url], &[]);
+    // SIGTERM first lets running tasks finish for the drain timeout; these never would.
+    let d = deploy_with_lease(
+        2,
+        120_000,
+        &["--redis", &url, "--drain-timeout-ms", "300"],
+        &[],
+    );
     let owner = &d.clients[0];
     let tasks = [
         owner.start_task("sleep", json!({"ms": 60000})).await,

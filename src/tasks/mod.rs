@@ -300,8 +300,8 @@ impl TaskService {
         );
         for task_id in left {
             let outcome = crate::store::Outcome::Failed {
-                error: ErrorObject::internal("gateway instance shut down before the task finished"),
-                message: "gateway instance shut down before the task finished".into(),
+                error: ErrorObject::internal(crate::store::INSTANCE_STOPPED),
+                message: crate::store::INSTANCE_STOPPED.into(),
             };
             match self.store.finish(&task_id, outcome).await {
                 Ok(true) => telemetry::task_finished("failed", Duration::ZERO),
