@@ -8,6 +8,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterConfig;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisError, Value};
+use tracing::Instrument;
 
 use super::scripts::Scripts;
 use crate::store::{StoreError, metrics};
@@ -101,13 +102,18 @@ impl Conn {
         groups: Vec<Pipeline>,
     ) -> Result<Vec<Vec<Value>>, StoreError> {
         let started = Instant::now();
-        let result = match self.attempt(&groups).await {
-            Err(Failure::NoScript) => match self.load_scripts().await {
-                Ok(()) => self.attempt(&groups).await,
-                Err(e) => Err(e),
-            },
-            other => other,
-        };
+        let span = tracing::debug_span!("redis", op);
+        let result = async {
+            match self.attempt(&groups).await {
+                Err(Failure::NoScript) => match self.load_scripts().await {
+                    Ok(()) => self.attempt(&groups).await,
+                    Err(e) => Err(e),
+                },
+                other => other,
+            }
+        }
+        .instrument(span)
+        .await;
         metrics::roundtrip(op, started.elapsed());
         result.map_err(|failure| {
             metrics::store_error(self.backend_label());
