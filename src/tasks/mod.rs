@@ -115,6 +115,8 @@ impl TaskService {
         };
         let task_id = record.task_id.clone();
         let principal = call.principal.clone();
+        // The reply is the seed state just stored: no read back (one store round trip).
+        let seed = Arc::new(record.clone());
         self.store.create(record).await.map_err(store_error)?;
         telemetry::task_created();
 
@@ -150,7 +152,7 @@ impl TaskService {
         {
             return Ok(Started::Inline(inline));
         }
-        self.get(&task_id, &principal).await.map(Started::Task)
+        Ok(Started::Task(seed))
     }
 
     /// Waits up to the promotion budget for the call to finish or to ask for input;
