@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{ArgGroup, Parser};
 
+use crate::store::redis::Target;
 use crate::tasks::policy::TaskPolicy;
 
 /// Every flag has an environment variable of the same name, upper-cased with a `MTG_` prefix.
@@ -100,8 +101,9 @@ pub struct Config {
     #[arg(long = "root", env = "MTG_ROOTS", value_delimiter = ',')]
     pub roots: Vec<String>,
 
-    /// Name of this gateway instance; owner of the tasks it runs.
-    #[arg(long, env = "MTG_INSTANCE_ID", default_value_t = default_instance_id())]
+    /// Name of this gateway instance; owner of the tasks it runs. Unique per instance
+    /// (default: hostname and a random suffix).
+    #[arg(long, env = "MTG_INSTANCE_ID", default_value_t = default_instance_id(), value_parser = parse_instance_id)]
     pub instance_id: String,
 
     /// TOML or YAML file mirroring these flags (keys are flag names). Flags and
@@ -121,6 +123,36 @@ pub struct Config {
     /// `/readyz` checks only the store, not the upstream.
     #[arg(long, env = "MTG_READYZ_SKIP_UPSTREAM", default_value_t = false)]
     pub readyz_skip_upstream: bool,
+    /// Shared task store: a Redis URL (`redis://` or `rediss://` for TLS). Without it
+    /// (or --redis-cluster), tasks live in this process's memory and only it serves them.
+    #[arg(long, env = "MTG_REDIS", value_parser = parse_redis_url, conflicts_with = "redis_cluster")]
+    pub redis: Option<String>,
+
+    /// Shared task store on Redis Cluster: seed node URLs, comma-separated.
+    #[arg(long, env = "MTG_REDIS_CLUSTER", value_delimiter = ',', value_parser = parse_redis_url)]
+    pub redis_cluster: Vec<String>,
+
+    /// With N > 0, a task is created (and its id returned) only once N Redis replicas
+    /// acknowledged it (WAIT); otherwise the call fails with -32603.
+    #[arg(long, env = "MTG_REDIS_WAIT_REPLICAS", default_value_t = 0)]
+    pub redis_wait_replicas: u32,
+
+    /// Time limit for one Redis operation, connecting included. Past it the request
+    /// gets -32603 "task store unavailable".
+    #[arg(long, env = "MTG_REDIS_TIMEOUT_MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub redis_timeout_ms: u64,
+
+    /// URL other instances can reach this one at (e.g. `http://<pod-ip>:8080/mcp`);
+    /// published with its lease. Wake-ups travel through Redis, so nothing requires
+    /// it yet; it is there for routing requests to a task's owner.
+    #[arg(long, env = "MTG_ADVERTISE_URL", value_parser = parse_upstream_url)]
+    pub advertise_url: Option<http::Uri>,
+
+    /// With a shared store: longest time from an instance's disappearance (crash,
+    /// kill -9, partition) until its unfinished tasks are failed ("gateway instance
+    /// lost"). Shorter detects faster but tolerates shorter stalls.
+    #[arg(long, env = "MTG_LEASE_TIMEOUT_MS", default_value_t = 15_000, value_parser = clap::value_parser!(u64).range(100..))]
+    pub lease_timeout_ms: u64,
 
     /// Log format: `pretty` or `json`. Verbosity follows `RUST_LOG` (default `info`).
     #[arg(long, env = "MTG_LOG_FORMAT", default_value = "pretty", value_parser = ["pretty", "json"])]
@@ -146,6 +178,15 @@ impl Config {
 
     pub fn policy_map(&self) -> HashMap<String, TaskPolicy> {
         self.tool_policies.iter().cloned().collect()
+    }
+
+    /// The shared store, if one is configured.
+    pub fn redis_target(&self) -> Option<Target> {
+        match (&self.redis, self.redis_cluster.is_empty()) {
+            (Some(url), _) => Some(Target::Server(url.clone())),
+            (None, false) => Some(Target::Cluster(self.redis_cluster.clone())),
+            (None, true) => None,
+        }
     }
 }
 
@@ -186,6 +227,25 @@ fn parse_env_pair(raw: &str) -> Result<(String, String), String> {
         Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
         _ => Err(format!("expected KEY=VALUE, got {raw:?}")),
     }
+}
+
+fn parse_redis_url(raw: &str) -> Result<String, String> {
+    match raw.split_once("://") {
+        Some(("redis" | "rediss", rest)) if !rest.is_empty() => Ok(raw.to_owned()),
+        _ => Err("expected a redis:// or rediss:// URL".to_owned()),
+    }
+}
+
+/// Instance ids become part of Redis key names (as hash tags), so braces are out.
+fn parse_instance_id(raw: &str) -> Result<String, String> {
+    if raw.is_empty()
+        || raw.len() > 200
+        || raw.contains(['{', '}'])
+        || raw.chars().any(char::is_whitespace)
+    {
+        return Err("expected 1-200 characters, without braces or whitespace".to_owned());
+    }
+    Ok(raw.to_owned())
 }
 
 fn parse_tool_policy(raw: &str) -> Result<(String, TaskPolicy), String> {
@@ -290,6 +350,43 @@ mod tests {
         for bad in [r#"node "unclosed"#, "   "] {
             let parsed = Config::try_parse_from(["mcp-task-gateway", "--upstream-cmd", bad]);
             assert!(parsed.is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn selects_the_store() {
+        let base = ["mcp-task-gateway", "--upstream", "http://127.0.0.1:9/mcp"];
+        let memory = Config::try_parse_from(base).unwrap();
+        assert!(memory.redis_target().is_none());
+        assert_eq!(memory.lease_timeout_ms, 15_000);
+
+        let single =
+            Config::try_parse_from([&base[..], &["--redis", "rediss://cache:6380/0"]].concat())
+                .unwrap();
+        assert!(
+            matches!(single.redis_target(), Some(Target::Server(u)) if u == "rediss://cache:6380/0")
+        );
+
+        let cluster = Config::try_parse_from(
+            [
+                &base[..],
+                &["--redis-cluster", "redis://a:7000,redis://b:7001"],
+            ]
+            .concat(),
+        )
+        .unwrap();
+        assert!(matches!(cluster.redis_target(), Some(Target::Cluster(urls)) if urls.len() == 2));
+
+        for bad in [
+            &["--redis", "http://cache:6379"][..],
+            &["--redis", "redis://a", "--redis-cluster", "redis://b"],
+            &["--instance-id", "gw-{1}"],
+            &["--lease-timeout-ms", "5"],
+        ] {
+            assert!(
+                Config::try_parse_from([&base[..], bad].concat()).is_err(),
+                "{bad:?}"
+            );
         }
     }
 }

@@ -3,6 +3,7 @@
 //! Data flows one way: `server` (HTTP) → `protocol` (MCP shapes and rules) → `tasks`
 //! (task lifecycle) → `store` (task state) and `upstream` (the plain MCP server).
 
+pub mod cluster;
 pub mod config;
 pub mod config_file;
 pub mod protocol;
@@ -13,11 +14,15 @@ pub mod telemetry;
 pub mod upstream;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 
+use cluster::{ClusterSettings, Membership};
 use config::Config;
+use store::TaskStore;
 use store::memory::MemoryStore;
+use store::redis::{RedisSettings, RedisStore, Target};
 use tasks::{TaskService, TaskSettings};
 
 /// Runs the gateway until SIGTERM or Ctrl-C.
@@ -30,7 +35,28 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     let local = listener.local_addr()?;
     let client = upstream::http::client();
     let (upstream, stdio) = select_upstream(&config, &client);
-    let store = MemoryStore::start();
+    let store: Arc<dyn TaskStore> = match config.redis_target() {
+        None => MemoryStore::start(),
+        Some(target) => {
+            let settings = RedisSettings {
+                target,
+                instance_id: config.instance_id.clone(),
+                wait_replicas: config.redis_wait_replicas,
+                timeout: Duration::from_millis(config.redis_timeout_ms),
+                max_ttl: Duration::from_millis(config.max_ttl_ms),
+            };
+            RedisStore::connect(settings).map_err(std::io::Error::other)?
+        }
+    };
+    let membership = Membership::start(
+        store.clone(),
+        ClusterSettings {
+            instance_id: config.instance_id.clone(),
+            advertise_url: config.advertise_url.as_ref().map(ToString::to_string),
+            lease_timeout: Duration::from_millis(config.lease_timeout_ms),
+        },
+    )
+    .await;
     let settings = TaskSettings {
         instance_id: config.instance_id.clone(),
         ttl_ms: config.task_ttl_ms(),
@@ -44,13 +70,20 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         gateway = gateway.with_stdio_sessions(stdio.clone());
     }
     let gateway = Arc::new(gateway);
-    tracing::info!(listen = %local, upstream = %describe_upstream(&config), instance = %config.instance_id, "mcp-task-gateway ready");
+    let store_kind = match config.redis_target() {
+        None => "memory",
+        Some(Target::Server(_)) => "redis",
+        Some(Target::Cluster(_)) => "redis-cluster",
+    };
+    tracing::info!(listen = %local, upstream = %describe_upstream(&config), instance = %config.instance_id, store = store_kind, "mcp-task-gateway ready");
     // Tests and scripts read the bound address from this line (the port may be 0).
     println!("listening on http://{local}/mcp");
     server::serve(listener, gateway, shutdown_signal()).await?;
     tasks
-        .drain(std::time::Duration::from_millis(config.drain_timeout_ms))
+        .drain(Duration::from_millis(config.drain_timeout_ms))
         .await;
+    // Tasks still running here end now, visibly to every instance.
+    membership.shutdown().await;
     if let Some(stdio) = stdio {
         stdio.shutdown().await;
     }
@@ -82,7 +115,7 @@ fn select_upstream(
             (stdio.clone(), Some(stdio))
         }
         (None, Some(url)) => (
-            upstream::LegacyUpstream::new(client.clone(), url.clone(), &config.roots),
+            upstream::detect::AutoUpstream::new(client.clone(), url.clone(), &config.roots),
             None,
         ),
         // clap requires one of the two.

@@ -229,3 +229,46 @@ async fn config_file_settings_apply() {
     assert_eq!(created.result()["pollIntervalMs"], 250);
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[tokio::test]
+async fn readyz_flips_when_redis_stops_and_recovers_when_it_returns() {
+    let mut redis = common::redis::RedisServer::start();
+    let (_upstream, upstream_url) = start_plain_server();
+    let redis_url = redis.url();
+    let (_gateway, url) = start_gateway(
+        &upstream_url,
+        &["--redis", &redis_url, "--redis-timeout-ms", "500"],
+    );
+    let readyz_url = url.replace("/mcp", "/readyz");
+    let status = || {
+        let readyz_url = readyz_url.clone();
+        async move { reqwest::get(readyz_url).await.unwrap().status().as_u16() }
+    };
+    eventually("ready with Redis up", || async {
+        (status().await == 200).then_some(())
+    })
+    .await;
+
+    redis.kill();
+    let body: serde_json::Value = eventually("not ready without Redis", || async {
+        let response = reqwest::get(&readyz_url).await.unwrap();
+        (response.status() == 503).then_some(response)
+    })
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert!(
+        body["problems"][0].as_str().unwrap().starts_with("store:"),
+        "{body}"
+    );
+    // The process keeps running: liveness stays green.
+    let health = reqwest::get(url.replace("/mcp", "/healthz")).await.unwrap();
+    assert_eq!(health.status(), 200);
+
+    redis.restart();
+    eventually("ready again once Redis is back", || async {
+        (status().await == 200).then_some(())
+    })
+    .await;
+}

@@ -4,6 +4,7 @@
 use serde_json::{Map, Value, json};
 
 use super::meta::{META_SERVER_INFO, MODERN_PROTOCOL_VERSION, TASKS_EXTENSION};
+use super::param_headers;
 
 /// Results that 2026-07-28 makes cacheable: they need `ttlMs` and `cacheScope`.
 const CACHEABLE: [&str; 5] = [
@@ -30,6 +31,18 @@ pub fn complete_result(method: &str, result: &mut Value) {
             // `execution.taskSupport` belongs to the 2025-11-25 task dialect.
             tool.remove("execution");
         }
+        // An HTTP client must not use a tool whose `x-mcp-header` annotations are
+        // invalid; the gateway is one, so it does not offer such a tool either.
+        tools.retain(|tool| {
+            let schema = tool.get("inputSchema").unwrap_or(&Value::Null);
+            match param_headers::annotations(schema) {
+                Ok(_) => true,
+                Err(reason) => {
+                    tracing::warn!(tool = %tool["name"], %reason, "tool hidden: invalid x-mcp-header");
+                    false
+                }
+            }
+        });
     }
 }
 
@@ -71,6 +84,45 @@ pub fn discover_result(initialize: &Value) -> Value {
     result
 }
 
+/// The `server/discover` result for a 2026-07-28 upstream: its own answer, with the
+/// tasks extension added and `supportedVersions` limited to what the gateway speaks.
+pub fn modern_discover_result(upstream: &Value) -> Value {
+    let mut result = upstream.clone();
+    let Some(obj) = result.as_object_mut() else {
+        return discover_result(&json!({}));
+    };
+    obj.insert("resultType".into(), "complete".into());
+    obj.insert("supportedVersions".into(), json!([MODERN_PROTOCOL_VERSION]));
+    let capabilities = obj.entry("capabilities").or_insert_with(|| json!({}));
+    if let Some(capabilities) = capabilities.as_object_mut() {
+        capabilities.remove("tasks");
+        let extensions = capabilities
+            .entry("extensions")
+            .or_insert_with(|| json!({}));
+        if let Some(extensions) = extensions.as_object_mut() {
+            extensions.insert(TASKS_EXTENSION.into(), json!({}));
+        }
+    }
+    add_cache_hints(obj);
+    result
+}
+
+/// An `InitializeResult`-like view (capabilities, serverInfo, instructions) of a
+/// 2026-07-28 `server/discover` result, for code that reads server information.
+pub fn server_info_of_discover(discover: &Value) -> Value {
+    let mut info = json!({
+        "protocolVersion": MODERN_PROTOCOL_VERSION,
+        "capabilities": discover.get("capabilities").cloned().unwrap_or_else(|| json!({})),
+    });
+    if let Some(server) = discover.get("_meta").and_then(|m| m.get(META_SERVER_INFO)) {
+        info["serverInfo"] = server.clone();
+    }
+    if let Some(instructions) = discover.get("instructions").filter(|i| i.is_string()) {
+        info["instructions"] = instructions.clone();
+    }
+    info
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,9 +136,41 @@ mod tests {
             result,
             json!({"tools": [{"name": "t"}], "resultType": "complete", "ttlMs": 0, "cacheScope": "private"})
         );
+        let mut result = json!({"tools": [
+            {"name": "ok", "inputSchema": {"properties": {"r": {"type": "string", "x-mcp-header": "R"}}}},
+            {"name": "bad", "inputSchema": {"properties": {"r": {"type": "number", "x-mcp-header": "R"}}}}
+        ]});
+        complete_result("tools/list", &mut result);
+        assert_eq!(result["tools"].as_array().unwrap().len(), 1);
+        assert_eq!(result["tools"][0]["name"], "ok");
         let mut result = json!({"content": [], "resultType": "complete"});
         complete_result("tools/call", &mut result);
         assert_eq!(result, json!({"content": [], "resultType": "complete"}));
+    }
+
+    #[test]
+    fn modern_discover_keeps_the_upstream_answer_and_adds_the_extension() {
+        let upstream = json!({
+            "resultType": "complete",
+            "supportedVersions": ["2026-07-28", "2027-01-01"],
+            "capabilities": {"tools": {"listChanged": true}, "extensions": {"x/y": {}}},
+            "ttlMs": 5000,
+            "cacheScope": "public",
+            "instructions": "hi",
+            "_meta": {META_SERVER_INFO: {"name": "up", "version": "2"}}
+        });
+        let result = modern_discover_result(&upstream);
+        assert_eq!(result["supportedVersions"], json!(["2026-07-28"]));
+        assert_eq!(
+            result["capabilities"]["extensions"],
+            json!({"x/y": {}, TASKS_EXTENSION: {}})
+        );
+        assert_eq!(result["ttlMs"], 5000);
+        assert_eq!(result["cacheScope"], "public");
+        assert_eq!(result["instructions"], "hi");
+        let info = server_info_of_discover(&upstream);
+        assert_eq!(info["serverInfo"]["name"], "up");
+        assert_eq!(info["capabilities"]["tools"]["listChanged"], true);
     }
 
     #[test]

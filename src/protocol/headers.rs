@@ -76,6 +76,22 @@ fn check(
     Ok(())
 }
 
+/// A value as a client must send it in `Mcp-Name` or `Mcp-Param-*`: as it is when it is
+/// plain visible ASCII without surrounding whitespace, else in the `=?base64?...?=` form
+/// (also when the plain text would itself look like that form).
+pub fn encode_value(text: &str) -> String {
+    let plain = text
+        .bytes()
+        .all(|b| b == b'\t' || (0x20..=0x7e).contains(&b))
+        && text.trim() == text
+        && !(text.starts_with("=?base64?") && text.ends_with("?="));
+    if plain {
+        return text.to_owned();
+    }
+    let encoded = base64::engine::general_purpose::STANDARD.encode(text.as_bytes());
+    format!("=?base64?{encoded}?=")
+}
+
 /// Decodes the `=?base64?...?=` form; any other text is the literal value.
 fn decode_sentinel(text: &str) -> Option<std::borrow::Cow<'_, str>> {
     let Some(encoded) = text
@@ -156,6 +172,19 @@ mod tests {
         let mut h = headers(&[(MCP_NAME, "abc")]);
         h.append(MCP_NAME, "xyz".parse().unwrap());
         assert!(validate(&h, "tasks/get", Some(&json!({"taskId": "abc"})), V, false).is_err());
+    }
+
+    #[test]
+    fn encodes_what_is_not_plain_ascii() {
+        assert_eq!(encode_value("get_weather"), "get_weather");
+        assert_eq!(
+            encode_value("Hello, 世界"),
+            "=?base64?SGVsbG8sIOS4lueVjA==?="
+        );
+        assert_eq!(encode_value(" x"), "=?base64?IHg=?=");
+        for text in ["Hello, 世界", " x", "=?base64?abc?="] {
+            assert_eq!(decode_sentinel(&encode_value(text)).unwrap(), text);
+        }
     }
 
     #[test]

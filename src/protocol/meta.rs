@@ -62,6 +62,33 @@ pub fn strip_modern_meta(params: &mut Value) {
     }
 }
 
+/// Params as a 2026-07-28 upstream must see them: `_meta` carries this hop's protocol
+/// version, the capabilities the gateway declares for the caller, and the gateway as client.
+pub fn with_modern_meta(params: Option<Value>, capabilities: &Map<String, Value>) -> Value {
+    let mut params = match params {
+        Some(Value::Object(obj)) => obj,
+        _ => Map::new(),
+    };
+    let meta = params
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !meta.is_object() {
+        *meta = Value::Object(Map::new());
+    }
+    if let Some(meta) = meta.as_object_mut() {
+        meta.insert(META_PROTOCOL_VERSION.into(), MODERN_PROTOCOL_VERSION.into());
+        meta.insert(
+            META_CLIENT_CAPABILITIES.into(),
+            Value::Object(capabilities.clone()),
+        );
+        meta.insert(
+            META_CLIENT_INFO.into(),
+            serde_json::json!({"name": "mcp-task-gateway", "version": env!("CARGO_PKG_VERSION")}),
+        );
+    }
+    Value::Object(params)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,6 +108,23 @@ mod tests {
         );
         assert!(!declares_tasks(Some(&json!({}))));
         assert!(!declares_tasks(None));
+    }
+
+    #[test]
+    fn adds_modern_meta_for_the_upstream() {
+        let caps = Map::from_iter([("elicitation".to_owned(), json!({}))]);
+        let params = with_modern_meta(
+            Some(json!({"name": "t", "_meta": {"progressToken": "p"}})),
+            &caps,
+        );
+        assert_eq!(params["_meta"]["progressToken"], "p");
+        assert_eq!(params["_meta"][META_PROTOCOL_VERSION], "2026-07-28");
+        assert_eq!(
+            params["_meta"][META_CLIENT_CAPABILITIES],
+            json!({"elicitation": {}})
+        );
+        let params = with_modern_meta(None, &Map::new());
+        assert_eq!(params["_meta"][META_CLIENT_CAPABILITIES], json!({}));
     }
 
     #[test]

@@ -4,4 +4,6 @@ pub mod bridge;
 pub mod headers;
 pub mod jsonrpc;
 pub mod meta;
+pub mod mrtr;
+pub mod param_headers;
 pub mod wire;

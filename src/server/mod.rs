@@ -1,5 +1,6 @@
 //! The HTTP front: routing, the era of each request, limits, and graceful shutdown.
 
+mod legacy_bridge;
 mod modern;
 mod passthrough;
 mod reply;
@@ -49,6 +50,8 @@ pub struct Gateway {
     check_upstream_readiness: bool,
     /// Legacy session clients' sessions, served by the gateway for a stdio upstream.
     stdio_sessions: Option<stdio_sessions::StdioSessions>,
+    /// Legacy sessions the gateway serves itself (for 2026-07-28 upstreams).
+    legacy_sessions: legacy_bridge::LegacySessions,
 }
 
 impl Gateway {
@@ -70,6 +73,7 @@ impl Gateway {
             allowed_origins: config.allowed_origins.clone(),
             check_upstream_readiness: !config.readyz_skip_upstream,
             stdio_sessions: None,
+            legacy_sessions: Default::default(),
         }
     }
 
@@ -250,14 +254,14 @@ async fn passthrough(gateway: &Gateway, parts: &Parts, body: bytes::Bytes) -> Re
     if let Some(sessions) = &gateway.stdio_sessions {
         return sessions.handle(parts, body).await;
     }
-    match gateway.upstream.passthrough_url() {
-        Some(url) => passthrough::forward(&gateway.client, url, parts, body).await,
-        None => reply::error_with_status(
-            StatusCode::BAD_REQUEST,
-            &ErrorObject::new(
-                code::INVALID_REQUEST,
-                "this upstream serves 2026-07-28 requests only; send params._meta protocolVersion",
-            ),
+    let auth = parts.headers.get(header::AUTHORIZATION);
+    match gateway.upstream.legacy_passthrough(auth).await {
+        Ok(Some(url)) => passthrough::forward(&gateway.client, url, parts, body).await,
+        // No upstream session to pass through to: the gateway serves the session.
+        Ok(None) => gateway.legacy_sessions.serve(gateway, parts, body).await,
+        Err(e) => reply::error_with_status(
+            StatusCode::BAD_GATEWAY,
+            &ErrorObject::internal(e.to_string()),
         ),
     }
 }

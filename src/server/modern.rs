@@ -53,12 +53,11 @@ async fn discover(gateway: &Gateway, request: &Request<'_>) -> Outcome {
         capabilities: &capabilities,
         auth: auth.as_ref(),
     };
-    let server = gateway
+    let result = gateway
         .upstream
-        .server_info(&caller)
+        .discover_result(&caller)
         .await
         .map_err(|e| ErrorObject::internal(e.to_string()))?;
-    let result = bridge::discover_result(&server);
     Ok(jsonrpc::success_body_of(&request.id, &result))
 }
 

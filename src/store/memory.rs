@@ -9,7 +9,8 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use super::{
-    CancelOutcome, Outcome, StoreError, TaskRecord, TaskStore, UpdateOutcome, WakeReceiver, now_ms,
+    CancelOutcome, Lease, Outcome, StoreError, TaskRecord, TaskStore, UpdateOutcome, WakeReceiver,
+    metrics, now_ms,
 };
 use crate::protocol::wire::InputRequest;
 
@@ -71,6 +72,7 @@ impl TaskStore for MemoryStore {
         if tasks.contains_key(&task.task_id) {
             return Err(StoreError::Duplicate(task.task_id));
         }
+        metrics::task_reached(task.status);
         tasks.insert(task.task_id.clone(), Arc::new(task));
         Ok(())
     }
@@ -110,6 +112,23 @@ impl TaskStore for MemoryStore {
         Ok(self
             .update(task_id, |task, now| {
                 (!task.status.is_terminal()).then(|| task.push_input_request(request, now))
+            })
+            .flatten())
+    }
+
+    async fn add_input_requests(
+        &self,
+        task_id: &str,
+        requests: Vec<InputRequest>,
+    ) -> Result<Option<Vec<String>>, StoreError> {
+        Ok(self
+            .update(task_id, |task, now| {
+                (!task.status.is_terminal()).then(|| {
+                    requests
+                        .into_iter()
+                        .map(|request| task.push_input_request(request, now))
+                        .collect()
+                })
             })
             .flatten())
     }
@@ -196,6 +215,27 @@ impl TaskStore for MemoryStore {
             .unwrap_or_else(|p| p.into_inner())
             .insert(owner.to_owned(), tx);
         rx
+    }
+
+    // One process holds every task: no other instance to hand over to or sweep for.
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn renew_lease(&self, _lease: &Lease<'_>) -> Result<bool, StoreError> {
+        Ok(true)
+    }
+
+    async fn fail_tasks_of(&self, _instance: &str, _message: &str) -> Result<usize, StoreError> {
+        Ok(0)
+    }
+
+    async fn release_lease(&self, _instance: &str) -> Result<usize, StoreError> {
+        Ok(0)
+    }
+
+    async fn fail_tasks_of_lost_owners(&self, _me: &str) -> Result<usize, StoreError> {
+        Ok(0)
     }
 }
 
@@ -307,6 +347,35 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(![k0, k1].contains(&k2));
+    }
+
+    #[tokio::test]
+    async fn a_round_of_requests_is_added_at_once_with_fresh_keys() {
+        let store = MemoryStore::start();
+        store.create(record("t1", 60_000)).await.unwrap();
+        let first = store
+            .add_input_request("t1", elicit())
+            .await
+            .unwrap()
+            .unwrap();
+        let round = store
+            .add_input_requests("t1", vec![elicit(), elicit()])
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(round, ["input-1", "input-2"]);
+        assert!(!round.contains(&first));
+        let task = store.get("t1", "alice").await.unwrap().unwrap();
+        assert_eq!(task.input_requests.len(), 3);
+        assert_eq!(task.status, TaskStatus::InputRequired);
+        store.cancel("t1", "alice").await.unwrap();
+        assert!(
+            store
+                .add_input_requests("t1", vec![elicit()])
+                .await
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[tokio::test]

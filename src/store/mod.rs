@@ -4,9 +4,12 @@
 //! terminal states are final, so a late upstream answer after a cancel is dropped.
 
 pub mod memory;
+pub mod metrics;
+pub mod redis;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -78,12 +81,20 @@ impl TaskRecord {
         }
     }
 
+    /// Sets the status, counting the transition when it is one.
+    fn set_status(&mut self, status: TaskStatus) {
+        if self.status != status {
+            self.status = status;
+            metrics::task_reached(status);
+        }
+    }
+
     /// Applies an input request; returns its new key. Caller checked it is not terminal.
     fn push_input_request(&mut self, request: InputRequest, now_ms: u64) -> String {
         let key = format!("input-{}", self.next_input_key);
         self.next_input_key += 1;
         self.input_requests.insert(key.clone(), request);
-        self.status = TaskStatus::InputRequired;
+        self.set_status(TaskStatus::InputRequired);
         self.touch(now_ms);
         key
     }
@@ -91,7 +102,7 @@ impl TaskRecord {
     fn withdraw_input_request(&mut self, key: &str, now_ms: u64) {
         if self.input_requests.remove(key).is_some() {
             if self.input_requests.is_empty() && !self.status.is_terminal() {
-                self.status = TaskStatus::Working;
+                self.set_status(TaskStatus::Working);
             }
             self.touch(now_ms);
         }
@@ -111,7 +122,7 @@ impl TaskRecord {
         }
         if !accepted.is_empty() {
             if self.input_requests.is_empty() {
-                self.status = TaskStatus::Working;
+                self.set_status(TaskStatus::Working);
             }
             self.touch(now_ms);
         }
@@ -126,16 +137,16 @@ impl TaskRecord {
         self.answers.clear();
         match outcome {
             Outcome::Completed(result) => {
-                self.status = TaskStatus::Completed;
+                self.set_status(TaskStatus::Completed);
                 self.result = Some(result);
             }
             Outcome::Failed { error, message } => {
-                self.status = TaskStatus::Failed;
+                self.set_status(TaskStatus::Failed);
                 self.status_message = Some(message);
                 self.error = Some(error);
             }
             Outcome::Cancelled { message } => {
-                self.status = TaskStatus::Cancelled;
+                self.set_status(TaskStatus::Cancelled);
                 self.status_message = Some(message);
             }
         }
@@ -159,12 +170,40 @@ pub enum Outcome {
     },
 }
 
+impl Outcome {
+    /// The status a task ends in with this outcome.
+    pub fn status(&self) -> TaskStatus {
+        match self {
+            Outcome::Completed(_) => TaskStatus::Completed,
+            Outcome::Failed { .. } => TaskStatus::Failed,
+            Outcome::Cancelled { .. } => TaskStatus::Cancelled,
+        }
+    }
+
+    /// A failure the gateway itself reports (`-32603` with `message` as statusMessage).
+    pub fn gateway_failure(message: &str) -> Self {
+        Outcome::Failed {
+            error: ErrorObject::internal(message),
+            message: message.to_owned(),
+        }
+    }
+}
+
+/// statusMessage of the tasks of an owner whose lease lapsed (crash, kill -9, partition).
+pub const INSTANCE_LOST: &str = "gateway instance lost";
+/// statusMessage of the tasks still running on an owner that shut down gracefully.
+pub const INSTANCE_STOPPED: &str = "gateway instance stopped";
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The store could not be reached or did not answer in time; retrying may help.
     #[error("task store unavailable: {0}")]
     Unavailable(String),
     #[error("task {0} already exists")]
     Duplicate(String),
+    /// The store answered something the gateway cannot use (a bug or a foreign key).
+    #[error("task store error: {0}")]
+    Corrupt(String),
 }
 
 /// What a `tasks/update` did.
@@ -189,8 +228,22 @@ pub enum CancelOutcome {
 }
 
 /// Receives the ids of tasks whose owner must look at them again (answers to forward,
-/// a cancel to carry out).
+/// a cancel to carry out), or [`WAKE_ALL`].
 pub type WakeReceiver = mpsc::UnboundedReceiver<String>;
+
+/// A wake-up for every task the owner runs: sent when wake-ups may have been missed
+/// (the wake-up channel reconnected), so each runner re-reads the stored state.
+pub const WAKE_ALL: &str = "*";
+
+/// What a live instance publishes about itself.
+#[derive(Debug, Clone)]
+pub struct Lease<'a> {
+    pub instance: &'a str,
+    /// Where other instances can reach this one (for forwarding), if configured.
+    pub advertise_url: Option<&'a str>,
+    /// How long the lease holds without renewal.
+    pub ttl: Duration,
+}
 
 /// The task store contract, shared by the in-memory and Redis implementations.
 #[async_trait]
@@ -217,6 +270,24 @@ pub trait TaskStore: Send + Sync + 'static {
         task_id: &str,
         request: InputRequest,
     ) -> Result<Option<String>, StoreError>;
+
+    /// Adds several input requests at once (an MRTR round), so that no reader sees part
+    /// of them; their keys in order, or `None` if the task ended. Stores that can should
+    /// override this default, which adds them one by one.
+    async fn add_input_requests(
+        &self,
+        task_id: &str,
+        requests: Vec<InputRequest>,
+    ) -> Result<Option<Vec<String>>, StoreError> {
+        let mut keys = Vec::with_capacity(requests.len());
+        for request in requests {
+            match self.add_input_request(task_id, request).await? {
+                Some(key) => keys.push(key),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(keys))
+    }
 
     /// Withdraws an outstanding input request the upstream gave up on; the task goes
     /// back to `working` when nothing else is outstanding.
@@ -247,16 +318,53 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Cancels a non-terminal task for the client.
     async fn cancel(&self, task_id: &str, principal: &str) -> Result<CancelOutcome, StoreError>;
 
-    /// Whether the store can be reached now, for `/readyz`.
-    async fn ping(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-
     /// Tells `owner` to look at `task_id` again.
     async fn wake(&self, owner: &str, task_id: &str) -> Result<(), StoreError>;
 
     /// The wake-ups addressed to `owner`. Called once per instance at start.
     fn wakeups(&self, owner: &str) -> WakeReceiver;
+
+    /// Checks that the store answers.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Renews (or takes) the instance's lease; `Ok(false)` when it had lapsed, in which
+    /// case other instances may have failed its tasks.
+    async fn renew_lease(&self, lease: &Lease<'_>) -> Result<bool, StoreError>;
+
+    /// Fails the unfinished tasks indexed under `instance` with `message` (-32603).
+    /// Used at start for tasks an earlier process with the same instance id left.
+    async fn fail_tasks_of(&self, instance: &str, message: &str) -> Result<usize, StoreError>;
+
+    /// Gives the lease up on a graceful stop and fails the instance's unfinished tasks
+    /// ([`INSTANCE_STOPPED`]) so every instance reports them at once. Returns how many.
+    async fn release_lease(&self, instance: &str) -> Result<usize, StoreError>;
+
+    /// Fails the unfinished tasks ([`INSTANCE_LOST`]) of every other instance whose lease
+    /// lapsed. Returns how many tasks were failed.
+    async fn fail_tasks_of_lost_owners(&self, me: &str) -> Result<usize, StoreError>;
+}
+
+/// Records a task's outcome, retrying with backoff while the store is unavailable, so a
+/// short store outage loses no upstream result. Gives up after `give_up_after` (the
+/// task's TTL: by then the task is gone anyway).
+pub async fn finish_with_retry(
+    store: &dyn TaskStore,
+    task_id: &str,
+    outcome: Outcome,
+    give_up_after: Duration,
+) -> Result<bool, StoreError> {
+    let deadline = tokio::time::Instant::now() + give_up_after;
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match store.finish(task_id, outcome.clone()).await {
+            Err(StoreError::Unavailable(e)) if tokio::time::Instant::now() + backoff < deadline => {
+                tracing::warn!(task_id, error = %e, retry_in_ms = backoff.as_millis() as u64, "could not record the task's outcome; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            other => return other,
+        }
+    }
 }
 
 pub fn now_ms() -> u64 {

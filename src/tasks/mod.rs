@@ -1,6 +1,7 @@
 //! SEP-2663 tasks: creating them from `tools/call`, running them against the upstream,
 //! and the `tasks/get`, `tasks/update` and `tasks/cancel` handlers.
 
+pub mod mrtr;
 pub mod policy;
 mod runner;
 
@@ -55,6 +56,9 @@ pub struct TaskService {
     runners: Mutex<HashMap<String, Arc<Notify>>>,
     /// Signalled whenever a runner ends, for draining at shutdown.
     runner_ended: Notify,
+    /// Tasks whose creator still waits within the promotion budget: input the upstream
+    /// asks for goes to that caller as the call's answer, and no task is kept.
+    early_input: Mutex<HashMap<String, oneshot::Sender<Value>>>,
 }
 
 impl TaskService {
@@ -70,6 +74,7 @@ impl TaskService {
             settings,
             runners: Mutex::new(HashMap::new()),
             runner_ended: Notify::new(),
+            early_input: Mutex::new(HashMap::new()),
         });
         let weak = Arc::downgrade(&service);
         tokio::spawn(async move {
@@ -110,9 +115,17 @@ impl TaskService {
         };
         let task_id = record.task_id.clone();
         let principal = call.principal.clone();
+        // The reply is the seed state just stored: no read back (one store round trip).
+        let seed = Arc::new(record.clone());
         self.store.create(record).await.map_err(store_error)?;
         telemetry::task_created();
 
+        let budget = self.settings.promote_after;
+        let early_input = (!budget.is_zero()).then(|| {
+            let (tx, rx) = oneshot::channel();
+            self.lock_early_input().insert(task_id.clone(), tx);
+            rx
+        });
         let notify = Arc::new(Notify::new());
         self.lock_runners().insert(task_id.clone(), notify.clone());
         let (done_tx, done_rx) = oneshot::channel();
@@ -132,13 +145,65 @@ impl TaskService {
             span,
         ));
 
-        if !self.settings.promote_after.is_zero()
-            && let Ok(Ok(())) = tokio::time::timeout(self.settings.promote_after, done_rx).await
-            && let Some(inline) = self.take_inline(&task_id, &principal).await
+        if let Some(early_input) = early_input
+            && let Some(inline) = self
+                .within_budget(&task_id, &principal, done_rx, early_input)
+                .await
         {
             return Ok(Started::Inline(inline));
         }
-        self.get(&task_id, &principal).await.map(Started::Task)
+        Ok(Started::Task(seed))
+    }
+
+    /// Waits up to the promotion budget for the call to finish or to ask for input;
+    /// either is the caller's answer, and the task is dropped.
+    async fn within_budget(
+        &self,
+        task_id: &str,
+        principal: &str,
+        done: oneshot::Receiver<()>,
+        mut early_input: oneshot::Receiver<Value>,
+    ) -> Option<Result<Box<RawValue>, ErrorObject>> {
+        let first = tokio::time::timeout(self.settings.promote_after, async {
+            tokio::select! {
+                // The runner hands input over before it ends, so input wins a tie.
+                biased;
+                Ok(input) = &mut early_input => Some(input),
+                _ = done => None,
+            }
+        })
+        .await;
+        let input = match first {
+            Ok(Some(input)) => input,
+            Ok(None) => {
+                self.lock_early_input().remove(task_id);
+                return self.take_inline(task_id, principal).await;
+            }
+            Err(_) => {
+                // Past the budget, input goes into the task, unless the runner took the
+                // hand-over just now: then its input is on the way.
+                let nobody_took_it = self.lock_early_input().remove(task_id).is_some();
+                if nobody_took_it {
+                    return None;
+                }
+                early_input.await.ok()?
+            }
+        };
+        if let Err(e) = self.store.delete(task_id).await {
+            tracing::warn!(task_id, error = %e, "could not delete a task answered inline");
+        }
+        Some(
+            serde_json::value::to_raw_value(&input)
+                .map_err(|e| ErrorObject::internal(e.to_string())),
+        )
+    }
+
+    /// Gives an `InputRequiredResult` to the caller still waiting within the promotion
+    /// budget; `false` when nobody waits any more (the task was promoted).
+    fn hand_over_early_input(&self, task_id: &str, result: &Value) -> bool {
+        self.lock_early_input()
+            .remove(task_id)
+            .is_some_and(|waiting| waiting.send(result.clone()).is_ok())
     }
 
     /// The outcome of a task that finished within the promotion budget; the task is
@@ -237,8 +302,8 @@ impl TaskService {
         );
         for task_id in left {
             let outcome = crate::store::Outcome::Failed {
-                error: ErrorObject::internal("gateway instance shut down before the task finished"),
-                message: "gateway instance shut down before the task finished".into(),
+                error: ErrorObject::internal(crate::store::INSTANCE_STOPPED),
+                message: crate::store::INSTANCE_STOPPED.into(),
             };
             match self.store.finish(&task_id, outcome).await {
                 Ok(true) => telemetry::task_finished("failed", Duration::ZERO),
@@ -249,9 +314,18 @@ impl TaskService {
     }
 
     fn wake_local(&self, task_id: &str) {
-        if let Some(notify) = self.lock_runners().get(task_id) {
+        let runners = self.lock_runners();
+        if task_id == crate::store::WAKE_ALL {
+            runners.values().for_each(|notify| notify.notify_one());
+        } else if let Some(notify) = runners.get(task_id) {
             notify.notify_one();
         }
+    }
+
+    fn lock_early_input(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Sender<Value>>> {
+        self.early_input.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn lock_runners(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Notify>>> {

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
-use super::{TaskService, ToolCall};
+use super::{TaskService, ToolCall, mrtr};
 use crate::protocol::jsonrpc::{ErrorObject, code};
 use crate::protocol::wire::InputRequest;
 use crate::store::{Outcome, now_ms};
@@ -29,7 +29,9 @@ pub(super) async fn run(
     let outcome = drive(service, task_id, call, &wake).await;
     if let Some(outcome) = outcome {
         let label = outcome_label(&outcome);
-        match service.store.finish(task_id, outcome).await {
+        // The TTL bounds the retries: a short store outage loses no upstream result.
+        let ttl = std::time::Duration::from_millis(service.settings.ttl_ms);
+        match crate::store::finish_with_retry(&*service.store, task_id, outcome, ttl).await {
             Ok(true) => {
                 telemetry::task_finished(label, started.elapsed());
                 tracing::info!(outcome = label, "task finished");
@@ -63,41 +65,62 @@ async fn drive(
         capabilities: &call.capabilities,
         auth: call.auth.as_ref(),
     };
-    let exchange = match service
-        .upstream
-        .open_call(&caller, "tools/call", Some(call.params.clone()))
-        .await
-    {
-        Ok(exchange) => exchange,
-        Err(e) => return Some(upstream_failure(&e)),
-    };
-    let mut call = Call {
-        service,
-        task_id,
-        principal: &call.principal,
-        exchange,
-        pending: HashMap::new(),
-    };
+    let mut rounds = mrtr::Rounds::default();
+    let mut params = call.params.clone();
+    // One pass per upstream request: the call, then one retry per MRTR round.
     loop {
-        tokio::select! {
-            event = call.exchange.next() => {
-                if let Some(outcome) = call.on_event(event).await {
-                    return Some(outcome);
+        let exchange = match service
+            .upstream
+            .open_call(&caller, "tools/call", Some(params))
+            .await
+        {
+            Ok(exchange) => exchange,
+            Err(e) => return Some(upstream_failure(&e)),
+        };
+        let mut attempt = Call {
+            service,
+            task_id,
+            principal: &call.principal,
+            exchange,
+            pending: HashMap::new(),
+        };
+        let input_required = loop {
+            tokio::select! {
+                event = attempt.exchange.next() => match attempt.on_event(event).await {
+                    Some(Step::Finished(outcome)) => return Some(outcome),
+                    Some(Step::InputRequired(result)) => break result,
+                    None => {}
+                },
+                () = wake.notified() => {
+                    if !attempt.on_wake().await {
+                        attempt.cancel_upstream("the task was cancelled").await;
+                        return None;
+                    }
+                }
+                () = sleep_until(deadline) => {
+                    attempt.cancel_upstream("the gateway's upstream timeout passed").await;
+                    return Some(timed_out(service));
                 }
             }
-            () = wake.notified() => {
-                if !call.on_wake().await {
-                    call.cancel_upstream("the task was cancelled").await;
-                    return None;
-                }
-            }
-            () = sleep_until(deadline) => {
-                call.cancel_upstream("the gateway's upstream timeout passed").await;
-                let limit = service.settings.upstream_timeout.unwrap_or_default();
-                return Some(upstream_failure(&UpstreamError::Timeout(limit.as_millis() as u64)));
-            }
-        }
+        };
+        // This request is answered; the next round is a new request.
+        drop(attempt);
+        params = match rounds
+            .next(service, task_id, &call, input_required, wake, deadline)
+            .await
+        {
+            mrtr::Next::Retry(params) => params,
+            mrtr::Next::Finished(outcome) => return Some(outcome),
+            mrtr::Next::Stopped => return None,
+        };
     }
+}
+
+/// How one upstream request ended.
+enum Step {
+    Finished(Outcome),
+    /// A 2026-07-28 `InputRequiredResult`: answer it, then retry.
+    InputRequired(Value),
 }
 
 /// One task's call in flight.
@@ -114,24 +137,25 @@ impl Call<'_> {
     async fn on_event(
         &mut self,
         event: Option<Result<UpstreamEvent, UpstreamError>>,
-    ) -> Option<Outcome> {
+    ) -> Option<Step> {
         let event = match event {
             None => {
-                return Some(upstream_failure(&UpstreamError::Lost(
+                return Some(Step::Finished(upstream_failure(&UpstreamError::Lost(
                     "the stream ended without a result".into(),
-                )));
+                ))));
             }
-            Some(Err(e)) => return Some(upstream_failure(&e)),
+            Some(Err(e)) => return Some(Step::Finished(upstream_failure(&e))),
             Some(Ok(event)) => event,
         };
         match event {
             UpstreamEvent::Response { id, outcome } if &id == self.exchange.request_id() => {
                 return Some(match outcome {
-                    Ok(result) => completed(result),
-                    Err(error) => Outcome::Failed {
+                    Ok(result) if mrtr::asks_for_input(&result) => Step::InputRequired(result),
+                    Ok(result) => Step::Finished(completed(result)),
+                    Err(error) => Step::Finished(Outcome::Failed {
                         message: format!("the tool call failed upstream: {}", error.message),
                         error,
-                    },
+                    }),
                 });
             }
             UpstreamEvent::Response { .. } => {}
@@ -267,7 +291,12 @@ fn completed(mut result: Value) -> Outcome {
     }
 }
 
-fn upstream_failure(error: &UpstreamError) -> Outcome {
+pub(super) fn timed_out(service: &TaskService) -> Outcome {
+    let limit = service.settings.upstream_timeout.unwrap_or_default();
+    upstream_failure(&UpstreamError::Timeout(limit.as_millis() as u64))
+}
+
+pub(super) fn upstream_failure(error: &UpstreamError) -> Outcome {
     telemetry::upstream_error(error.kind());
     let message = error.to_string();
     Outcome::Failed {
@@ -296,7 +325,7 @@ fn outcome_label(outcome: &Outcome) -> &'static str {
     }
 }
 
-async fn sleep_until(deadline: Option<Instant>) {
+pub(super) async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,

@@ -40,3 +40,29 @@ pub fn is_hop_by_hop(name: &http::HeaderName) -> bool {
             | "content-length"
     )
 }
+
+/// Whether an HTTP upstream answers at all, for `/readyz`. Any HTTP answer but a 5xx
+/// counts: a sessionless GET is refused (400/405) by a healthy MCP server, without side
+/// effects.
+pub async fn probe_reachable(
+    client: &HttpClient,
+    url: &http::Uri,
+) -> Result<(), super::UpstreamError> {
+    use super::UpstreamError;
+    const LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+    let request = http::Request::get(url.clone())
+        .header(http::header::ACCEPT, "text/event-stream")
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| UpstreamError::Unreachable(e.to_string()))?;
+    let response = tokio::time::timeout(LIMIT, client.request(request))
+        .await
+        .map_err(|_| UpstreamError::Timeout(LIMIT.as_millis() as u64))?
+        .map_err(|e| UpstreamError::Unreachable(super::legacy::describe_client_error(&e)))?;
+    if response.status().is_server_error() {
+        return Err(UpstreamError::Status {
+            status: response.status().as_u16(),
+            body: String::new(),
+        });
+    }
+    Ok(())
+}

@@ -28,7 +28,6 @@ use crate::protocol::meta::LEGACY_PROTOCOL_VERSION;
 const SESSION_HEADER: &str = "mcp-session-id";
 const PROTOCOL_HEADER: &str = "mcp-protocol-version";
 const LISTENER_RETRY: Duration = Duration::from_secs(1);
-const READY_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One upstream session and what its `initialize` returned.
 pub struct Session {
@@ -395,26 +394,8 @@ impl Upstream for LegacyUpstream {
         Some(&self.url)
     }
 
-    /// Any HTTP answer means the server is up: a sessionless GET is refused (400/405)
-    /// by a healthy MCP server without side effects.
     async fn ready(&self) -> Result<(), UpstreamError> {
-        let request = Request::builder()
-            .method(Method::GET)
-            .uri(self.url.clone())
-            .header(header::ACCEPT, "text/event-stream")
-            .body(Full::new(Bytes::new()))
-            .map_err(|e| UpstreamError::Unreachable(e.to_string()))?;
-        let response = tokio::time::timeout(READY_PROBE_TIMEOUT, self.client.request(request))
-            .await
-            .map_err(|_| UpstreamError::Timeout(READY_PROBE_TIMEOUT.as_millis() as u64))?
-            .map_err(|e| UpstreamError::Unreachable(describe_client_error(&e)))?;
-        if response.status().is_server_error() {
-            return Err(UpstreamError::Status {
-                status: response.status().as_u16(),
-                body: String::new(),
-            });
-        }
-        Ok(())
+        super::http::probe_reachable(&self.client, &self.url).await
     }
 }
 
@@ -493,7 +474,7 @@ async fn check_status(
     })
 }
 
-fn truncate_on_char(text: &mut String, max: usize) {
+pub(super) fn truncate_on_char(text: &mut String, max: usize) {
     if text.len() > max {
         let cut = (0..=max)
             .rev()

@@ -1,10 +1,13 @@
 //! The plain MCP server behind the gateway, behind one trait whatever its transport.
 
+pub mod detect;
 pub mod forward;
 pub mod http;
 pub mod legacy;
+pub mod modern;
 pub mod stdio;
 pub mod stream;
+pub mod tool_headers;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
@@ -71,11 +74,28 @@ pub trait Upstream: Send + Sync + 'static {
     /// The server's `InitializeResult` (capabilities, serverInfo, instructions).
     async fn server_info(&self, caller: &Caller<'_>) -> Result<Value, UpstreamError>;
 
+    /// The `server/discover` result the gateway gives its 2026-07-28 clients. By
+    /// default built from `server_info`; a 2026-07-28 upstream gives its own answer.
+    async fn discover_result(&self, caller: &Caller<'_>) -> Result<Value, UpstreamError> {
+        Ok(crate::protocol::bridge::discover_result(
+            &self.server_info(caller).await?,
+        ))
+    }
+
     /// Where legacy session clients are passed through to, for HTTP upstreams.
     fn passthrough_url(&self) -> Option<&::http::Uri>;
 
     /// Whether the upstream can be reached now, for `/readyz`.
     async fn ready(&self) -> Result<(), UpstreamError>;
+    /// Whether legacy session clients go through to the upstream as they are (its URL),
+    /// or the gateway serves their sessions itself (`None`: a 2026-07-28 upstream has
+    /// no sessions). May ask the upstream first, with the caller's credentials.
+    async fn legacy_passthrough(
+        &self,
+        _auth: Option<&::http::HeaderValue>,
+    ) -> Result<Option<&::http::Uri>, UpstreamError> {
+        Ok(self.passthrough_url())
+    }
 }
 
 /// One request in flight upstream.

@@ -5,32 +5,15 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use serde_json::Value;
 use sse_stream::SseStream;
 
 use super::UpstreamError;
-use crate::protocol::jsonrpc::{ErrorObject, Message};
+use crate::protocol::jsonrpc::Message;
 
-/// One message from the upstream during a call.
-#[derive(Debug)]
-pub enum UpstreamEvent {
-    /// A server-to-client request (elicitation, sampling, roots, ping).
-    Request {
-        id: Value,
-        method: String,
-        params: Option<Value>,
-    },
-    /// A notification (progress, logging, ...).
-    Notification {
-        method: String,
-        params: Option<Value>,
-    },
-    /// The final answer to the call.
-    Response {
-        id: Value,
-        outcome: Result<Value, ErrorObject>,
-    },
-}
+/// One message from the upstream during a call: a server-to-client request
+/// (elicitation, sampling, roots, ping), a notification (progress, logging, ...), or the
+/// final answer. The same shape as any JSON-RPC message.
+pub type UpstreamEvent = Message;
 
 pub enum CallStream {
     /// A JSON body, not read yet.
@@ -74,13 +57,5 @@ impl CallStream {
 }
 
 fn parse_event(bytes: &[u8]) -> Result<UpstreamEvent, UpstreamError> {
-    match Message::parse(bytes).map_err(|e| UpstreamError::Protocol(e.to_string()))? {
-        Message::Request { id, method, params } => {
-            Ok(UpstreamEvent::Request { id, method, params })
-        }
-        Message::Notification { method, params } => {
-            Ok(UpstreamEvent::Notification { method, params })
-        }
-        Message::Response { id, outcome } => Ok(UpstreamEvent::Response { id, outcome }),
-    }
+    Message::parse(bytes).map_err(|e| UpstreamError::Protocol(e.to_string()))
 }

@@ -3,6 +3,7 @@
 //! client. Every wait polls against a deadline; nothing sleeps to synchronise.
 #![allow(dead_code)]
 
+pub mod redis;
 pub mod stdio;
 
 use std::io::{BufRead, BufReader};
@@ -13,6 +14,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+
+pub mod mrtr;
 
 pub const MODERN: &str = "2026-07-28";
 pub const TASKS_EXT: &str = "io.modelcontextprotocol/tasks";
@@ -94,22 +97,47 @@ fn spawn_announcing_keep_stderr(name: &'static str, mut command: Command) -> (Pr
 /// dependencies with another feature set on every run.
 fn plain_server_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let exe = std::env::current_exe().unwrap();
-        let profile_dir = exe.parent().unwrap().parent().unwrap();
-        let bin = profile_dir.join("examples").join("plain_server");
-        if !bin.exists() {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let status = Command::new(cargo)
-                .args(["build", "--example", "plain_server"])
-                .current_dir(repo_root())
-                .status()
-                .expect("cargo build --example plain_server");
-            assert!(status.success(), "building the fixture failed");
+    BIN.get_or_init(|| example_binary("plain_server"))
+}
+
+/// Builds `examples/<name>.rs` if needed; returns the binary's path.
+fn example_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().unwrap().parent().unwrap();
+    let bin = profile_dir.join("examples").join(name);
+    // `cargo test` and `cargo nextest run` build examples with the tests.
+    if bin.exists() {
+        return bin;
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut command = Command::new(cargo);
+    // Cargo gives tests the package's CARGO_PKG_*/CARGO_MANIFEST_* variables; ring's
+    // build script tracks some, so passing them on would rebuild half the dependency
+    // tree twice per test run (here, then again in the next plain `cargo build`).
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+            "CARGO_PRIMARY_",
+            "CARGO_TARGET_TMPDIR",
+        ]
+        .iter()
+        .any(|prefix| key.starts_with(prefix))
+        {
+            command.env_remove(key.as_ref());
         }
-        assert!(bin.exists(), "fixture not found at {}", bin.display());
-        bin
-    })
+    }
+    let status = command
+        .args(["build", "--example", name])
+        .current_dir(repo_root())
+        .status()
+        .unwrap_or_else(|e| panic!("cargo build --example {name}: {e}"));
+    assert!(status.success(), "building the fixture {name} failed");
+    assert!(bin.exists(), "fixture not found at {}", bin.display());
+    bin
 }
 
 /// Starts `examples/plain_server`; returns it and its `/mcp` URL.

@@ -1,0 +1,307 @@
+//! Redis round trips per task lifecycle (create → 10 polls → complete), counted by
+//! Redis itself: `INFO commandstats` (commands) and `total_reads_processed` (requests
+//! read from clients: a pipeline arrives as one read, so this counts round trips).
+//! Starts its own redis-server, the fixture upstream and one gateway.
+//!
+//! Run: `cargo bench --bench redis_roundtrips`. Prints a Markdown table.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+const POLLS: usize = 10;
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Spawns `command`, returns it and the URL it announces on stdout ("listening on URL").
+fn announcing(mut command: Command) -> (Killed, String) {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        for line in lines.by_ref() {
+            let Ok(line) = line else { return };
+            if let Some(url) = line.strip_prefix("listening on ") {
+                let _ = tx.send(url.trim().to_owned());
+                break;
+            }
+        }
+        for _ in lines {}
+    });
+    let url = rx
+        .recv_timeout(DEADLINE)
+        .expect("process announced its address");
+    (Killed(child), url)
+}
+
+fn fixture_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    let release = profile_dir.ends_with("release");
+    let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    build
+        .args(["build", "--quiet", "--example", "plain_server"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if release {
+        build.arg("--release");
+    }
+    assert!(
+        build.status().unwrap().success(),
+        "building the fixture failed"
+    );
+    profile_dir.join("examples").join("plain_server")
+}
+
+/// Redis's own counters since the last `CONFIG RESETSTAT`, less this bench's requests.
+struct Counters {
+    conn: redis::Connection,
+    /// Requests this bench sent since the reset (each one read on the server).
+    own_reads: u64,
+}
+
+impl Counters {
+    fn reset(&mut self) {
+        redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .exec(&mut self.conn)
+            .unwrap();
+        self.own_reads = 0;
+    }
+
+    /// (commands by name, reads) since the reset, without this bench's own.
+    fn read(&mut self) -> (BTreeMap<String, u64>, u64) {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .arg("stats")
+            .query(&mut self.conn)
+            .unwrap();
+        self.own_reads += 1;
+        let mut commands = BTreeMap::new();
+        let mut reads: u64 = 0;
+        for line in info.lines() {
+            if let Some(rest) = line.strip_prefix("cmdstat_") {
+                let (name, stats) = rest.split_once(':').unwrap();
+                let calls: u64 = stats
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix("calls="))
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                commands.insert(name.to_uppercase(), calls);
+            } else if let Some(n) = line.strip_prefix("total_reads_processed:") {
+                reads = n.trim().parse().unwrap();
+            }
+        }
+        // The bench's own INFO and CONFIG, and the wake-up subscriber's keep-alive PING.
+        let own_info = self.own_reads;
+        if let Some(info) = commands.get_mut("INFO") {
+            *info -= own_info.min(*info);
+        }
+        let pings = commands.remove("PING").unwrap_or(0);
+        commands.retain(|name, calls| *calls > 0 && name != "CONFIG|RESETSTAT" && name != "CONFIG");
+        commands.remove("INFO");
+        (commands, reads.saturating_sub(self.own_reads + pings))
+    }
+
+    /// Waits until Redis has seen `name` at least `count` times since the reset.
+    fn wait_for(&mut self, name: &str, count: u64) {
+        let start = Instant::now();
+        loop {
+            let (commands, _) = self.read();
+            if commands.get(name).copied().unwrap_or(0) >= count {
+                return;
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "Redis never saw {count} × {name}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+struct Gateway {
+    http: reqwest::Client,
+    url: String,
+}
+
+impl Gateway {
+    async fn request(&self, method: &str, params: Value, name: &str) -> Value {
+        let mut params = params;
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+            "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "0"},
+        });
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let reply: Value = self
+            .http
+            .post(&self.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method)
+            .header("mcp-name", name)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert!(reply.get("error").is_none(), "{reply}");
+        reply["result"].clone()
+    }
+
+    async fn start_sleep(&self, ms: u64) -> String {
+        let created = self
+            .request(
+                "tools/call",
+                json!({"name": "sleep", "arguments": {"ms": ms, "steps": 0}}),
+                "sleep",
+            )
+            .await;
+        created["taskId"].as_str().unwrap().to_owned()
+    }
+
+    async fn get(&self, task_id: &str) -> Value {
+        self.request("tasks/get", json!({"taskId": task_id}), task_id)
+            .await
+    }
+}
+
+fn row(phase: &str, commands: &BTreeMap<String, u64>, reads: u64) -> String {
+    let list = commands
+        .iter()
+        .map(|(name, calls)| format!("{name} ×{calls}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!("| {phase} | {reads} | {list} |")
+}
+
+#[tokio::main]
+async fn main() {
+    let redis_port = free_port();
+    let redis_dir = std::env::temp_dir().join(format!("mtg-bench-{redis_port}"));
+    std::fs::create_dir_all(&redis_dir).unwrap();
+    let _redis = Killed(
+        Command::new("redis-server")
+            .args(["--port", &redis_port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--dir"])
+            .arg(&redis_dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server"),
+    );
+    let redis_url = format!("redis://127.0.0.1:{redis_port}");
+    let start = Instant::now();
+    let conn = loop {
+        if let Ok(conn) = redis::Client::open(redis_url.as_str())
+            .unwrap()
+            .get_connection()
+        {
+            break conn;
+        }
+        assert!(start.elapsed() < DEADLINE, "redis-server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut counters = Counters { conn, own_reads: 0 };
+
+    let mut fixture = Command::new(fixture_binary());
+    fixture.args(["--listen", "127.0.0.1:0"]);
+    let (_fixture, upstream) = announcing(fixture);
+    let mut gateway = Command::new(env!("CARGO_BIN_EXE_mcp-task-gateway"));
+    gateway
+        .args(["--listen", "127.0.0.1:0", "--upstream", &upstream])
+        .args(["--redis", &redis_url, "--instance-id", "bench"])
+        // Leases renew every lease/4: long enough that none falls inside a phase.
+        .args(["--lease-timeout-ms", "600000"])
+        .env("RUST_LOG", "warn");
+    let (_gateway, url) = announcing(gateway);
+    let gw = Gateway {
+        http: reqwest::Client::new(),
+        url,
+    };
+
+    let mut rows = Vec::new();
+    // The first task after Redis started: scripts are loaded on first use.
+    counters.reset();
+    let cold = gw.start_sleep(0).await;
+    // The runner's final write is the only SREM of a lifecycle.
+    counters.wait_for("SREM", 1);
+    let (commands, reads) = counters.read();
+    rows.push(row(
+        "first task after start (create + complete; scripts loaded, lease taken, wake-ups subscribed)",
+        &commands,
+        reads,
+    ));
+    assert_eq!(gw.get(&cold).await["status"], "completed");
+
+    counters.reset();
+    let task = gw.start_sleep(1500).await;
+    let (create, create_reads) = counters.read();
+    rows.push(row(
+        "create (`tools/call` → CreateTaskResult)",
+        &create,
+        create_reads,
+    ));
+
+    counters.reset();
+    for _ in 0..POLLS {
+        assert_eq!(gw.get(&task).await["status"], "working");
+    }
+    let (polls, poll_reads) = counters.read();
+    rows.push(row(
+        &format!("{POLLS} polls (`tasks/get`)"),
+        &polls,
+        poll_reads,
+    ));
+
+    counters.reset();
+    counters.wait_for("SREM", 1);
+    let (complete, complete_reads) = counters.read();
+    rows.push(row(
+        "complete (runner records the result)",
+        &complete,
+        complete_reads,
+    ));
+    assert_eq!(gw.get(&task).await["status"], "completed");
+
+    println!("| phase | round trips (reads) | commands |");
+    println!("|---|---|---|");
+    for row in &rows {
+        println!("{row}");
+    }
+    println!(
+        "\nper poll: {:.1} round trips; create + complete: {} round trips",
+        poll_reads as f64 / POLLS as f64,
+        create_reads + complete_reads
+    );
+    let _ = std::fs::remove_dir_all(&redis_dir);
+}

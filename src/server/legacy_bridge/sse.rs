@@ -1,0 +1,62 @@
+//! Server-Sent Events answers for legacy clients.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, header};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use tokio::sync::mpsc;
+
+use crate::server::reply::Body;
+
+/// One JSON-RPC message as an SSE event.
+pub(super) fn sse_event(json: &[u8]) -> Bytes {
+    let mut frame = Vec::with_capacity(json.len() + 24);
+    frame.extend_from_slice(b"event: message\ndata: ");
+    frame.extend_from_slice(json);
+    frame.extend_from_slice(b"\n\n");
+    Bytes::from(frame)
+}
+
+/// While the client takes its time to answer, a comment now and then keeps proxies from
+/// closing the idle stream.
+const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(15);
+const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
+
+/// A response streaming `events` until their sender is dropped.
+pub(super) fn sse_response(events: mpsc::Receiver<Bytes>) -> Response<Body> {
+    let frames = futures_util::stream::unfold(events, |mut events| async move {
+        let event = match tokio::time::timeout(KEEP_ALIVE_EVERY, events.recv()).await {
+            Ok(event) => event?,
+            Err(_) => Bytes::from_static(KEEP_ALIVE),
+        };
+        Some((Ok::<_, Infallible>(Frame::data(event)), events))
+    });
+    let body = StreamBody::new(frames)
+        .map_err(|never| match never {})
+        .boxed();
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sse_events_are_framed() {
+        assert_eq!(
+            sse_event(br#"{"a":1}"#),
+            Bytes::from_static(b"event: message\ndata: {\"a\":1}\n\n")
+        );
+    }
+}

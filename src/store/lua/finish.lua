@@ -1,0 +1,8 @@
+-- Records the runner's outcome. ARGV: now, terminal status, then field/value pairs
+-- (msg, result, error). Returns 1 if the task moved; 0 if it had already ended (a late
+-- result after a cancel is dropped) or is gone.
+local now, status = ARGV[1], ARGV[2]
+if not live(now) then
+  return 0
+end
+return finish(now, status, {unpack(ARGV, 3)})

@@ -1,0 +1,21 @@
+//! Store metrics, through the `metrics` facade (no-ops until a recorder is installed).
+//!
+//! - `mtg_tasks_total{status}`: tasks reaching each status (creation counts as `working`);
+//! - `mtg_store_errors_total{backend}`: store operations that failed;
+//! - `mtg_store_roundtrip_seconds{op}`: time of one store round trip, by operation.
+
+use std::time::Duration;
+
+use crate::protocol::wire::TaskStatus;
+
+pub fn task_reached(status: TaskStatus) {
+    metrics::counter!("mtg_tasks_total", "status" => status.as_str()).increment(1);
+}
+
+pub fn store_error(backend: &'static str) {
+    metrics::counter!("mtg_store_errors_total", "backend" => backend).increment(1);
+}
+
+pub fn roundtrip(op: &'static str, elapsed: Duration) {
+    metrics::histogram!("mtg_store_roundtrip_seconds", "op" => op).record(elapsed.as_secs_f64());
+}

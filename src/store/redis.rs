@@ -1,0 +1,421 @@
+//! The shared store: task state in Redis, so several gateway instances serve one
+//! deployment and any instance answers any follow-up.
+//!
+//! Key layout (every key hash-tagged, so Redis Cluster works; every key has a TTL):
+//! - `mtg:{<taskId>}`: hash, the task (see `codec`); TTL = ttlMs + [`KEY_GRACE`];
+//! - `mtg:owned:{<instance>}`: set, ids of the unfinished tasks an instance runs;
+//! - `mtg:lease:{<instance>}`: string (its advertise URL), the instance's lease;
+//! - `mtg:instances`: set, the instances that hold or held a lease;
+//! - channel `mtg:wake:<instance>`: wake-ups for the owner (payload: a task id).
+//!
+//! Every change of a task is one Lua script on its hash; nothing uses KEYS or SCAN.
+
+mod codec;
+mod conn;
+mod leases;
+mod scripts;
+mod wakeups;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::{Pipeline, Value};
+use serde_json::{Map, Value as Json};
+use tokio::sync::mpsc;
+
+pub use conn::Target;
+
+use super::{
+    CancelOutcome, Lease, Outcome, StoreError, TaskRecord, TaskStore, UpdateOutcome, WakeReceiver,
+    metrics, now_ms,
+};
+use crate::protocol::wire::{InputRequest, TaskStatus};
+use conn::Conn;
+use scripts::Scripts;
+
+/// How long a task's keys outlive its TTL. Reads treat the task as gone from the TTL on;
+/// the grace only keeps instances whose clocks run a little behind from seeing a task
+/// vanish before they expect it.
+pub const KEY_GRACE: Duration = Duration::from_secs(2);
+
+/// What the Redis store needs from the config.
+#[derive(Debug, Clone)]
+pub struct RedisSettings {
+    pub target: Target,
+    /// The instance this process runs as (owner of the tasks it creates).
+    pub instance_id: String,
+    /// With N > 0, a task is created only once N replicas have it (`WAIT`).
+    pub wait_replicas: u32,
+    /// Time limit for one store operation, connecting included.
+    pub timeout: Duration,
+    /// The largest task TTL; bounds how long instance bookkeeping is kept.
+    pub max_ttl: Duration,
+}
+
+pub struct RedisStore {
+    conn: Conn,
+    settings: RedisSettings,
+    scripts: &'static Scripts,
+    /// This instance's own wake-ups are delivered here directly, without Redis.
+    local_wake: Mutex<Option<mpsc::UnboundedSender<String>>>,
+}
+
+fn task_key(task_id: &str) -> String {
+    format!("mtg:{{{task_id}}}")
+}
+
+fn owned_key(instance: &str) -> String {
+    format!("mtg:owned:{{{instance}}}")
+}
+
+fn lease_key(instance: &str) -> String {
+    format!("mtg:lease:{{{instance}}}")
+}
+
+fn wake_channel(instance: &str) -> String {
+    format!("mtg:wake:{instance}")
+}
+
+const INSTANCES_KEY: &str = "mtg:instances";
+
+/// Task ids are UUIDs the gateway made; anything else names no task. Checking first
+/// keeps client-chosen text out of key names (no odd hash tags, no foreign keys).
+fn is_task_id(task_id: &str) -> bool {
+    task_id.len() == 36 && task_id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+}
+
+fn pipe_of(cmds: impl IntoIterator<Item = redis::Cmd>) -> Pipeline {
+    let mut pipe = redis::pipe();
+    for cmd in cmds {
+        pipe.add_command(cmd);
+    }
+    pipe
+}
+
+fn corrupt(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(e.to_string())
+}
+
+fn parse<T: redis::FromRedisValue>(value: Value) -> Result<T, StoreError> {
+    redis::from_redis_value(value).map_err(corrupt)
+}
+
+impl RedisStore {
+    /// A store for `settings.target`. Fails only on a malformed URL: Redis itself may be
+    /// down at start; requests get clear errors until it is up.
+    pub fn connect(settings: RedisSettings) -> Result<Arc<Self>, StoreError> {
+        let conn = Conn::new(&settings.target, settings.timeout)
+            .map_err(|e| StoreError::Unavailable(format!("bad Redis address: {e}")))?;
+        Ok(Arc::new(Self {
+            conn,
+            settings,
+            scripts: Scripts::get(),
+            local_wake: Mutex::new(None),
+        }))
+    }
+
+    fn key_ttl_ms(ttl_ms: u64) -> u64 {
+        ttl_ms.saturating_add(KEY_GRACE.as_millis() as u64)
+    }
+
+    /// Runs one script on one task; its reply.
+    async fn eval(&self, op: &'static str, cmd: redis::Cmd) -> Result<Value, StoreError> {
+        self.conn.one(op, cmd).await
+    }
+
+    async fn remove_from_owned(&self, owner: &str, task_id: &str) {
+        let mut cmd = redis::cmd("SREM");
+        cmd.arg(owned_key(owner)).arg(task_id);
+        if let Err(e) = self.conn.one("unindex", cmd).await {
+            tracing::warn!(task_id, error = %e, "could not drop a task from its owner's index");
+        }
+    }
+}
+
+#[async_trait]
+impl TaskStore for RedisStore {
+    async fn create(&self, task: TaskRecord) -> Result<(), StoreError> {
+        let key = task_key(&task.task_id);
+        let key_ttl = Self::key_ttl_ms(task.ttl_ms);
+        let owned = owned_key(&task.owner);
+        // The index entry goes first: if the owner dies in between, a sweep finds an id
+        // without a task and drops it, rather than a task nobody would sweep.
+        let mut index_add = redis::cmd("SADD");
+        index_add.arg(&owned).arg(&task.task_id);
+        let mut index_ttl = redis::cmd("PEXPIRE");
+        index_ttl.arg(&owned).arg(key_ttl);
+        let mut create = self.scripts.create.call(&key);
+        create.arg(key_ttl);
+        for (field, value) in codec::encode(&task).map_err(corrupt)? {
+            create.arg(field).arg(value);
+        }
+        let mut task_group = pipe_of([create]);
+        if self.settings.wait_replicas > 0 {
+            // Same connection as the write, so WAIT covers it.
+            let mut wait = redis::cmd("WAIT");
+            wait.arg(self.settings.wait_replicas)
+                .arg(self.settings.timeout.as_millis() as u64);
+            task_group.add_command(wait);
+        }
+        let replies = self
+            .conn
+            .run("create", vec![pipe_of([index_add, index_ttl]), task_group])
+            .await?;
+        let mut task_replies = replies.into_iter().nth(1).unwrap_or_default().into_iter();
+        let created: i64 = parse(task_replies.next().unwrap_or(Value::Nil))?;
+        if created == 0 {
+            return Err(StoreError::Duplicate(task.task_id));
+        }
+        if self.settings.wait_replicas > 0 {
+            let acked: i64 = parse(task_replies.next().unwrap_or(Value::Nil))?;
+            if acked < i64::from(self.settings.wait_replicas) {
+                // Not durable as asked: take it back, the client never sees the id.
+                let _ = self.delete(&task.task_id).await;
+                return Err(StoreError::Unavailable(format!(
+                    "only {acked} of {} Redis replicas acknowledged the task",
+                    self.settings.wait_replicas
+                )));
+            }
+        }
+        metrics::task_reached(task.status);
+        Ok(())
+    }
+
+    async fn get(
+        &self,
+        task_id: &str,
+        principal: &str,
+    ) -> Result<Option<Arc<TaskRecord>>, StoreError> {
+        if !is_task_id(task_id) {
+            return Ok(None);
+        }
+        let mut cmd = redis::cmd("HGETALL");
+        cmd.arg(task_key(task_id));
+        let fields: HashMap<String, String> = parse(self.conn.one("get", cmd).await?)?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        let task = codec::decode(task_id, fields).map_err(StoreError::Corrupt)?;
+        // Another principal's task reads exactly like an unknown one.
+        if task.principal != principal || task.expires_at_ms() <= now_ms() {
+            return Ok(None);
+        }
+        Ok(Some(Arc::new(task)))
+    }
+
+    async fn delete(&self, task_id: &str) -> Result<(), StoreError> {
+        let mut del = redis::cmd("DEL");
+        del.arg(task_key(task_id));
+        let mut unindex = redis::cmd("SREM");
+        unindex
+            .arg(owned_key(&self.settings.instance_id))
+            .arg(task_id);
+        self.conn
+            .run("delete", vec![pipe_of([del]), pipe_of([unindex])])
+            .await?;
+        Ok(())
+    }
+
+    async fn set_status_message(&self, task_id: &str, message: &str) -> Result<(), StoreError> {
+        let mut cmd = self.scripts.set_message.call(&task_key(task_id));
+        cmd.arg(now_ms()).arg(message);
+        self.eval("set_message", cmd).await?;
+        Ok(())
+    }
+
+    async fn add_input_request(
+        &self,
+        task_id: &str,
+        request: InputRequest,
+    ) -> Result<Option<String>, StoreError> {
+        let mut cmd = self.scripts.add_input.call(&task_key(task_id));
+        cmd.arg(now_ms())
+            .arg(serde_json::to_string(&request).map_err(corrupt)?);
+        let reply: Option<(String, String)> = parse(self.eval("add_input", cmd).await?)?;
+        Ok(reply.map(|(key, previous)| {
+            if previous != TaskStatus::InputRequired.as_str() {
+                metrics::task_reached(TaskStatus::InputRequired);
+            }
+            key
+        }))
+    }
+
+    async fn withdraw_input_request(&self, task_id: &str, key: &str) -> Result<(), StoreError> {
+        let mut cmd = self.scripts.withdraw_input.call(&task_key(task_id));
+        cmd.arg(now_ms()).arg(key);
+        let back_to_working: i64 = parse(self.eval("withdraw_input", cmd).await?)?;
+        if back_to_working == 1 {
+            metrics::task_reached(TaskStatus::Working);
+        }
+        Ok(())
+    }
+
+    async fn set_upstream_state(
+        &self,
+        task_id: &str,
+        state: Option<Json>,
+    ) -> Result<(), StoreError> {
+        let mut cmd = self.scripts.set_state.call(&task_key(task_id));
+        cmd.arg(now_ms());
+        match state {
+            Some(state) => cmd
+                .arg("1")
+                .arg(serde_json::to_string(&state).map_err(corrupt)?),
+            None => cmd.arg("0").arg(""),
+        };
+        self.eval("set_state", cmd).await?;
+        Ok(())
+    }
+
+    async fn accept_input_responses(
+        &self,
+        task_id: &str,
+        principal: &str,
+        responses: Map<String, Json>,
+    ) -> Result<UpdateOutcome, StoreError> {
+        if !is_task_id(task_id) {
+            return Ok(UpdateOutcome::NotFound);
+        }
+        let mut cmd = self.scripts.accept.call(&task_key(task_id));
+        cmd.arg(principal).arg(now_ms());
+        for (key, response) in &responses {
+            cmd.arg(key)
+                .arg(serde_json::to_string(response).map_err(corrupt)?);
+        }
+        let reply: Vec<Value> = parse(self.eval("accept", cmd).await?)?;
+        let mut reply = reply.into_iter();
+        let found: i64 = parse(reply.next().unwrap_or(Value::Nil))?;
+        if found == 0 {
+            return Ok(UpdateOutcome::NotFound);
+        }
+        let owner: String = parse(reply.next().unwrap_or(Value::Nil))?;
+        let back_to_working: i64 = parse(reply.next().unwrap_or(Value::Nil))?;
+        if back_to_working == 1 {
+            metrics::task_reached(TaskStatus::Working);
+        }
+        let keys = reply.map(parse).collect::<Result<Vec<String>, _>>()?;
+        Ok(UpdateOutcome::Accepted { keys, owner })
+    }
+
+    async fn take_answers(&self, task_id: &str) -> Result<Vec<(String, Json)>, StoreError> {
+        let mut cmd = self.scripts.take_answers.call(&task_key(task_id));
+        cmd.arg(now_ms());
+        let flat: Vec<String> = parse(self.eval("take_answers", cmd).await?)?;
+        flat.chunks_exact(2)
+            .map(|pair| {
+                let answer = serde_json::from_str(&pair[1]).map_err(corrupt)?;
+                Ok((pair[0].clone(), answer))
+            })
+            .collect()
+    }
+
+    async fn finish(&self, task_id: &str, outcome: Outcome) -> Result<bool, StoreError> {
+        let (status, fields) = codec::outcome_fields(&outcome).map_err(corrupt)?;
+        let mut finish = self.scripts.finish.call(&task_key(task_id));
+        finish.arg(now_ms()).arg(status.as_str());
+        for field in fields {
+            finish.arg(field);
+        }
+        // Only the owner finishes a task; its index entry goes in the same round trip.
+        let mut unindex = redis::cmd("SREM");
+        unindex
+            .arg(owned_key(&self.settings.instance_id))
+            .arg(task_id);
+        let replies = self
+            .conn
+            .run("finish", vec![pipe_of([finish]), pipe_of([unindex])])
+            .await?;
+        let moved: i64 = parse(
+            replies
+                .into_iter()
+                .next()
+                .and_then(|group| group.into_iter().next())
+                .unwrap_or(Value::Nil),
+        )?;
+        if moved == 1 {
+            metrics::task_reached(status);
+        }
+        Ok(moved == 1)
+    }
+
+    async fn cancel(&self, task_id: &str, principal: &str) -> Result<CancelOutcome, StoreError> {
+        if !is_task_id(task_id) {
+            return Ok(CancelOutcome::NotFound);
+        }
+        let mut cmd = self.scripts.cancel.call(&task_key(task_id));
+        cmd.arg(principal)
+            .arg(now_ms())
+            .arg("cancelled by the client");
+        let reply: Vec<Value> = parse(self.eval("cancel", cmd).await?)?;
+        let mut reply = reply.into_iter();
+        let code: i64 = parse(reply.next().unwrap_or(Value::Nil))?;
+        match code {
+            1 => {
+                let owner: String = parse(reply.next().unwrap_or(Value::Nil))?;
+                metrics::task_reached(TaskStatus::Cancelled);
+                // The owner's runner stops without a final write; unindex it here.
+                self.remove_from_owned(&owner, task_id).await;
+                Ok(CancelOutcome::Cancelled { owner })
+            }
+            2 => Ok(CancelOutcome::AlreadyTerminal),
+            _ => Ok(CancelOutcome::NotFound),
+        }
+    }
+
+    async fn wake(&self, owner: &str, task_id: &str) -> Result<(), StoreError> {
+        if owner == self.settings.instance_id
+            && let Some(tx) = self
+                .local_wake
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+        {
+            let _ = tx.send(task_id.to_owned());
+            return Ok(());
+        }
+        let mut cmd = redis::cmd("PUBLISH");
+        cmd.arg(wake_channel(owner)).arg(task_id);
+        self.conn.one("wake", cmd).await?;
+        Ok(())
+    }
+
+    fn wakeups(&self, owner: &str) -> WakeReceiver {
+        let (tx, rx) = mpsc::unbounded_channel();
+        if owner == self.settings.instance_id {
+            *self.local_wake.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx.clone());
+        }
+        wakeups::spawn_subscriber(
+            &self.settings.target,
+            wake_channel(owner),
+            self.settings.timeout,
+            tx,
+        );
+        rx
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.conn.one("ping", redis::cmd("PING")).await?;
+        Ok(())
+    }
+
+    async fn renew_lease(&self, lease: &Lease<'_>) -> Result<bool, StoreError> {
+        leases::renew(self, lease).await
+    }
+
+    async fn fail_tasks_of(&self, instance: &str, message: &str) -> Result<usize, StoreError> {
+        leases::fail_owned_tasks(self, instance, message).await
+    }
+
+    async fn release_lease(&self, instance: &str) -> Result<usize, StoreError> {
+        leases::release(self, instance).await
+    }
+
+    async fn fail_tasks_of_lost_owners(&self, me: &str) -> Result<usize, StoreError> {
+        leases::sweep(self, me).await
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,238 @@
+//! The connection to Redis (one server or a Cluster): every operation is a list of
+//! pipelines, each confined to one hash slot, run with a time limit, timed and counted.
+
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterConfig;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisError, Value};
+use tracing::Instrument;
+
+use super::scripts::Scripts;
+use crate::store::{StoreError, metrics};
+
+/// Where the store lives.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// One server (or a primary behind a proxy): `redis://` or `rediss://`.
+    Server(String),
+    /// Redis Cluster, given one or more seed nodes.
+    Cluster(Vec<String>),
+}
+
+#[derive(Clone)]
+enum Backend {
+    Server(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+#[derive(Clone)]
+pub struct Conn {
+    backend: Backend,
+    timeout: Duration,
+    scripts: &'static Scripts,
+}
+
+impl Conn {
+    /// Builds the connection without touching the network: the gateway starts (and
+    /// answers, with clear errors) while Redis is down, and connects once it is up.
+    pub fn new(target: &Target, timeout: Duration) -> Result<Self, RedisError> {
+        // Connect attempts are bounded by the operation's own limit; one retry inside the
+        // client is enough, since every request tries again anyway.
+        let connect_timeout = timeout.min(Duration::from_secs(1));
+        let backend = match target {
+            Target::Server(url) => {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(connect_timeout))
+                    .set_response_timeout(Some(timeout))
+                    .set_number_of_retries(1)
+                    .set_min_delay(Duration::from_millis(50))
+                    .set_max_delay(Duration::from_millis(200));
+                Backend::Server(
+                    redis::Client::open(url.as_str())?.get_connection_manager_lazy(config)?,
+                )
+            }
+            Target::Cluster(urls) => {
+                let client =
+                    redis::cluster::ClusterClientBuilder::new(urls.iter().map(String::as_str))
+                        .retries(2)
+                        .min_retry_wait(20)
+                        .max_retry_wait(200)
+                        .build()?;
+                let config = ClusterConfig::new()
+                    .set_connection_timeout(connect_timeout)
+                    .set_response_timeout(timeout);
+                Backend::Cluster(client.get_pending_async_connection_with_config(config))
+            }
+        };
+        Ok(Self {
+            backend,
+            timeout,
+            scripts: Scripts::get(),
+        })
+    }
+
+    pub fn backend_label(&self) -> &'static str {
+        match self.backend {
+            Backend::Server(_) => "redis",
+            Backend::Cluster(_) => "redis-cluster",
+        }
+    }
+
+    /// One command; its reply.
+    pub async fn one(&self, op: &'static str, cmd: Cmd) -> Result<Value, StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd);
+        let mut replies = self.run(op, vec![pipe]).await?;
+        Ok(replies
+            .pop()
+            .and_then(|mut group| group.pop())
+            .unwrap_or(Value::Nil))
+    }
+
+    /// Runs `groups` (each a pipeline whose commands share one hash slot) as one round
+    /// trip: one pipeline on a single server, one per slot concurrently on a Cluster.
+    /// Returns the replies by group. A script Redis lost (restart, failover) is loaded
+    /// again and the operation repeated once; every command used here tolerates that.
+    pub async fn run(
+        &self,
+        op: &'static str,
+        groups: Vec<Pipeline>,
+    ) -> Result<Vec<Vec<Value>>, StoreError> {
+        let started = Instant::now();
+        let span = tracing::debug_span!("redis", op);
+        let result = async {
+            match self.attempt(&groups).await {
+                Err(Failure::NoScript) => match self.load_scripts().await {
+                    Ok(()) => self.attempt(&groups).await,
+                    Err(e) => Err(e),
+                },
+                other => other,
+            }
+        }
+        .instrument(span)
+        .await;
+        metrics::roundtrip(op, started.elapsed());
+        result.map_err(|failure| {
+            metrics::store_error(self.backend_label());
+            let error = failure.into_store_error(self.timeout);
+            tracing::debug!(op, error = %error, "redis operation failed");
+            error
+        })
+    }
+
+    async fn attempt(&self, groups: &[Pipeline]) -> Result<Vec<Vec<Value>>, Failure> {
+        let replies = tokio::time::timeout(self.timeout, self.send(groups))
+            .await
+            .map_err(|_| Failure::Timeout)??;
+        for reply in replies.iter().flatten() {
+            if let Value::ServerError(e) = reply {
+                return Err(if e.code() == "NOSCRIPT" {
+                    Failure::NoScript
+                } else {
+                    Failure::Server(format!("{} {}", e.code(), e.details().unwrap_or("")))
+                });
+            }
+        }
+        Ok(replies)
+    }
+
+    async fn send(&self, groups: &[Pipeline]) -> Result<Vec<Vec<Value>>, Failure> {
+        match &self.backend {
+            Backend::Server(conn) => {
+                let mut merged = redis::pipe();
+                for group in groups {
+                    for cmd in group.cmd_iter() {
+                        merged.add_command(cmd.clone());
+                    }
+                }
+                merged.ignore_errors();
+                let mut flat: Vec<Value> = merged
+                    .query_async::<Vec<Value>>(&mut conn.clone())
+                    .await
+                    .map_err(Failure::Redis)?
+                    .into_iter()
+                    .rev()
+                    .collect();
+                Ok(groups
+                    .iter()
+                    .map(|group| (0..group.len()).filter_map(|_| flat.pop()).collect())
+                    .collect())
+            }
+            Backend::Cluster(conn) => {
+                let sends = groups.iter().map(|group| {
+                    let mut conn = conn.clone();
+                    let mut group = group.clone();
+                    group.ignore_errors();
+                    async move { group.query_async::<Vec<Value>>(&mut conn).await }
+                });
+                join_all(sends)
+                    .await
+                    .into_iter()
+                    .map(|r| r.map_err(Failure::Redis))
+                    .collect()
+            }
+        }
+    }
+
+    /// Loads every script (on a Cluster, SCRIPT LOAD goes to every node).
+    async fn load_scripts(&self) -> Result<(), Failure> {
+        let mut pipe = redis::pipe();
+        for script in self.scripts.all() {
+            pipe.add_command(script.load_cmd());
+        }
+        let load = async {
+            match &self.backend {
+                Backend::Server(conn) => pipe.exec_async(&mut conn.clone()).await,
+                Backend::Cluster(conn) => {
+                    // A Cluster pipeline goes to one node; route each load to all of them.
+                    for cmd in pipe.cmd_iter() {
+                        cmd.exec_async(&mut conn.clone()).await?;
+                    }
+                    Ok(())
+                }
+            }
+        };
+        tokio::time::timeout(self.timeout, load)
+            .await
+            .map_err(|_| Failure::Timeout)?
+            .map_err(Failure::Redis)
+    }
+}
+
+enum Failure {
+    Timeout,
+    NoScript,
+    Redis(RedisError),
+    Server(String),
+}
+
+impl Failure {
+    fn into_store_error(self, timeout: Duration) -> StoreError {
+        match self {
+            Failure::Timeout => StoreError::Unavailable(format!(
+                "Redis did not answer within {} ms",
+                timeout.as_millis()
+            )),
+            Failure::NoScript => {
+                StoreError::Unavailable("Redis lost the gateway's scripts; retry".into())
+            }
+            Failure::Redis(e) => StoreError::Unavailable(describe(&e)),
+            Failure::Server(e) => StoreError::Corrupt(format!("Redis answered an error: {e}")),
+        }
+    }
+}
+
+fn describe(e: &RedisError) -> String {
+    if e.is_connection_refusal() {
+        "cannot connect to Redis (connection refused)".into()
+    } else if e.is_timeout() {
+        "Redis did not answer in time".into()
+    } else if e.is_connection_dropped() || e.is_io_error() {
+        format!("connection to Redis lost: {e}")
+    } else {
+        format!("Redis: {e}")
+    }
+}

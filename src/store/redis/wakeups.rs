@@ -1,0 +1,110 @@
+//! The owner's wake-up subscriber: SUBSCRIBE to `mtg:wake:<instance>` and pass each
+//! task id to the runners. The stored state is the truth; a wake-up only says "look
+//! again". Pub/sub forgets what it sent while nobody listened, so after every
+//! (re)subscription the runners are told to look at everything ([`WAKE_ALL`]).
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::conn::Target;
+use crate::store::WAKE_ALL;
+
+/// How often an idle subscription is checked (PING), so a dead connection is noticed.
+const CHECK_EVERY: Duration = Duration::from_secs(5);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+pub(super) fn spawn_subscriber(
+    target: &Target,
+    channel: String,
+    timeout: Duration,
+    tx: UnboundedSender<String>,
+) {
+    // PUBLISH on a Cluster reaches every node, so any node can be listened to.
+    let urls = match target {
+        Target::Server(url) => vec![url.clone()],
+        Target::Cluster(urls) => urls.clone(),
+    };
+    tokio::spawn(async move {
+        let mut backoff = Duration::from_millis(50);
+        let mut was_down = false;
+        for url in urls.iter().cycle() {
+            if tx.is_closed() {
+                return;
+            }
+            let mut subscribed = false;
+            match listen(url, &channel, timeout, &tx, &mut subscribed, was_down).await {
+                Ok(()) => return,
+                Err(e) => {
+                    if subscribed || !was_down {
+                        tracing::warn!(channel, error = %e, "wake-up subscription lost; reconnecting");
+                    }
+                    if subscribed {
+                        backoff = Duration::from_millis(50);
+                    }
+                    was_down = true;
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(backoff) => {}
+                () = tx.closed() => return,
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    });
+}
+
+/// Listens until the connection fails (`Err`) or the receiver is gone (`Ok`).
+async fn listen(
+    url: &str,
+    channel: &str,
+    timeout: Duration,
+    tx: &UnboundedSender<String>,
+    subscribed: &mut bool,
+    was_down: bool,
+) -> Result<(), String> {
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let pubsub = tokio::time::timeout(timeout, client.get_async_pubsub())
+        .await
+        .map_err(|_| "connect timed out".to_owned())?
+        .map_err(|e| e.to_string())?;
+    let (mut sink, mut stream) = pubsub.split();
+    tokio::time::timeout(timeout, sink.subscribe(channel))
+        .await
+        .map_err(|_| "SUBSCRIBE timed out".to_owned())?
+        .map_err(|e| e.to_string())?;
+    *subscribed = true;
+    if was_down {
+        tracing::info!(channel, "wake-up subscription restored");
+    } else {
+        tracing::debug!(channel, "listening for wake-ups");
+    }
+    // Anything published while we were away is covered by looking at every task.
+    if tx.send(WAKE_ALL.to_owned()).is_err() {
+        return Ok(());
+    }
+    let mut check = tokio::time::interval(CHECK_EVERY);
+    check.tick().await;
+    loop {
+        tokio::select! {
+            message = stream.next() => {
+                let Some(message) = message else {
+                    return Err("connection closed".into());
+                };
+                if let Ok(task_id) = message.get_payload::<String>()
+                    && tx.send(task_id).is_err()
+                {
+                    return Ok(());
+                }
+            }
+            _ = check.tick() => {
+                tokio::time::timeout(timeout, sink.ping::<redis::Value>())
+                    .await
+                    .map_err(|_| "PING timed out".to_owned())?
+                    .map_err(|e| e.to_string())?;
+            }
+            () = tx.closed() => return Ok(()),
+        }
+    }
+}

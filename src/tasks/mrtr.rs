@@ -1,0 +1,257 @@
+//! MRTR rounds of a task on a 2026-07-28 upstream. The upstream's `InputRequiredResult`
+//! becomes the task's `inputRequests`, under task keys (`input-<n>`) that stay unique
+//! over the task's lifetime; once every key of the round is answered, the call is
+//! retried with the answers (under the upstream's keys) and the exact `requestState`.
+//!
+//! The round lives in the task record (`upstream_state`), not in the runner, so that
+//! the retry can be rebuilt from the store alone.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::runner::{sleep_until, timed_out, upstream_failure};
+use super::{TaskService, ToolCall};
+use crate::protocol::jsonrpc::ErrorObject;
+use crate::protocol::mrtr::{self, InputRequired, MAX_ROUNDS_WITHOUT_INPUT};
+use crate::store::{Outcome, StoreError};
+use crate::upstream::UpstreamError;
+
+/// How soon to read the task again after the store failed to answer.
+const STORE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Key of the round in `TaskRecord::upstream_state`.
+const STATE_KEY: &str = "mrtr";
+
+pub(super) fn asks_for_input(result: &Value) -> bool {
+    mrtr::is_input_required(result)
+}
+
+/// The round a task is in, as stored in its record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "snake_case")]
+pub enum RoundState {
+    /// Waiting for the client's answers.
+    AwaitingInput {
+        #[serde(rename = "requestState")]
+        request_state: Option<String>,
+        /// Upstream key of each of the round's task keys.
+        keys: BTreeMap<String, String>,
+    },
+    /// All answered; the retry (possibly still in flight) carries these.
+    Retrying {
+        #[serde(rename = "requestState")]
+        request_state: Option<String>,
+        #[serde(rename = "inputResponses")]
+        input_responses: Map<String, Value>,
+    },
+}
+
+impl RoundState {
+    pub fn to_upstream_state(&self) -> Value {
+        let mut state = Map::new();
+        state.insert(
+            STATE_KEY.into(),
+            serde_json::to_value(self).expect("round state serializes"),
+        );
+        Value::Object(state)
+    }
+
+    pub fn from_upstream_state(state: Option<&Value>) -> Option<Self> {
+        serde_json::from_value(state?.get(STATE_KEY)?.clone()).ok()
+    }
+}
+
+/// What the runner does after an `InputRequiredResult`.
+pub(super) enum Next {
+    /// Send the call again with these params.
+    Retry(Value),
+    Finished(Outcome),
+    /// The task ended elsewhere (cancelled, expired), or the client got the input
+    /// request itself within the promotion budget.
+    Stopped,
+}
+
+#[derive(Default)]
+pub(super) struct Rounds {
+    without_input: u32,
+}
+
+impl Rounds {
+    pub(super) async fn next(
+        &mut self,
+        service: &TaskService,
+        task_id: &str,
+        call: &ToolCall,
+        result: Value,
+        wake: &Notify,
+        deadline: Option<Instant>,
+    ) -> Next {
+        let round = match InputRequired::parse(&result) {
+            Ok(round) => round,
+            Err(e) => {
+                return Next::Finished(upstream_failure(&UpstreamError::Protocol(e.to_string())));
+            }
+        };
+        // Input needed before the task is promoted goes to the client as it is (the
+        // spec resolves such rounds synchronously, before CreateTaskResult).
+        if service.hand_over_early_input(task_id, &result) {
+            tracing::info!("input required within the promotion budget; answered inline");
+            return Next::Stopped;
+        }
+        if round.input_requests.is_empty() {
+            self.without_input += 1;
+            if self.without_input > MAX_ROUNDS_WITHOUT_INPUT {
+                return Next::Finished(upstream_failure(&UpstreamError::Protocol(format!(
+                    "{MAX_ROUNDS_WITHOUT_INPUT} InputRequiredResults in a row asked for no input"
+                ))));
+            }
+            return Next::Retry(mrtr::retry_params(
+                &call.params,
+                Map::new(),
+                round.request_state.as_deref(),
+            ));
+        }
+        self.without_input = 0;
+        let keys = match record_round(service, task_id, &round).await {
+            Ok(Some(keys)) => keys,
+            Ok(None) => return Next::Stopped,
+            Err(e) => return Next::Finished(store_failure(&e)),
+        };
+        tracing::info!(keys = ?keys.keys().collect::<Vec<_>>(), "task needs input (MRTR round)");
+        // Set when the store could not be read: look again then, not only at a wake-up.
+        let mut look_again: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                () = wake.notified() => {}
+                () = sleep_until(look_again) => {}
+                () = sleep_until(deadline) => return Next::Finished(timed_out(service)),
+            }
+            look_again = None;
+            match answers(service, task_id, &call.principal, &keys).await {
+                Ok(Answers::Complete(responses)) => {
+                    let state = round.request_state.as_deref();
+                    if let Err(e) = start_retry(service, task_id, state, &responses).await {
+                        return Next::Finished(store_failure(&e));
+                    }
+                    return Next::Retry(mrtr::retry_params(&call.params, responses, state));
+                }
+                Ok(Answers::Partial) => {}
+                Ok(Answers::Ended) => return Next::Stopped,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not read the task's answers");
+                    look_again = Some(Instant::now() + STORE_RETRY);
+                }
+            }
+        }
+    }
+}
+
+/// Adds the round's requests to the task and stores the round; the task keys by
+/// upstream key, or `None` when the task has ended.
+async fn record_round(
+    service: &TaskService,
+    task_id: &str,
+    round: &InputRequired,
+) -> Result<Option<BTreeMap<String, String>>, StoreError> {
+    let (upstream_keys, requests): (Vec<_>, Vec<_>) = round
+        .input_requests
+        .iter()
+        .map(|(key, request)| (key.clone(), request.clone()))
+        .unzip();
+    let Some(task_keys) = service.store.add_input_requests(task_id, requests).await? else {
+        return Ok(None);
+    };
+    let keys: BTreeMap<String, String> = task_keys.into_iter().zip(upstream_keys).collect();
+    let state = RoundState::AwaitingInput {
+        request_state: round.request_state.clone(),
+        keys: keys.clone(),
+    };
+    service
+        .store
+        .set_upstream_state(task_id, Some(state.to_upstream_state()))
+        .await?;
+    Ok(Some(keys))
+}
+
+enum Answers {
+    /// Every key of the round is answered: the answers under the upstream's keys.
+    Complete(Map<String, Value>),
+    /// Some keys are still outstanding: the upstream is not called yet.
+    Partial,
+    Ended,
+}
+
+async fn answers(
+    service: &TaskService,
+    task_id: &str,
+    principal: &str,
+    keys: &BTreeMap<String, String>,
+) -> Result<Answers, StoreError> {
+    let Some(task) = service.store.get(task_id, principal).await? else {
+        return Ok(Answers::Ended);
+    };
+    if task.status.is_terminal() {
+        return Ok(Answers::Ended);
+    }
+    let mut responses = Map::new();
+    for (task_key, upstream_key) in keys {
+        match task.answers.get(task_key) {
+            Some(answer) => responses.insert(upstream_key.clone(), answer.clone()),
+            None => return Ok(Answers::Partial),
+        };
+    }
+    Ok(Answers::Complete(responses))
+}
+
+/// Records that the round is answered, then clears the answers from the record. In that
+/// order: until the retry state is stored, the answers stay where a resumer finds them.
+async fn start_retry(
+    service: &TaskService,
+    task_id: &str,
+    request_state: Option<&str>,
+    input_responses: &Map<String, Value>,
+) -> Result<(), StoreError> {
+    let state = RoundState::Retrying {
+        request_state: request_state.map(str::to_owned),
+        input_responses: input_responses.clone(),
+    };
+    service
+        .store
+        .set_upstream_state(task_id, Some(state.to_upstream_state()))
+        .await?;
+    service.store.take_answers(task_id).await?;
+    Ok(())
+}
+
+fn store_failure(error: &StoreError) -> Outcome {
+    let message = format!("the gateway could not record an input round: {error}");
+    Outcome::Failed {
+        error: ErrorObject::internal(message.clone()),
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn round_state_round_trips_through_the_record() {
+        let state = RoundState::AwaitingInput {
+            request_state: Some("opaque \u{e9}".into()),
+            keys: BTreeMap::from([("input-3".to_owned(), "name".to_owned())]),
+        };
+        let stored = state.to_upstream_state();
+        assert_eq!(
+            stored,
+            json!({"mrtr": {"phase": "awaiting_input", "requestState": "opaque \u{e9}", "keys": {"input-3": "name"}}})
+        );
+        assert_eq!(RoundState::from_upstream_state(Some(&stored)), Some(state));
+        assert_eq!(RoundState::from_upstream_state(None), None);
+    }
+}

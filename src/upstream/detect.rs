@@ -1,0 +1,187 @@
+//! Which generation an HTTP upstream speaks, found out at first use and remembered:
+//! a `server/discover` probe, read per the 2026-07-28 HTTP backward-compatibility rules.
+//! A discover result naming 2026-07-28 means a modern upstream; an answer that is not a
+//! recognised modern one means a legacy (2025-xx, session) upstream.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use http::{HeaderValue, StatusCode, Uri};
+use serde_json::{Map, Value};
+use tokio::sync::OnceCell;
+
+use super::http::HttpClient;
+use super::modern::{ModernExchange, ModernUpstream, post};
+use super::{Caller, Exchange, LegacyUpstream, Upstream, UpstreamError};
+use crate::protocol::jsonrpc::{self, ErrorObject, code};
+use crate::protocol::meta::{self, MODERN_PROTOCOL_VERSION};
+
+/// A probe that gets no answer in this time is retried at the next use.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the probe found.
+#[derive(Debug)]
+pub enum Generation {
+    /// Speaks 2026-07-28; its `server/discover` result.
+    Modern(Value),
+    /// Needs `initialize` and sessions.
+    Legacy,
+}
+
+/// Sends `server/discover` and reads the answer. Errors are answers that say nothing
+/// about the generation (unreachable, auth, 5xx, time-out); they are not remembered.
+pub async fn probe(
+    client: &HttpClient,
+    url: &Uri,
+    auth: Option<&HeaderValue>,
+) -> Result<Generation, UpstreamError> {
+    let id = Value::from(0);
+    let body = jsonrpc::request_value(
+        id.clone(),
+        "server/discover",
+        Some(meta::with_modern_meta(None, &Map::new())),
+    );
+    let exchange = async {
+        let response = post(client, url, auth, "server/discover", &body, &[]).await?;
+        let status = response.status();
+        if status == StatusCode::UNAUTHORIZED
+            || status == StatusCode::FORBIDDEN
+            || status == StatusCode::TOO_MANY_REQUESTS
+            || status.is_server_error()
+        {
+            return Err(UpstreamError::Status {
+                status: status.as_u16(),
+                body: String::new(),
+            });
+        }
+        match ModernExchange::open(response, id).await {
+            Ok(mut exchange) => exchange.final_answer().await.map(Some),
+            // A 4xx with no JSON-RPC error in it: not a modern server.
+            Err(UpstreamError::Status { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    };
+    let answer = tokio::time::timeout(PROBE_TIMEOUT, exchange)
+        .await
+        .map_err(|_| UpstreamError::Timeout(PROBE_TIMEOUT.as_millis() as u64))??;
+    match answer {
+        Some(Ok(result)) if names_modern_version(result.get("supportedVersions")) => {
+            Ok(Generation::Modern(result))
+        }
+        Some(Err(error)) if is_modern_rejection(&error) => Err(UpstreamError::Protocol(format!(
+            "the upstream speaks 2026-07-28 but rejected server/discover: {} ({})",
+            error.message, error.code
+        ))),
+        _ => Ok(Generation::Legacy),
+    }
+}
+
+fn names_modern_version(versions: Option<&Value>) -> bool {
+    versions
+        .and_then(Value::as_array)
+        .is_some_and(|v| v.iter().any(|v| v == MODERN_PROTOCOL_VERSION))
+}
+
+/// A recognised modern error about the probe itself. An unsupported-version error that
+/// does not list 2026-07-28 is not one: such a server may still speak a legacy version.
+fn is_modern_rejection(error: &ErrorObject) -> bool {
+    match error.code {
+        code::HEADER_MISMATCH | code::MISSING_REQUIRED_CLIENT_CAPABILITY => true,
+        code::UNSUPPORTED_PROTOCOL_VERSION => {
+            names_modern_version(error.data.as_ref().and_then(|d| d.get("supported")))
+        }
+        _ => false,
+    }
+}
+
+/// An HTTP upstream of either generation: detected at first use, then every call goes
+/// to the implementation for that generation.
+pub struct AutoUpstream {
+    client: HttpClient,
+    url: Uri,
+    roots: Vec<String>,
+    chosen: OnceCell<Arc<dyn Upstream>>,
+}
+
+impl AutoUpstream {
+    pub fn new(client: HttpClient, url: Uri, roots: &[String]) -> Arc<Self> {
+        Arc::new(Self {
+            client,
+            url,
+            roots: roots.to_vec(),
+            chosen: OnceCell::new(),
+        })
+    }
+
+    async fn chosen(&self, caller: &Caller<'_>) -> Result<&Arc<dyn Upstream>, UpstreamError> {
+        self.chosen
+            .get_or_try_init(|| async {
+                let upstream: Arc<dyn Upstream> =
+                    match probe(&self.client, &self.url, caller.auth).await? {
+                        Generation::Modern(discovered) => {
+                            tracing::info!(upstream = %self.url, "upstream speaks 2026-07-28");
+                            Arc::new(ModernUpstream::new(
+                                self.client.clone(),
+                                self.url.clone(),
+                                discovered,
+                            ))
+                        }
+                        Generation::Legacy => {
+                            tracing::info!(upstream = %self.url, "upstream speaks a 2025 (session) version");
+                            LegacyUpstream::new(self.client.clone(), self.url.clone(), &self.roots)
+                        }
+                    };
+                Ok(upstream)
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl Upstream for AutoUpstream {
+    async fn open_call(
+        &self,
+        caller: &Caller<'_>,
+        method: &str,
+        params: Option<Value>,
+    ) -> Result<Box<dyn Exchange>, UpstreamError> {
+        self.chosen(caller)
+            .await?
+            .open_call(caller, method, params)
+            .await
+    }
+
+    async fn server_info(&self, caller: &Caller<'_>) -> Result<Value, UpstreamError> {
+        self.chosen(caller).await?.server_info(caller).await
+    }
+
+    async fn discover_result(&self, caller: &Caller<'_>) -> Result<Value, UpstreamError> {
+        self.chosen(caller).await?.discover_result(caller).await
+    }
+
+    async fn ready(&self) -> Result<(), UpstreamError> {
+        match self.chosen.get() {
+            Some(chosen) => chosen.ready().await,
+            None => super::http::probe_reachable(&self.client, &self.url).await,
+        }
+    }
+
+    fn passthrough_url(&self) -> Option<&Uri> {
+        match self.chosen.get() {
+            Some(chosen) => chosen.passthrough_url(),
+            None => Some(&self.url),
+        }
+    }
+
+    async fn legacy_passthrough(
+        &self,
+        auth: Option<&HeaderValue>,
+    ) -> Result<Option<&Uri>, UpstreamError> {
+        let caller = Caller {
+            capabilities: &Map::new(),
+            auth,
+        };
+        Ok(self.chosen(&caller).await?.passthrough_url())
+    }
+}

@@ -1,0 +1,242 @@
+//! Real `redis-server` processes for the tests, on free loopback ports (never 6379),
+//! killed by PID when the test ends, with their files in a directory of their own.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{DEADLINE, Proc, free_port};
+
+pub struct RedisServer {
+    proc: Option<Proc>,
+    pub port: u16,
+    dir: PathBuf,
+    args: Vec<String>,
+}
+
+impl RedisServer {
+    /// A throwaway server: no persistence.
+    pub fn start() -> Self {
+        Self::launch(&["--save", "", "--appendonly", "no"])
+    }
+
+    /// A server that survives `kill -9`: every write is in the append-only file before
+    /// Redis answers it.
+    pub fn start_durable() -> Self {
+        Self::launch(&[
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+        ])
+    }
+
+    /// A throwaway server on a given port (e.g. one a gateway already points at).
+    pub fn start_on(port: u16) -> Self {
+        Self::launch_on(port, &["--save", "", "--appendonly", "no"])
+    }
+
+    fn launch(extra: &[&str]) -> Self {
+        Self::launch_on(free_port(), extra)
+    }
+
+    fn launch_on(port: u16, extra: &[&str]) -> Self {
+        let dir = std::env::temp_dir().join(format!("mtg-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut args: Vec<String> = vec![
+            "--port".into(),
+            port.to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--dir".into(),
+            dir.display().to_string(),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let mut server = Self {
+            proc: None,
+            port,
+            dir,
+            args,
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("redis-server (Debian: apt-get install redis-server)");
+        self.proc = Some(Proc {
+            child,
+            name: "redis-server",
+        });
+        self.wait_ready();
+    }
+
+    /// Waits until the server answers PING (not LOADING).
+    fn wait_ready(&self) {
+        let start = Instant::now();
+        loop {
+            if let Ok(mut conn) = self.try_connection()
+                && redis::cmd("PING").query::<String>(&mut conn).is_ok()
+            {
+                return;
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "redis-server on {} never became ready",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn try_connection(&self) -> redis::RedisResult<redis::Connection> {
+        redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(2))
+    }
+
+    /// A plain connection for the test's own checks.
+    pub fn connection(&self) -> redis::Connection {
+        self.try_connection().expect("redis reachable")
+    }
+
+    /// `kill -9`.
+    pub fn kill(&mut self) {
+        if let Some(mut proc) = self.proc.take() {
+            proc.kill();
+        }
+    }
+
+    /// Starts the server again on the same port with the same files.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A Redis Cluster of `masters` primaries without replicas.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start(masters: usize) -> Self {
+        let nodes: Vec<RedisServer> = (0..masters)
+            .map(|_| {
+                let port = free_port();
+                let bus = free_port();
+                let dir =
+                    std::env::temp_dir().join(format!("mtg-redis-{}-{port}", std::process::id()));
+                let config = dir.join(format!("nodes-{port}.conf"));
+                RedisServer::launch_cluster_node(port, bus, dir, config)
+            })
+            .collect();
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for node in &nodes {
+            create.arg(format!("127.0.0.1:{}", node.port));
+        }
+        let output = create
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("redis-cli");
+        assert!(
+            output.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        let cluster = Self { nodes };
+        cluster.wait_ok();
+        cluster
+    }
+
+    fn wait_ok(&self) {
+        let start = Instant::now();
+        for node in &self.nodes {
+            loop {
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut node.connection())
+                    .unwrap_or_default();
+                if info.contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(
+                    start.elapsed() < DEADLINE,
+                    "cluster never became ok: {info}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
+    /// The seed list for `--redis-cluster`.
+    pub fn urls(&self) -> String {
+        self.nodes
+            .iter()
+            .map(RedisServer::url)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// A cluster-aware connection for the test's own checks.
+    pub fn connection(&self) -> redis::cluster::ClusterConnection {
+        redis::cluster::ClusterClient::new(self.nodes.iter().map(|n| n.url()).collect::<Vec<_>>())
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    }
+}
+
+impl RedisServer {
+    fn launch_cluster_node(port: u16, bus: u16, dir: PathBuf, config: PathBuf) -> Self {
+        std::fs::create_dir_all(&dir).unwrap();
+        let args = [
+            "--port",
+            &port.to_string(),
+            "--cluster-port",
+            &bus.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            &config.display().to_string(),
+            "--dir",
+            &dir.display().to_string(),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        let mut server = Self {
+            proc: None,
+            port,
+            dir,
+            args,
+        };
+        server.spawn();
+        server
+    }
+}
