@@ -512,3 +512,55 @@ async fn an_unreachable_upstream_is_detected_once_it_answers() {
     let task = client.wait_status(&task_id, "input_required").await;
     assert_eq!(outstanding_keys(&task), ["input-0"]);
 }
+
+/// With Redis, two instances: the task is created on A, every answer goes to B, and the
+/// rounds still complete (B stores the answers; A, the owner, is woken and retries).
+async fn rounds_answered_on_another_instance(upstream: MrtrUpstream) {
+    let redis = common::redis::RedisServer::start();
+    let redis_url = redis.url();
+    let (_upstream, upstream_url) = upstream.start();
+    let (_a, url_a) = start_gateway(&upstream_url, &["--redis", &redis_url]);
+    let (_b, url_b) = start_gateway(&upstream_url, &["--redis", &redis_url]);
+    let a = Client::with_tasks(&url_a);
+    let b = Client::with_tasks(&url_b);
+
+    let task_id = a.start_task("two_rounds", json!({})).await;
+    let round_1 = b.wait_status(&task_id, "input_required").await;
+    let name_key = key_of(&round_1, "Your name?");
+    let color_key = key_of(&round_1, "Favourite color?");
+    b.update(&task_id, json!({name_key: accept(json!({"name": "Ann"}))}))
+        .await
+        .result();
+    let task = b.get_task(&task_id).await;
+    assert_eq!(outstanding_keys(&task), std::slice::from_ref(&color_key));
+    assert_eq!(upstream_calls(&upstream_url, "two_rounds").await, 1);
+    b.update(
+        &task_id,
+        json!({color_key: accept(json!({"color": "blue"}))}),
+    )
+    .await
+    .result();
+    let round_2 = b
+        .poll_until(&task_id, |t| outstanding_keys(t) == ["input-2"])
+        .await;
+    assert_eq!(
+        round_2["inputRequests"]["input-2"]["params"]["message"],
+        "Ann likes blue, right?"
+    );
+    b.update(&task_id, json!({"input-2": accept(json!({"ok": true}))}))
+        .await
+        .result();
+    let done = a.wait_status(&task_id, "completed").await;
+    assert_eq!(first_text(&done["result"]), "Ann likes blue");
+    assert_eq!(upstream_calls(&upstream_url, "two_rounds").await, 3);
+}
+
+#[tokio::test]
+async fn python_rounds_answered_on_another_instance_with_redis() {
+    rounds_answered_on_another_instance(MrtrUpstream::Python).await;
+}
+
+#[tokio::test]
+async fn rmcp_rounds_answered_on_another_instance_with_redis() {
+    rounds_answered_on_another_instance(MrtrUpstream::Rmcp).await;
+}
