@@ -356,7 +356,14 @@ async fn the_full_flow_works_on_redis_cluster() {
     let urls = cluster.urls();
     let d = deploy(3, &["--redis-cluster", &urls], &[]);
     cross_instance_flows(&d).await;
-    // Tasks really are spread over the nodes.
+    // Tasks really are spread over the nodes (20 more, so chance cannot put them all
+    // on one node).
+    for i in 0..20 {
+        let task = d.clients[i % 3]
+            .start_task("echo", json!({"text": i.to_string()}))
+            .await;
+        d.clients[(i + 1) % 3].wait_status(&task, "completed").await;
+    }
     let mut nodes_with_tasks = 0;
     for node in &cluster.nodes {
         let keys: Vec<String> = ::redis::cmd("KEYS")
