@@ -371,7 +371,9 @@ async fn scenario_f(args: &Args, bins: &Binaries, report: &mut Report) {
         match bins.other_proxy(&args.other_proxy, &everything) {
             Some((proxy, url)) => {
                 let target = Target::parse(&url);
-                let pids = Pids::new(None, None).with_other(&proxy);
+                let pids = Pids::new(None, None)
+                    .with_other(&proxy)
+                    .with_upstream_children_of(&proxy);
                 let requests = legacy_requests(&target, "tools/call", echo.clone()).await;
                 let stats = load(args, &target, &requests, conns, &pids).await;
                 report.row(
@@ -395,7 +397,7 @@ async fn scenario_f(args: &Args, bins: &Binaries, report: &mut Report) {
         let command = format!("node {} stdio", everything.display());
         let (gateway, url) = bins.gateway_cmd(&command);
         let target = Target::parse(&url);
-        let pids = Pids::new(Some(&gateway), None);
+        let pids = Pids::new(Some(&gateway), None).with_upstream_children_of(&gateway);
         let bridged = Workload::fixed(
             vec![modern_request("tools/call", echo.clone(), false)],
             Expect::Contains(br#""result""#),
@@ -811,6 +813,8 @@ struct Pids {
     upstream: Option<u32>,
     redis: Option<u32>,
     other: Option<u32>,
+    /// The upstream is this process's children (a stdio server under a proxy).
+    upstream_children_of: Option<u32>,
 }
 
 impl Pids {
@@ -820,7 +824,14 @@ impl Pids {
             upstream: upstream.map(Proc::pid),
             redis: None,
             other: None,
+            upstream_children_of: None,
         }
+    }
+
+    /// The upstream is whatever `parent` runs (its stdio server).
+    fn with_upstream_children_of(mut self, parent: &Proc) -> Self {
+        self.upstream_children_of = Some(parent.pid());
+        self
     }
 
     fn with_redis(mut self, redis: Option<&Proc>) -> Self {
@@ -834,7 +845,12 @@ impl Pids {
     }
 
     fn sample(&self) -> [Option<f64>; 4] {
-        [self.gateway, self.upstream, self.redis, self.other].map(|p| p.and_then(cpu_seconds))
+        let mut sample =
+            [self.gateway, self.upstream, self.redis, self.other].map(|p| p.and_then(cpu_seconds));
+        if let Some(parent) = self.upstream_children_of {
+            sample[1] = Some(children(parent).into_iter().filter_map(cpu_seconds).sum());
+        }
+        sample
     }
 }
 
@@ -1242,7 +1258,11 @@ impl Binaries {
         Command::new(&self.gateway)
             .arg("--help")
             .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).contains(flag))
+            // The gateway prints its help on stderr (exit status 2).
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout).contains(flag)
+                    || String::from_utf8_lossy(&o.stderr).contains(flag)
+            })
             .unwrap_or(false)
     }
 
@@ -1476,6 +1496,22 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     Some((utime + stime) / ticks)
+}
+
+/// The direct children of a process.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    threads
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
 }
 
 fn rss_kib(pid: u32) -> u64 {
