@@ -86,9 +86,10 @@ struct Args {
     /// Skip the Redis variants even when the gateway supports --redis.
     #[arg(long)]
     no_redis: bool,
-    /// The other proxy of scenario f: "mcp-proxy" or "supergateway" (from benches/peers).
-    #[arg(long, default_value = "mcp-proxy")]
-    other_proxy: String,
+    /// The other proxies of scenario f, comma-separated: mcp-proxy, supergateway (npm,
+    /// pinned in benches/peers; `npm ci --prefix benches/peers`).
+    #[arg(long, value_delimiter = ',', default_value = "mcp-proxy,supergateway")]
+    other_proxy: Vec<String>,
     /// Another gateway binary to measure (e.g. a copy built before a change), instead of
     /// the one this bench was built with.
     #[arg(long)]
@@ -367,27 +368,23 @@ async fn scenario_f(args: &Args, bins: &Binaries, report: &mut Report) {
     let supports_cmd = bins.gateway_supports("--upstream-cmd");
     let echo = json!({"name": "echo", "arguments": {"message": "hi"}});
     for conns in [1, args.concurrency] {
-        // The other proxy, as a legacy (session) client would use it.
-        match bins.other_proxy(&args.other_proxy, &everything) {
-            Some((proxy, url)) => {
-                let target = Target::parse(&url);
-                let pids = Pids::new(None, None)
-                    .with_other(&proxy)
-                    .with_upstream_children_of(&proxy);
-                let requests = legacy_requests(&target, "tools/call", echo.clone()).await;
-                let stats = load(args, &target, &requests, conns, &pids).await;
-                report.row(
-                    "f",
-                    &format!("{} (legacy session)", args.other_proxy),
-                    conns,
-                    &stats,
-                );
-                drop(proxy);
+        // The other proxies, as a legacy (session) client would use them.
+        for name in &args.other_proxy {
+            match bins.other_proxy(name, &everything) {
+                Some((proxy, url)) => {
+                    let target = Target::parse(&url);
+                    let pids = Pids::new(None, None)
+                        .with_other(&proxy)
+                        .with_upstream_children_of(&proxy);
+                    let requests = legacy_requests(&target, "tools/call", echo.clone()).await;
+                    let stats = load(args, &target, &requests, conns, &pids).await;
+                    report.row("f", &format!("{name} (legacy session)"), conns, &stats);
+                    drop(proxy);
+                }
+                None => report.note(&format!(
+                    "skipped {name}: not installed (run `npm ci --prefix benches/peers`)"
+                )),
             }
-            None => report.note(&format!(
-                "skipped {}: not installed (run `npm ci --prefix benches/peers`)",
-                args.other_proxy
-            )),
         }
         if !supports_cmd {
             report
@@ -813,7 +810,7 @@ struct Pids {
     upstream: Option<u32>,
     redis: Option<u32>,
     other: Option<u32>,
-    /// The upstream is this process's children (a stdio server under a proxy).
+    /// The upstream is this process's descendants (a stdio server under a proxy).
     upstream_children_of: Option<u32>,
 }
 
@@ -848,7 +845,12 @@ impl Pids {
         let mut sample =
             [self.gateway, self.upstream, self.redis, self.other].map(|p| p.and_then(cpu_seconds));
         if let Some(parent) = self.upstream_children_of {
-            sample[1] = Some(children(parent).into_iter().filter_map(cpu_seconds).sum());
+            sample[1] = Some(
+                descendants(parent)
+                    .into_iter()
+                    .filter_map(cpu_seconds)
+                    .sum(),
+            );
         }
         sample
     }
@@ -1496,6 +1498,19 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     Some((utime + stime) / ticks)
+}
+
+/// Every process below `pid` (a proxy may start its server through a shell).
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut queue = vec![pid];
+    while let Some(next) = queue.pop() {
+        for child in children(next) {
+            found.push(child);
+            queue.push(child);
+        }
+    }
+    found
 }
 
 /// The direct children of a process.
