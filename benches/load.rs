@@ -86,9 +86,10 @@ struct Args {
     /// Skip the Redis variants even when the gateway supports --redis.
     #[arg(long)]
     no_redis: bool,
-    /// The other proxy of scenario f: "mcp-proxy" or "supergateway" (from benches/peers).
-    #[arg(long, default_value = "mcp-proxy")]
-    other_proxy: String,
+    /// The other proxies of scenario f, comma-separated: mcp-proxy, supergateway (npm,
+    /// pinned in benches/peers; `npm ci --prefix benches/peers`).
+    #[arg(long, value_delimiter = ',', default_value = "mcp-proxy,supergateway")]
+    other_proxy: Vec<String>,
     /// Another gateway binary to measure (e.g. a copy built before a change), instead of
     /// the one this bench was built with.
     #[arg(long)]
@@ -367,25 +368,23 @@ async fn scenario_f(args: &Args, bins: &Binaries, report: &mut Report) {
     let supports_cmd = bins.gateway_supports("--upstream-cmd");
     let echo = json!({"name": "echo", "arguments": {"message": "hi"}});
     for conns in [1, args.concurrency] {
-        // The other proxy, as a legacy (session) client would use it.
-        match bins.other_proxy(&args.other_proxy, &everything) {
-            Some((proxy, url)) => {
-                let target = Target::parse(&url);
-                let pids = Pids::new(None, None).with_other(&proxy);
-                let requests = legacy_requests(&target, "tools/call", echo.clone()).await;
-                let stats = load(args, &target, &requests, conns, &pids).await;
-                report.row(
-                    "f",
-                    &format!("{} (legacy session)", args.other_proxy),
-                    conns,
-                    &stats,
-                );
-                drop(proxy);
+        // The other proxies, as a legacy (session) client would use them.
+        for name in &args.other_proxy {
+            match bins.other_proxy(name, &everything) {
+                Some((proxy, url)) => {
+                    let target = Target::parse(&url);
+                    let pids = Pids::new(None, None)
+                        .with_other(&proxy)
+                        .with_upstream_children_of(&proxy);
+                    let requests = legacy_requests(&target, "tools/call", echo.clone()).await;
+                    let stats = load(args, &target, &requests, conns, &pids).await;
+                    report.row("f", &format!("{name} (legacy session)"), conns, &stats);
+                    drop(proxy);
+                }
+                None => report.note(&format!(
+                    "skipped {name}: not installed (run `npm ci --prefix benches/peers`)"
+                )),
             }
-            None => report.note(&format!(
-                "skipped {}: not installed (run `npm ci --prefix benches/peers`)",
-                args.other_proxy
-            )),
         }
         if !supports_cmd {
             report
@@ -395,7 +394,7 @@ async fn scenario_f(args: &Args, bins: &Binaries, report: &mut Report) {
         let command = format!("node {} stdio", everything.display());
         let (gateway, url) = bins.gateway_cmd(&command);
         let target = Target::parse(&url);
-        let pids = Pids::new(Some(&gateway), None);
+        let pids = Pids::new(Some(&gateway), None).with_upstream_children_of(&gateway);
         let bridged = Workload::fixed(
             vec![modern_request("tools/call", echo.clone(), false)],
             Expect::Contains(br#""result""#),
@@ -811,6 +810,8 @@ struct Pids {
     upstream: Option<u32>,
     redis: Option<u32>,
     other: Option<u32>,
+    /// The upstream is this process's descendants (a stdio server under a proxy).
+    upstream_children_of: Option<u32>,
 }
 
 impl Pids {
@@ -820,7 +821,14 @@ impl Pids {
             upstream: upstream.map(Proc::pid),
             redis: None,
             other: None,
+            upstream_children_of: None,
         }
+    }
+
+    /// The upstream is whatever `parent` runs (its stdio server).
+    fn with_upstream_children_of(mut self, parent: &Proc) -> Self {
+        self.upstream_children_of = Some(parent.pid());
+        self
     }
 
     fn with_redis(mut self, redis: Option<&Proc>) -> Self {
@@ -834,7 +842,17 @@ impl Pids {
     }
 
     fn sample(&self) -> [Option<f64>; 4] {
-        [self.gateway, self.upstream, self.redis, self.other].map(|p| p.and_then(cpu_seconds))
+        let mut sample =
+            [self.gateway, self.upstream, self.redis, self.other].map(|p| p.and_then(cpu_seconds));
+        if let Some(parent) = self.upstream_children_of {
+            sample[1] = Some(
+                descendants(parent)
+                    .into_iter()
+                    .filter_map(cpu_seconds)
+                    .sum(),
+            );
+        }
+        sample
     }
 }
 
@@ -1242,7 +1260,11 @@ impl Binaries {
         Command::new(&self.gateway)
             .arg("--help")
             .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).contains(flag))
+            // The gateway prints its help on stderr (exit status 2).
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout).contains(flag)
+                    || String::from_utf8_lossy(&o.stderr).contains(flag)
+            })
             .unwrap_or(false)
     }
 
@@ -1476,6 +1498,35 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     Some((utime + stime) / ticks)
+}
+
+/// Every process below `pid` (a proxy may start its server through a shell).
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut queue = vec![pid];
+    while let Some(next) = queue.pop() {
+        for child in children(next) {
+            found.push(child);
+            queue.push(child);
+        }
+    }
+    found
+}
+
+/// The direct children of a process.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    threads
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
 }
 
 fn rss_kib(pid: u32) -> u64 {
