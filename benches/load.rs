@@ -94,10 +94,17 @@ struct Args {
     /// the one this bench was built with.
     #[arg(long)]
     gateway_bin: Option<PathBuf>,
+    /// Extra environment for the gateway, KEY=VALUE (repeatable), e.g.
+    /// TOKIO_WORKER_THREADS=1.
+    #[arg(long)]
+    gateway_env: Vec<String>,
     /// A command the gateway is run under, e.g. "valgrind --tool=massif" (split on
     /// whitespace).
     #[arg(long)]
     gateway_wrap: Option<String>,
+    /// Only draw the plot again from a results.jsonl of an earlier run (no load).
+    #[arg(long)]
+    replot: Option<PathBuf>,
     /// Optional name filter, as `cargo bench NAME` passes it; runs matching scenarios.
     filter: Option<String>,
 }
@@ -114,6 +121,18 @@ fn main() {
         return;
     }
     let args = Args::parse_from(raw.into_iter().filter(|a| a != "--bench"));
+    if let Some(results) = &args.replot {
+        let path = args
+            .plot
+            .clone()
+            .unwrap_or_else(|| args.out_dir.join("latency_vs_concurrency.png"));
+        let series = sweep_from_jsonl(results);
+        match draw_plot(&path, &series) {
+            Ok(()) => println!("plot written to {}", path.display()),
+            Err(e) => eprintln!("no plot: {e}"),
+        }
+        return;
+    }
     raise_fd_limit();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -1188,6 +1207,7 @@ struct Binaries {
     gateway: PathBuf,
     fixture: PathBuf,
     wrap: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 impl Binaries {
@@ -1236,24 +1256,33 @@ impl Binaries {
             .as_deref()
             .map(|w| w.split_whitespace().map(str::to_owned).collect())
             .unwrap_or_default();
+        let env = args
+            .gateway_env
+            .iter()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
         Self {
             root,
             gateway,
             fixture,
             wrap,
+            env,
         }
     }
 
     /// The gateway binary, under `--gateway-wrap` if given.
     fn gateway_command(&self) -> Command {
-        match self.wrap.split_first() {
+        let mut command = match self.wrap.split_first() {
             Some((program, wrap_args)) => {
                 let mut command = Command::new(program);
                 command.args(wrap_args).arg(&self.gateway);
                 command
             }
             None => Command::new(&self.gateway),
-        }
+        };
+        command.envs(self.env.iter().map(|(k, v)| (k, v)));
+        command
     }
 
     fn gateway_supports(&self, flag: &str) -> bool {
@@ -1712,6 +1741,31 @@ fn load_font() -> Result<(), String> {
 }
 
 /// Two panels, p50 and p99, latency (ms, log) against connections (log 2).
+/// The sweep's series from the results.jsonl of a run, in the order they appear.
+fn sweep_from_jsonl(path: &Path) -> Vec<Series> {
+    let text = std::fs::read_to_string(path).expect("results.jsonl");
+    let mut series: Vec<Series> = Vec::new();
+    for row in text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    {
+        if row["scenario"] != "sweep" {
+            continue;
+        }
+        let name = row["variant"].as_str().unwrap_or("?").to_owned();
+        let point = (
+            row["conns"].as_u64().unwrap_or(0) as usize,
+            row["p50_ms"].as_f64().unwrap_or(f64::NAN),
+            row["p99_ms"].as_f64().unwrap_or(f64::NAN),
+        );
+        match series.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, points)) => points.push(point),
+            None => series.push((name, vec![point])),
+        }
+    }
+    series
+}
+
 /// A line of the plot: its name and (connections, p50 ms, p99 ms) points.
 type Series = (String, Vec<(usize, f64, f64)>);
 
@@ -1736,6 +1790,10 @@ fn draw_plot(path: &Path, series: &[Series]) -> Result<(), String> {
         .flat_map(|(_, p)| p.iter().map(|x| x.0))
         .max()
         .unwrap_or(64) as f64;
+    let conn_ticks: Vec<f64> = series
+        .first()
+        .map(|(_, p)| p.iter().map(|x| x.0 as f64).collect())
+        .unwrap_or_default();
     let finite = |v: f64| v.is_finite() && v > 0.0;
     let all: Vec<f64> = series
         .iter()
@@ -1761,7 +1819,9 @@ fn draw_plot(path: &Path, series: &[Series]) -> Result<(), String> {
             .x_label_area_size(44)
             .y_label_area_size(64)
             .build_cartesian_2d(
-                (1f64..max_conns * 1.1).log_scale(),
+                (1f64..max_conns * 1.1)
+                    .log_scale()
+                    .with_key_points(conn_ticks.clone()),
                 (y_min..y_max.max(y_min * 2.0)).log_scale(),
             )
             .map_err(|e| e.to_string())?;
