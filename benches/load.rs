@@ -1158,6 +1158,8 @@ async fn lifecycle(
 /// A child process, stopped by its PID when dropped: SIGTERM, then SIGKILL after
 /// `grace` (a wrapped gateway, e.g. under valgrind, needs to exit by itself to write
 /// its report).
+/// A child process started in a process group of its own, so that stopping it also stops
+/// what it started: a wrapper's program (`--gateway-wrap`), npx's node, a proxy's server.
 struct Proc {
     child: Child,
     name: String,
@@ -1165,29 +1167,37 @@ struct Proc {
 }
 
 impl Proc {
-    fn new(child: Child, name: &str) -> Self {
-        Self {
+    fn spawn(mut command: Command, name: &str) -> std::io::Result<Self> {
+        use std::os::unix::process::CommandExt;
+        let child = command.process_group(0).spawn()?;
+        Ok(Self {
             child,
             name: name.to_owned(),
             grace: Duration::ZERO,
-        }
+        })
     }
 
     fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    fn signal_group(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on the process group this child leads (created at spawn).
+        unsafe {
+            libc::kill(-(self.child.id() as libc::pid_t), signal);
+        }
     }
 }
 
 impl Drop for Proc {
     fn drop(&mut self) {
         if !self.grace.is_zero() {
-            // SAFETY: kill(2) on our own child's PID.
-            unsafe {
-                libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
-            }
+            self.signal_group(libc::SIGTERM);
             let deadline = Instant::now() + self.grace;
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = self.child.try_wait() {
+                    // The leader is gone; a wrapped program may still be writing.
+                    self.signal_group(libc::SIGTERM);
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(50));
@@ -1197,6 +1207,7 @@ impl Drop for Proc {
                 self.name, self.grace
             );
         }
+        self.signal_group(libc::SIGKILL);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -1372,8 +1383,7 @@ impl Binaries {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let child = command.spawn().ok()?;
-        let proc = Proc::new(child, which);
+        let proc = Proc::spawn(command, which).ok()?;
         wait_for_port(port, ANNOUNCE_DEADLINE).ok()?;
         Some((proc, format!("http://127.0.0.1:{port}/mcp")))
     }
@@ -1435,15 +1445,14 @@ impl Redis {
 
 fn start_redis(binary: &str) -> (Proc, String) {
     let port = free_port();
-    let child = Command::new(binary)
+    let mut command = Command::new(binary);
+    command
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("redis-server on the PATH");
-    let proc = Proc::new(child, "redis-server");
+        .stderr(Stdio::null());
+    let proc = Proc::spawn(command, "redis-server").expect("redis-server on the PATH");
     wait_for_port(port, ANNOUNCE_DEADLINE).expect("redis-server listening");
     (proc, format!("redis://127.0.0.1:{port}"))
 }
@@ -1472,10 +1481,9 @@ fn spawn_announcing(name: &str, mut command: Command) -> (Proc, String) {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-    let mut child = command
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-    let stdout = child.stdout.take().expect("piped stdout");
+    let mut proc =
+        Proc::spawn(command, name).unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+    let stdout = proc.child.stdout.take().expect("piped stdout");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut lines = BufReader::new(stdout).lines();
@@ -1488,7 +1496,6 @@ fn spawn_announcing(name: &str, mut command: Command) -> (Proc, String) {
         }
         for _ in lines {}
     });
-    let proc = Proc::new(child, name);
     let url = rx
         .recv_timeout(ANNOUNCE_DEADLINE)
         .unwrap_or_else(|_| panic!("{name} did not announce its address"));
