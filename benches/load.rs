@@ -1155,11 +1155,10 @@ async fn lifecycle(
 // Processes
 // ---------------------------------------------------------------------------
 
-/// A child process, stopped by its PID when dropped: SIGTERM, then SIGKILL after
-/// `grace` (a wrapped gateway, e.g. under valgrind, needs to exit by itself to write
-/// its report).
-/// A child process started in a process group of its own, so that stopping it also stops
-/// what it started: a wrapper's program (`--gateway-wrap`), npx's node, a proxy's server.
+/// A child process in a process group of its own, stopped with that group when dropped
+/// (so a wrapper's program, npx's node or a proxy's server stops too): SIGTERM, then
+/// SIGKILL after `grace` (a wrapped gateway, e.g. under valgrind, needs to exit by itself
+/// to write its report).
 struct Proc {
     child: Child,
     name: String,
@@ -1196,8 +1195,6 @@ impl Drop for Proc {
             let deadline = Instant::now() + self.grace;
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = self.child.try_wait() {
-                    // The leader is gone; a wrapped program may still be writing.
-                    self.signal_group(libc::SIGTERM);
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(50));
@@ -1208,7 +1205,6 @@ impl Drop for Proc {
             );
         }
         self.signal_group(libc::SIGKILL);
-        let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
