@@ -1,5 +1,6 @@
 //! The HTTP front: routing, the era of each request, limits, and graceful shutdown.
 
+mod coalesce;
 mod legacy_bridge;
 mod modern;
 mod passthrough;

@@ -3,9 +3,10 @@
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{Response, StatusCode, Uri};
+use http::{Response, StatusCode, Uri, header};
 use http_body_util::{BodyExt, Full};
 
+use super::coalesce;
 use super::reply::{self, Body};
 use crate::protocol::jsonrpc::ErrorObject;
 use crate::upstream::http::{HttpClient, is_hop_by_hop};
@@ -32,15 +33,17 @@ pub async fn forward(
     match client.request(request).await {
         Ok(response) => {
             let (mut parts, body) = response.into_parts();
+            // The body is forwarded unchanged, so its length still holds.
             let hop_by_hop: Vec<_> = parts
                 .headers
                 .keys()
-                .filter(|name| is_hop_by_hop(name))
+                .filter(|name| is_hop_by_hop(name) && *name != header::CONTENT_LENGTH)
                 .cloned()
                 .collect();
             for name in hop_by_hop {
                 parts.headers.remove(name);
             }
+            let body = coalesce::with_first_frame(body).await;
             Response::from_parts(parts, body.map_err(Into::into).boxed())
         }
         Err(e) => bad_gateway(&describe_client_error(&e)),

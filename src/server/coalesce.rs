@@ -1,0 +1,225 @@
+//! Fewer, fuller writes for streamed pass-through responses.
+//!
+//! Upstreams often flush a response's head before its first SSE event, and the chunked
+//! terminator arrives after the last one. Forwarded as they come, one answer costs the
+//! client three writes (head, event, `0\r\n\r\n`); on loopback and in VMs each write
+//! also pays for waking the reader, which dominated the gateway's CPU per request.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+
+/// How long the head may wait for the body's first frame. Quick answers follow their
+/// head within microseconds; for slow ones a head a few milliseconds late goes unseen.
+pub const FIRST_FRAME_WINDOW: Duration = Duration::from_millis(5);
+
+/// How long a frame may wait to learn whether the stream ends after it. hyper's client
+/// hands over one chunk at a time, so the end of a stream is seen one task hop after
+/// its last chunk; without the wait the terminator costs a write of its own.
+pub const END_WINDOW: Duration = Duration::from_millis(1);
+
+/// `body` with its first frame fetched and settled, if that happens within
+/// [`FIRST_FRAME_WINDOW`], so that the head leaves in the same write as that frame.
+pub async fn with_first_frame<B>(body: B) -> Coalesced<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    let ended = body.is_end_stream();
+    let mut body = Coalesced {
+        inner: body,
+        held: None,
+        ahead: None,
+        window: None,
+        ended,
+    };
+    if !ended {
+        // On time-out the state stays consistent: a frame already held is handed out later.
+        let _ = tokio::time::timeout(
+            FIRST_FRAME_WINDOW,
+            std::future::poll_fn(|cx| body.poll_settled(cx)),
+        )
+        .await;
+    }
+    body
+}
+
+/// A body that holds each frame until it knows what follows (or [`END_WINDOW`]
+/// passes), so that it can tell hyper the stream has ended together with the last
+/// frame; hyper then writes the last chunk and the terminator at once.
+pub struct Coalesced<B: Body> {
+    inner: B,
+    /// The next frame to hand out, once settled.
+    held: Option<Result<Frame<Bytes>, B::Error>>,
+    /// The frame after `held`, read while looking ahead.
+    ahead: Option<Result<Frame<Bytes>, B::Error>>,
+    /// The [`END_WINDOW`] timer, made on first use and reset for each frame.
+    window: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// `inner` has ended.
+    ended: bool,
+}
+
+impl<B> Coalesced<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    /// Ready once the next frame to hand out is known (`held`, or none at the end) and
+    /// so is whether anything follows it, or the window for finding out has closed.
+    fn poll_settled(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.held.is_none() {
+            let frame = match self.ahead.take() {
+                Some(frame) => frame,
+                None if self.ended => return Poll::Ready(()),
+                None => match ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
+                    Some(frame) => frame,
+                    None => {
+                        self.ended = true;
+                        return Poll::Ready(());
+                    }
+                },
+            };
+            let look_ahead = frame.is_ok() && !self.ended;
+            self.held = Some(frame);
+            if !look_ahead {
+                return Poll::Ready(());
+            }
+            let deadline = tokio::time::Instant::now() + END_WINDOW;
+            match &mut self.window {
+                Some(window) => window.as_mut().reset(deadline),
+                None => self.window = Some(Box::pin(tokio::time::sleep_until(deadline))),
+            }
+        }
+        let looking = matches!(self.held, Some(Ok(_))) && self.ahead.is_none() && !self.ended;
+        if looking {
+            match Pin::new(&mut self.inner).poll_frame(cx) {
+                Poll::Ready(Some(next)) => self.ahead = Some(next),
+                Poll::Ready(None) => self.ended = true,
+                Poll::Pending => {
+                    if let Some(window) = &mut self.window {
+                        ready!(window.as_mut().poll(cx));
+                    }
+                }
+            }
+        }
+        Poll::Ready(())
+    }
+}
+
+// Nothing in it is pinned structurally: `inner` is `Unpin`, the rest is never pinned.
+impl<B: Body + Unpin> Unpin for Coalesced<B> {}
+
+impl<B> Body for Coalesced<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.get_mut();
+        ready!(this.poll_settled(cx));
+        Poll::Ready(this.held.take())
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.held.is_none() && self.ahead.is_none() && self.ended
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let buffered: u64 = [&self.held, &self.ahead]
+            .into_iter()
+            .flatten()
+            .filter_map(|frame| frame.as_ref().ok()?.data_ref())
+            .map(|data| data.len() as u64)
+            .sum();
+        let rest = if self.ended {
+            SizeHint::with_exact(0)
+        } else {
+            self.inner.size_hint()
+        };
+        let mut hint = SizeHint::new();
+        hint.set_lower(rest.lower() + buffered);
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper + buffered);
+        }
+        hint
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::stream;
+    use http_body_util::{BodyExt, StreamBody};
+    use std::convert::Infallible;
+
+    fn frames(parts: &[&'static str]) -> Vec<Result<Frame<Bytes>, Infallible>> {
+        parts
+            .iter()
+            .map(|p| Ok(Frame::data(Bytes::from_static(p.as_bytes()))))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn the_last_frame_comes_with_the_end_of_the_stream() {
+        let body = StreamBody::new(stream::iter(frames(&["a", "b"])));
+        let mut body = with_first_frame(body).await;
+        assert!(!body.is_end_stream());
+        let first = body.frame().await.unwrap().unwrap();
+        assert_eq!(first.into_data().unwrap(), "a");
+        assert!(!body.is_end_stream());
+        let last = body.frame().await.unwrap().unwrap();
+        assert_eq!(last.into_data().unwrap(), "b");
+        // Known before the next poll: hyper writes "b" and the terminator together.
+        assert!(body.is_end_stream());
+        assert!(body.frame().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_body_that_is_slow_to_start_is_passed_on_unfetched() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(1);
+        let body = StreamBody::new(tokio_stream_of(rx));
+        let mut body = with_first_frame(body).await;
+        assert!(body.held.is_none(), "nothing came within the window");
+        tx.send(Ok(Frame::data(Bytes::from_static(b"late"))))
+            .await
+            .unwrap();
+        drop(tx);
+        let frame = body.frame().await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), "late");
+        assert!(body.frame().await.is_none());
+        assert!(body.is_end_stream());
+    }
+
+    #[tokio::test]
+    async fn a_frame_of_a_stream_that_stays_open_is_not_held_for_the_next() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(4);
+        tx.send(Ok(Frame::data(Bytes::from_static(b"progress"))))
+            .await
+            .unwrap();
+        let mut body = with_first_frame(StreamBody::new(tokio_stream_of(rx))).await;
+        let started = std::time::Instant::now();
+        let frame = tokio::time::timeout(Duration::from_secs(5), body.frame())
+            .await
+            .expect("handed out once the window closes")
+            .unwrap()
+            .unwrap();
+        assert_eq!(frame.into_data().unwrap(), "progress");
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert!(!body.is_end_stream(), "the sender is still open");
+        drop(tx);
+        assert!(body.frame().await.is_none());
+    }
+
+    fn tokio_stream_of<T>(
+        mut rx: tokio::sync::mpsc::Receiver<T>,
+    ) -> impl futures_util::Stream<Item = T> + Unpin {
+        Box::pin(stream::poll_fn(move |cx| rx.poll_recv(cx)))
+    }
+}
