@@ -109,7 +109,10 @@ fn record(status: TaskStatus) -> TaskRecord {
         next_input_key: 0,
         result,
         error: None,
-        request: json!({"name": "echo", "arguments": {"text": "hi"}}),
+        request: serde_json::value::to_raw_value(
+            &json!({"name": "echo", "arguments": {"text": "hi"}}),
+        )
+        .expect("JSON"),
         upstream_state: None,
     }
 }

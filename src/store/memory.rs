@@ -262,7 +262,7 @@ mod tests {
             next_input_key: 0,
             result: None,
             error: None,
-            request: json!({"name": "echo"}),
+            request: serde_json::value::to_raw_value(&json!({"name": "echo"})).unwrap(),
             upstream_state: None,
         }
     }

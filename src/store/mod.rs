@@ -42,8 +42,9 @@ pub struct TaskRecord {
     pub next_input_key: u64,
     pub result: Option<Box<RawValue>>,
     pub error: Option<ErrorObject>,
-    /// The tool and its arguments, as the client sent them.
-    pub request: Value,
+    /// The tool and its arguments, as sent upstream. Kept as raw JSON: nothing on a
+    /// hot path reads it, and every Redis read would otherwise parse it into a tree.
+    pub request: Box<RawValue>,
     /// What the runner needs to resume the upstream call elsewhere (for 2026-07-28
     /// upstreams: the round's `requestState` and key mapping). Opaque to the store.
     #[serde(default)]

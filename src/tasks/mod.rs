@@ -110,7 +110,8 @@ impl TaskService {
             next_input_key: 0,
             result: None,
             error: None,
-            request: call.params.clone(),
+            request: serde_json::value::to_raw_value(&call.params)
+                .map_err(|e| ErrorObject::internal(format!("tool call params: {e}")))?,
             upstream_state: None,
         };
         let task_id = record.task_id.clone();

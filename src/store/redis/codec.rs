@@ -26,7 +26,7 @@ pub fn encode(task: &TaskRecord) -> Result<Vec<(String, String)>, serde_json::Er
         ("poll".into(), task.poll_interval_ms.to_string()),
         ("next".into(), task.next_input_key.to_string()),
         ("out".into(), task.input_requests.len().to_string()),
-        ("request".into(), serde_json::to_string(&task.request)?),
+        ("request".into(), task.request.get().to_owned()),
     ];
     if let Some(message) = &task.status_message {
         fields.push(("msg".into(), message.clone()));
@@ -102,8 +102,7 @@ pub fn decode(task_id: &str, mut fields: HashMap<String, String>) -> Result<Task
     let ttl_ms = number("ttl", take("ttl")?)?;
     let poll_interval_ms = number("poll", take("poll")?)?;
     let next_input_key = number("next", take("next")?)?;
-    let request: Value =
-        serde_json::from_str(&take("request")?).map_err(json_err(task_id, "request"))?;
+    let request = RawValue::from_string(take("request")?).map_err(json_err(task_id, "request"))?;
     let status_message = fields.remove("msg");
     let result = fields
         .remove("result")
@@ -188,7 +187,8 @@ mod tests {
                 RawValue::from_string(r#"{"n": 12345678901234567890,"x":1.0}"#.into()).unwrap(),
             ),
             error: None,
-            request: json!({"name": "echo", "arguments": {"text": "hi"}}),
+            request: RawValue::from_string(r#"{"name":"echo","arguments":{"text":"hi"}}"#.into())
+                .unwrap(),
             upstream_state: Some(json!({"round": 1})),
         };
         task.input_requests.insert(

@@ -79,7 +79,7 @@ fn record(owner: &str, ttl_ms: u64) -> TaskRecord {
         next_input_key: 0,
         result: None,
         error: None,
-        request: json!({"name": "echo"}),
+        request: serde_json::value::to_raw_value(&json!({"name": "echo"})).unwrap(),
         upstream_state: None,
     }
 }
@@ -108,7 +108,7 @@ async fn create_get_and_privacy() {
     ));
     let got = store.get(&id, "alice").await.unwrap().unwrap();
     assert_eq!(got.status, TaskStatus::Working);
-    assert_eq!(got.request, json!({"name": "echo"}));
+    assert_eq!(got.request.get(), r#"{"name":"echo"}"#);
     assert!(store.get(&id, "mallory").await.unwrap().is_none());
     assert!(store.get("not-a-task", "alice").await.unwrap().is_none());
     assert_eq!(
