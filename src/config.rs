@@ -78,6 +78,14 @@ pub struct Config {
     #[arg(long, env = "MTG_STRICT_HEADERS", default_value_t = false)]
     pub strict_headers: bool,
 
+    /// Read buffer of each upstream connection the gateway's own calls use (tasks,
+    /// bridged requests), in bytes. A running task holds one connection, mostly idle,
+    /// for its whole call: a small buffer keeps thousands of them cheap; larger answers
+    /// still arrive whole, in more reads. Pass-through traffic is not affected.
+    #[arg(long, env = "MTG_UPSTREAM_READ_BUFFER_BYTES", default_value_t = 2048,
+          value_parser = clap::value_parser!(u32).range(512..=1_048_576))]
+    pub upstream_read_buffer_bytes: u32,
+
     /// Largest request body accepted, in bytes; larger bodies get HTTP 413.
     #[arg(long, env = "MTG_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -347,6 +355,17 @@ mod tests {
             ]
         );
         assert_eq!(config.upstream_pool, 2);
+        assert_eq!(config.upstream_read_buffer_bytes, 2048);
+        for bad in ["0", "511", "1048577"] {
+            let parsed = Config::try_parse_from([
+                "mcp-task-gateway",
+                "--upstream",
+                "http://127.0.0.1:1/mcp",
+                "--upstream-read-buffer-bytes",
+                bad,
+            ]);
+            assert!(parsed.is_err(), "{bad:?} accepted");
+        }
         for bad in [r#"node "unclosed"#, "   "] {
             let parsed = Config::try_parse_from(["mcp-task-gateway", "--upstream-cmd", bad]);
             assert!(parsed.is_err(), "{bad:?}");

@@ -34,7 +34,8 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     let listener = TcpListener::bind(config.listen).await?;
     let local = listener.local_addr()?;
     let client = upstream::http::client();
-    let (upstream, stdio) = select_upstream(&config, &client);
+    let call_client = upstream::http::call_client(config.upstream_read_buffer_bytes as usize);
+    let (upstream, stdio) = select_upstream(&config, &call_client);
     let store: Arc<dyn TaskStore> = match config.redis_target() {
         None => MemoryStore::start(),
         Some(target) => {

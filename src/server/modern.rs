@@ -78,8 +78,10 @@ async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
         CallPlan::Inline => bridged(gateway, request).await,
         CallPlan::Task => {
             let (capabilities, auth) = caller_of(&request);
+            let params = upstream_params(request.params.unwrap_or_default());
             let call = ToolCall {
-                params: upstream_params(request.params.unwrap_or_default()),
+                params: serde_json::value::to_raw_value(&params)
+                    .map_err(|e| ErrorObject::internal(format!("tool call params: {e}")))?,
                 capabilities,
                 auth,
                 principal: request.principal,

@@ -32,12 +32,22 @@ pub struct TaskSettings {
 
 /// A `tools/call` to run as a task.
 pub struct ToolCall {
-    /// The call's params as the upstream should see them.
-    pub params: Value,
+    /// The call's params as the upstream should see them, as raw JSON: a running task
+    /// holds them for its whole life, and as a `Value` tree even a small call's params
+    /// take ~2 KB (a B-tree node per object).
+    pub params: Box<RawValue>,
     /// Session capabilities the upstream must see (elicitation, sampling, roots).
     pub capabilities: Map<String, Value>,
     pub auth: Option<HeaderValue>,
     pub principal: String,
+}
+
+impl ToolCall {
+    /// The params as a tree, to change them for one upstream request.
+    pub fn params_value(&self) -> Value {
+        // They were serialised from a `Value` by the gateway, so they parse.
+        serde_json::from_str(self.params.get()).unwrap_or_default()
+    }
 }
 
 /// What the client gets for a task-eligible `tools/call`.
@@ -110,8 +120,7 @@ impl TaskService {
             next_input_key: 0,
             result: None,
             error: None,
-            request: serde_json::value::to_raw_value(&call.params)
-                .map_err(|e| ErrorObject::internal(format!("tool call params: {e}")))?,
+            request: call.params.clone(),
             upstream_state: None,
         };
         let task_id = record.task_id.clone();

@@ -110,7 +110,7 @@ impl Rounds {
                 ))));
             }
             return Next::Retry(mrtr::retry_params(
-                &call.params,
+                &call.params_value(),
                 Map::new(),
                 round.request_state.as_deref(),
             ));
@@ -137,7 +137,7 @@ impl Rounds {
                     if let Err(e) = start_retry(service, task_id, state, &responses).await {
                         return Next::Finished(store_failure(&e));
                     }
-                    return Next::Retry(mrtr::retry_params(&call.params, responses, state));
+                    return Next::Retry(mrtr::retry_params(&call.params_value(), responses, state));
                 }
                 Ok(Answers::Partial) => {}
                 Ok(Answers::Ended) => return Next::Stopped,

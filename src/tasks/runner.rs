@@ -31,7 +31,16 @@ pub(super) async fn run(
         let label = outcome_label(&outcome);
         // The TTL bounds the retries: a short store outage loses no upstream result.
         let ttl = std::time::Duration::from_millis(service.settings.ttl_ms);
-        match crate::store::finish_with_retry(&*service.store, task_id, outcome, ttl).await {
+        // Boxed, like every step below that runs briefly: the future that waits for the
+        // upstream stays small, and it is resident for as long as the task runs.
+        match Box::pin(crate::store::finish_with_retry(
+            &*service.store,
+            task_id,
+            outcome,
+            ttl,
+        ))
+        .await
+        {
             Ok(true) => {
                 telemetry::task_finished(label, started.elapsed());
                 tracing::info!(outcome = label, "task finished");
@@ -55,18 +64,22 @@ async fn drive(
         .upstream_timeout
         .map(|t| Instant::now() + t);
     // Progress for tasks lands in statusMessage, keyed by a token of the gateway's own.
-    if let Some(params) = call.params.as_object_mut() {
-        let meta = params.entry("_meta").or_insert_with(|| json!({}));
+    let mut params = call.params_value();
+    if let Some(object) = params.as_object_mut() {
+        let meta = object.entry("_meta").or_insert_with(|| json!({}));
         if let Some(meta) = meta.as_object_mut() {
             meta.insert("progressToken".into(), Value::from(task_id));
         }
+    }
+    // MRTR retries start again from these params.
+    if let Ok(raw) = serde_json::value::to_raw_value(&params) {
+        call.params = raw;
     }
     let caller = Caller {
         capabilities: &call.capabilities,
         auth: call.auth.as_ref(),
     };
     let mut rounds = mrtr::Rounds::default();
-    let mut params = call.params.clone();
     // One pass per upstream request: the call, then one retry per MRTR round.
     loop {
         let exchange = match service
@@ -86,33 +99,33 @@ async fn drive(
         };
         let input_required = loop {
             tokio::select! {
-                event = attempt.exchange.next() => match attempt.on_event(event).await {
+                event = attempt.exchange.next() => match Box::pin(attempt.on_event(event)).await {
                     Some(Step::Finished(outcome)) => return Some(outcome),
                     Some(Step::InputRequired(result)) => break result,
                     None => {}
                 },
                 () = wake.notified() => {
-                    if !attempt.on_wake().await {
-                        attempt.cancel_upstream("the task was cancelled").await;
+                    if !Box::pin(attempt.on_wake()).await {
+                        Box::pin(attempt.cancel_upstream("the task was cancelled")).await;
                         return None;
                     }
                 }
                 () = sleep_until(deadline) => {
-                    attempt.cancel_upstream("the gateway's upstream timeout passed").await;
+                    Box::pin(attempt.cancel_upstream("the gateway's upstream timeout passed")).await;
                     return Some(timed_out(service));
                 }
             }
         };
         // This request is answered; the next round is a new request.
         drop(attempt);
-        params = match rounds
-            .next(service, task_id, &call, input_required, wake, deadline)
-            .await
-        {
-            mrtr::Next::Retry(params) => params,
-            mrtr::Next::Finished(outcome) => return Some(outcome),
-            mrtr::Next::Stopped => return None,
-        };
+        params =
+            match Box::pin(rounds.next(service, task_id, &call, input_required, wake, deadline))
+                .await
+            {
+                mrtr::Next::Retry(params) => params,
+                mrtr::Next::Finished(outcome) => return Some(outcome),
+                mrtr::Next::Stopped => return None,
+            };
     }
 }
 

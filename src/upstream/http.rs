@@ -8,20 +8,34 @@ use hyper_util::rt::TokioExecutor;
 
 pub type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
+/// The client for pass-through: large bodies get hyper's adaptive read buffer.
 pub fn client() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build(connector())
+}
+
+/// The client for the upstream calls and sessions the gateway makes itself (tasks,
+/// bridged requests): many connections held open, mostly idle, each with a read buffer
+/// of `read_buffer` bytes (hyper's adaptive one starts at 8 KiB, which was a third of a
+/// running task's memory).
+pub fn call_client(read_buffer: usize) -> HttpClient {
+    Client::builder(TokioExecutor::new())
+        .http1_read_buf_exact_size(read_buffer)
+        .build(connector())
+}
+
+fn connector() -> hyper_rustls::HttpsConnector<HttpConnector> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
     // The provider is named explicitly: another dependency (the OTLP exporter's reqwest)
     // brings a second rustls provider, and then there is no process default.
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
+    hyper_rustls::HttpsConnectorBuilder::new()
         .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
         .expect("ring supports the default TLS versions")
         .https_or_http()
         .enable_http1()
         .enable_http2()
-        .wrap_connector(http);
-    Client::builder(TokioExecutor::new()).build(https)
+        .wrap_connector(http)
 }
 
 /// Request headers the gateway never copies between hops.
