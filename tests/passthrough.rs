@@ -178,3 +178,55 @@ async fn legacy_session_against_server_everything() {
         "Echo: pass"
     );
 }
+
+/// The gateway writes a quick answer in one piece (head, event and end together), but a
+/// stream that stays open must still reach the client as it goes, not at its end.
+#[tokio::test]
+async fn progress_of_a_legacy_call_streams_through_as_it_happens() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let mut client = LegacyClient {
+        http: reqwest::Client::new(),
+        url,
+        session: None,
+    };
+    client.initialize().await;
+
+    // Progress after 500, 1000 and 1500 ms; the result right after the last one.
+    let response = client
+        .post(
+            json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+                "name": "sleep", "arguments": {"ms": 1500, "steps": 3},
+                "_meta": {"progressToken": "p-1"}
+            }}),
+        )
+        .await;
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut stream = SseStream::from_bytes_stream(response.bytes_stream());
+    let mut arrivals = Vec::new();
+    let deadline = std::time::Duration::from_secs(20);
+    while let Some(event) = tokio::time::timeout(deadline, stream.next())
+        .await
+        .expect("the stream ends within the deadline")
+    {
+        if let Some(data) = event.unwrap().data.filter(|d| !d.trim().is_empty()) {
+            let message: Value = serde_json::from_str(&data).unwrap();
+            arrivals.push((std::time::Instant::now(), message));
+        }
+    }
+    let progress: Vec<_> = arrivals
+        .iter()
+        .filter(|(_, m)| m["method"] == "notifications/progress")
+        .collect();
+    assert_eq!(progress.len(), 3, "{arrivals:?}");
+    assert_eq!(progress[0].1["params"]["progressToken"], "p-1");
+    let (result_at, result) = arrivals.last().unwrap();
+    assert_eq!(result["id"], 7);
+    assert_eq!(result["result"]["content"][0]["text"], "slept 1500 ms");
+    // Held or batched, the first progress would arrive with the result.
+    let lead = result_at.duration_since(progress[0].0);
+    assert!(
+        lead >= std::time::Duration::from_millis(600),
+        "first progress only {lead:?} before the result"
+    );
+}
