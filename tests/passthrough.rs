@@ -58,6 +58,19 @@ impl LegacyClient {
     }
 }
 
+/// The fixture, the gateway in front of it, and an initialized legacy session through it.
+async fn session_through_gateway() -> ([Proc; 2], LegacyClient) {
+    let (upstream, upstream_url) = start_plain_server();
+    let (gateway, url) = start_gateway(&upstream_url, &[]);
+    let mut client = LegacyClient {
+        http: reqwest::Client::new(),
+        url,
+        session: None,
+    };
+    client.initialize().await;
+    ([gateway, upstream], client)
+}
+
 async fn read_messages(response: reqwest::Response) -> Vec<Value> {
     let mut stream = SseStream::from_bytes_stream(response.bytes_stream());
     let mut out = Vec::new();
@@ -71,14 +84,7 @@ async fn read_messages(response: reqwest::Response) -> Vec<Value> {
 
 #[tokio::test]
 async fn a_legacy_session_works_through_the_gateway() {
-    let (_upstream, upstream_url) = start_plain_server();
-    let (_gateway, url) = start_gateway(&upstream_url, &[]);
-    let mut client = LegacyClient {
-        http: reqwest::Client::new(),
-        url,
-        session: None,
-    };
-    client.initialize().await;
+    let (_processes, client) = session_through_gateway().await;
 
     let list = read_messages(
         client
@@ -183,14 +189,7 @@ async fn legacy_session_against_server_everything() {
 /// stream that stays open must still reach the client as it goes, not at its end.
 #[tokio::test]
 async fn progress_of_a_legacy_call_streams_through_as_it_happens() {
-    let (_upstream, upstream_url) = start_plain_server();
-    let (_gateway, url) = start_gateway(&upstream_url, &[]);
-    let mut client = LegacyClient {
-        http: reqwest::Client::new(),
-        url,
-        session: None,
-    };
-    client.initialize().await;
+    let (_processes, client) = session_through_gateway().await;
 
     // Progress after 500, 1000 and 1500 ms; the result right after the last one.
     let response = client
