@@ -15,6 +15,14 @@ struct LegacyClient {
 }
 
 impl LegacyClient {
+    fn new(url: String) -> Self {
+        Self {
+            http: reqwest::Client::new(),
+            url,
+            session: None,
+        }
+    }
+
     async fn post(&self, body: Value) -> reqwest::Response {
         let mut request = self
             .http
@@ -62,11 +70,7 @@ impl LegacyClient {
 async fn session_through_gateway() -> ([Proc; 2], LegacyClient) {
     let (upstream, upstream_url) = start_plain_server();
     let (gateway, url) = start_gateway(&upstream_url, &[]);
-    let mut client = LegacyClient {
-        http: reqwest::Client::new(),
-        url,
-        session: None,
-    };
+    let mut client = LegacyClient::new(url);
     client.initialize().await;
     ([gateway, upstream], client)
 }
@@ -153,11 +157,7 @@ async fn a_legacy_session_works_through_the_gateway() {
 async fn legacy_session_against_server_everything() {
     let (_upstream, upstream_url) = start_everything();
     let (_gateway, url) = start_gateway(&upstream_url, &[]);
-    let mut client = LegacyClient {
-        http: reqwest::Client::new(),
-        url,
-        session: None,
-    };
+    let mut client = LegacyClient::new(url);
     let response = client
         .post(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}

@@ -3,13 +3,13 @@
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{Response, StatusCode, Uri, header};
+use http::{Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 
 use super::coalesce;
 use super::reply::{self, Body};
 use crate::protocol::jsonrpc::ErrorObject;
-use crate::upstream::http::{HttpClient, is_hop_by_hop};
+use crate::upstream::http::{HttpClient, is_hop_by_hop, is_set_per_request};
 use crate::upstream::legacy::describe_client_error;
 
 pub async fn forward(
@@ -22,7 +22,7 @@ pub async fn forward(
         .method(parts.method.clone())
         .uri(upstream.clone());
     for (name, value) in &parts.headers {
-        if !is_hop_by_hop(name) {
+        if !is_set_per_request(name) {
             request = request.header(name, value);
         }
     }
@@ -33,11 +33,11 @@ pub async fn forward(
     match client.request(request).await {
         Ok(response) => {
             let (mut parts, body) = response.into_parts();
-            // The body is forwarded unchanged, so its length still holds.
+            // The body is forwarded unchanged, so its `Content-Length` still holds.
             let hop_by_hop: Vec<_> = parts
                 .headers
                 .keys()
-                .filter(|name| is_hop_by_hop(name) && *name != header::CONTENT_LENGTH)
+                .filter(|name| is_hop_by_hop(name))
                 .cloned()
                 .collect();
             for name in hop_by_hop {

@@ -38,7 +38,8 @@ fn connector() -> hyper_rustls::HttpsConnector<HttpConnector> {
         .wrap_connector(http)
 }
 
-/// Request headers the gateway never copies between hops.
+/// Headers that describe one connection, not the message (RFC 9110 §7.6.1): never
+/// copied from one hop to the next, in either direction.
 pub fn is_hop_by_hop(name: &http::HeaderName) -> bool {
     matches!(
         name.as_str(),
@@ -50,9 +51,13 @@ pub fn is_hop_by_hop(name: &http::HeaderName) -> bool {
             | "trailer"
             | "transfer-encoding"
             | "upgrade"
-            | "host"
-            | "content-length"
     )
+}
+
+/// Headers not copied into a request sent on: the hop-by-hop ones, and those the
+/// client sets for the new request itself (its target host, the body's length).
+pub fn is_set_per_request(name: &http::HeaderName) -> bool {
+    is_hop_by_hop(name) || matches!(name.as_str(), "host" | "content-length")
 }
 
 /// Whether an HTTP upstream answers at all, for `/readyz`. Any HTTP answer but a 5xx
