@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# CPU, system calls and context switches per legacy `tools/call echo` through a proxy
-# in front of the fixture, under wrk load: the gateway, or HAProxy (`mode http`) as the
-# reference of what a C proxy costs on the same machine.
+# Latency, CPU, system calls and context switches per legacy `tools/call echo` under
+# wrk load: straight to the fixture, or through a proxy in front of it (the gateway, or
+# HAProxy in `mode http` as the reference of what a C proxy costs on the same machine).
+# The CPU figures are the proxy's (the fixture's for `direct`).
 #
+#   benches/wrk_cpu.sh direct [CONNS]
 #   benches/wrk_cpu.sh gateway [CONNS] [GATEWAY_BIN] [ENV=VALUE ...]
 #   benches/wrk_cpu.sh haproxy [CONNS]
+#   benches/wrk_cpu.sh socat [CONNS]   # a byte relay that parses nothing: the floor
 #
-# Needs wrk, perf and (for haproxy) haproxy: `apt-get install wrk linux-perf haproxy`,
+# Needs wrk, perf, and haproxy or socat for those: `apt-get install wrk linux-perf haproxy socat`,
 # and `cargo build --release --examples --bins`. Everything binds to 127.0.0.1 and is
 # stopped by PID at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-proxy=${1:?gateway or haproxy}
+proxy=${1:?direct, gateway, haproxy or socat}
 conns=${2:-32}
 gateway_bin=${3:-target/release/mcp-task-gateway}
 extra_env=("${@:4}")
@@ -36,6 +39,10 @@ wait_for_line "$work/fixture.out" listening
 upstream=$(grep -o 'http://[^ ]*' "$work/fixture.out")
 
 case "$proxy" in
+  direct)
+    pid=${pids[0]}
+    url=$upstream
+    ;;
   gateway)
     env "${extra_env[@]}" "$gateway_bin" --listen 127.0.0.1:0 --upstream "$upstream" \
       >"$work/proxy.out" 2>&1 &
@@ -67,9 +74,18 @@ CFG
     url="http://127.0.0.1:$port/mcp"
     for _ in $(seq 50); do curl -s -o /dev/null "$url" && break; sleep 0.1; done
     ;;
+  socat)
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    upstream_host=${upstream#http://}
+    upstream_host=${upstream_host%%/*}
+    socat "TCP-LISTEN:$port,bind=127.0.0.1,fork,reuseaddr,nodelay" "TCP:$upstream_host,nodelay" &
+    pid=$!
+    url="http://127.0.0.1:$port/mcp"
+    for _ in $(seq 50); do curl -s -o /dev/null "$url" && break; sleep 0.1; done
+    ;;
   *) echo "unknown proxy: $proxy" >&2; exit 2 ;;
 esac
-pids+=("$pid")
+[ "$proxy" = direct ] || pids+=("$pid")
 
 curl -s -D "$work/headers" -o /dev/null -X POST "$url" \
   -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' \
@@ -84,13 +100,20 @@ wrk.headers["mcp-protocol-version"] = "2025-11-25"
 wrk.headers["mcp-session-id"] = "$session"
 LUA
 
-cpu_ticks() { awk '{print $14, $15}' "/proc/$pid/stat"; }
+# utime, stime, and those of reaped children (socat forks one per connection).
+cpu_ticks() { awk '{print $14 + $16, $15 + $17}' "/proc/$pid/stat"; }
+children_reaped() {
+  for _ in $(seq 100); do [ -z "$(pgrep -P "$pid")" ] && return 0; sleep 0.05; done
+}
 wrk -t1 -c"$conns" -d1s -s "$work/call.lua" "$url" >/dev/null # warm-up
+children_reaped
 read -r user0 sys0 < <(cpu_ticks)
+# perf follows the threads there are; socat's per-connection children are not counted.
 perf stat -e raw_syscalls:sys_enter,context-switches -x, -o "$work/perf" -p "$pid" -- sleep 4 &
 perf_pid=$!
-wrk -t1 -c"$conns" -d4s -s "$work/call.lua" "$url" >"$work/wrk"
+wrk -t1 -c"$conns" -d4s --latency -s "$work/call.lua" "$url" >"$work/wrk"
 wait "$perf_pid"
+children_reaped
 read -r user1 sys1 < <(cpu_ticks)
 
 requests=$(grep -o '[0-9]* requests in' "$work/wrk" | awk '{print $1}')
@@ -100,8 +123,15 @@ import sys
 proxy, conns, requests, user, system, tick_us, perf, wrk = sys.argv[1:]
 requests, user, system, tick_us = int(requests), int(user), int(system), int(tick_us)
 counts = {line.split(",")[2]: float(line.split(",")[0]) for line in open(perf) if line.count(",") > 2}
-rate = next(l.split()[1] for l in open(wrk) if l.startswith("Requests/sec"))
+lines = open(wrk).read().splitlines()
+rate = next(l.split()[1] for l in lines if l.startswith("Requests/sec"))
+def quantile(q):  # wrk prints e.g. "     50%  215.00us"
+    value = next(l.split()[1] for l in lines if l.strip().startswith(q + "%"))
+    for unit, ms in (("us", 1e-3), ("ms", 1.0), ("s", 1e3)):
+        if value.endswith(unit):
+            return float(value[: -len(unit)]) * ms
 print(f"{proxy} conns={conns} requests={requests} req/s={rate} "
+      f"p50_ms={quantile('50'):.3f} p99_ms={quantile('99'):.3f} "
       f"cpu_us/req={(user + system) * tick_us / requests:.1f} user_us/req={user * tick_us / requests:.1f} "
       f"syscalls/req={counts.get('raw_syscalls:sys_enter', 0) / requests:.2f} "
       f"context_switches/req={counts.get('context-switches', 0) / requests:.2f}")

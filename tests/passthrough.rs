@@ -229,3 +229,86 @@ async fn progress_of_a_legacy_call_streams_through_as_it_happens() {
         "first progress only {lead:?} before the result"
     );
 }
+
+/// Each client connection keeps its own connection to the upstream. When the upstream
+/// goes away, the client's connection gets a clear error, and once the upstream is back
+/// (on the same address) the upstream's own answers again.
+#[tokio::test]
+async fn a_client_connection_outlives_an_upstream_restart() {
+    let (mut upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let mut client = LegacyClient::new(url);
+    client.initialize().await;
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    assert_eq!(client.post(list.clone()).await.status(), 200);
+
+    upstream.kill();
+    let down = client.post(list.clone()).await;
+    assert_eq!(down.status(), 502);
+    let error: Value = down.json().await.unwrap();
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("upstream unreachable"),
+        "{error}"
+    );
+
+    let listen = upstream_url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp");
+    let (_upstream, _) = start_plain_server_at(listen);
+    // The new process does not know the old session, and says so itself.
+    assert_eq!(client.post(list.clone()).await.status(), 404);
+    client.session = None;
+    client.initialize().await;
+    let tools = read_messages(client.post(list).await).await;
+    assert!(tools.last().unwrap()["result"]["tools"].is_array());
+}
+
+/// An HTTP/2 client sends its calls on one connection at once: a call that streams for
+/// seconds does not hold up the others behind it.
+#[tokio::test]
+async fn an_http2_client_is_not_held_up_by_its_own_slow_call() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let mut client = LegacyClient::new(url);
+    client.http = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    client.initialize().await;
+
+    // Progress every second: the response (and the upstream connection under it) is
+    // open from the first event to the result at 3 s.
+    let slow = client
+        .post(
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                "name": "sleep", "arguments": {"ms": 3000, "steps": 3},
+                "_meta": {"progressToken": "slow"}
+            }}),
+        )
+        .await;
+    assert_eq!(slow.status(), 200);
+    let quick = tokio::time::timeout(
+        DEADLINE,
+        client.post(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"})),
+    )
+    .await
+    .expect("the quick call is answered while the slow one streams");
+    let quick = read_messages(quick).await;
+    let quick_done = std::time::Instant::now();
+    assert!(quick.last().unwrap()["result"]["tools"].is_array());
+
+    let slow = read_messages(slow).await;
+    let slow_done = std::time::Instant::now();
+    assert_eq!(
+        slow.last().unwrap()["result"]["content"][0]["text"],
+        "slept 3000 ms"
+    );
+    assert!(
+        slow_done.duration_since(quick_done) >= std::time::Duration::from_millis(500),
+        "the quick call ended only {:?} before the slow one",
+        slow_done.duration_since(quick_done)
+    );
+}

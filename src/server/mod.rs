@@ -30,7 +30,8 @@ use crate::protocol::meta::{self, MODERN_PROTOCOL_VERSION};
 use crate::tasks::TaskService;
 use crate::tasks::policy::Policies;
 use crate::upstream::Upstream;
-use crate::upstream::http::HttpClient;
+use crate::upstream::http::{Connector, HttpClient};
+use crate::upstream::lane::Lane;
 use reply::Body;
 
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -40,6 +41,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Everything a request handler needs, built once at start.
 pub struct Gateway {
     pub client: HttpClient,
+    /// Opens each client connection's [`Lane`] to the upstream.
+    lane_connector: Connector,
     pub upstream: Arc<dyn Upstream>,
     pub tasks: Arc<TaskService>,
     pub policies: Policies,
@@ -64,6 +67,7 @@ impl Gateway {
     ) -> Self {
         Self {
             client,
+            lane_connector: crate::upstream::http::lane_connector(),
             upstream,
             tasks,
             policies: Policies::new(config.policy_map()),
@@ -110,9 +114,11 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let gateway = gateway.clone();
+        let lane = Arc::new(Lane::new(gateway.lane_connector.clone()));
         let service = hyper::service::service_fn(move |request| {
             let gateway = gateway.clone();
-            async move { Ok::<_, Infallible>(route(&gateway, request).await) }
+            let lane = lane.clone();
+            async move { Ok::<_, Infallible>(route(&gateway, &lane, request).await) }
         });
         let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
         let connection = graceful.watch(connection.into_owned());
@@ -132,7 +138,8 @@ pub async fn serve(
     Ok(())
 }
 
-async fn route(gateway: &Gateway, request: Request<Incoming>) -> Response<Body> {
+/// `lane` is the client connection's own connection to the upstream, for pass-through.
+async fn route(gateway: &Gateway, lane: &Lane, request: Request<Incoming>) -> Response<Body> {
     match request.uri().path() {
         "/healthz" => reply::plain(StatusCode::OK, "ok\n"),
         "/readyz" => readiness(gateway).await,
@@ -141,7 +148,7 @@ async fn route(gateway: &Gateway, request: Request<Incoming>) -> Response<Body> 
             crate::telemetry::traces::continue_from_headers(&span, request.headers());
             let started = std::time::Instant::now();
             let mut method = String::from("invalid");
-            let response = mcp_endpoint(gateway, request, &mut method)
+            let response = mcp_endpoint(gateway, lane, request, &mut method)
                 .instrument(span)
                 .await;
             crate::telemetry::request_served(&method, started.elapsed());
@@ -183,6 +190,7 @@ async fn readiness(gateway: &Gateway) -> Response<Body> {
 /// for the metrics.
 async fn mcp_endpoint(
     gateway: &Gateway,
+    lane: &Lane,
     request: Request<Incoming>,
     method: &mut String,
 ) -> Response<Body> {
@@ -222,7 +230,7 @@ async fn mcp_endpoint(
     // Legacy sessions are the upstream's: the gateway does not read their traffic.
     if parts.headers.contains_key(SESSION_HEADER) {
         "legacy_passthrough".clone_into(method);
-        return passthrough(gateway, &parts, body).await;
+        return passthrough(gateway, lane, parts, body).await;
     }
     if parts.method != Method::POST {
         return reply::plain(
@@ -237,7 +245,7 @@ async fn mcp_endpoint(
     match classify(&parts.headers, &message) {
         Era::Legacy => {
             "legacy_passthrough".clone_into(method);
-            passthrough(gateway, &parts, body).await
+            passthrough(gateway, lane, parts, body).await
         }
         Era::Rejected(error) => reply::bad_request(message_id(&message), &error),
         Era::Modern => {
@@ -251,15 +259,20 @@ async fn mcp_endpoint(
     }
 }
 
-async fn passthrough(gateway: &Gateway, parts: &Parts, body: bytes::Bytes) -> Response<Body> {
+async fn passthrough(
+    gateway: &Gateway,
+    lane: &Lane,
+    parts: Parts,
+    body: bytes::Bytes,
+) -> Response<Body> {
     if let Some(sessions) = &gateway.stdio_sessions {
-        return sessions.handle(parts, body).await;
+        return sessions.handle(&parts, body).await;
     }
     let auth = parts.headers.get(header::AUTHORIZATION);
     match gateway.upstream.legacy_passthrough(auth).await {
-        Ok(Some(url)) => passthrough::forward(&gateway.client, url, parts, body).await,
+        Ok(Some(url)) => passthrough::forward(&gateway.client, lane, url, parts, body).await,
         // No upstream session to pass through to: the gateway serves the session.
-        Ok(None) => gateway.legacy_sessions.serve(gateway, parts, body).await,
+        Ok(None) => gateway.legacy_sessions.serve(gateway, &parts, body).await,
         Err(e) => reply::error_with_status(
             StatusCode::BAD_GATEWAY,
             &ErrorObject::internal(e.to_string()),

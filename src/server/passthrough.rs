@@ -3,51 +3,50 @@
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{Response, StatusCode, Uri};
+use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::{BodyExt, Full};
 
 use super::coalesce;
 use super::reply::{self, Body};
 use crate::protocol::jsonrpc::ErrorObject;
-use crate::upstream::http::{HttpClient, is_hop_by_hop, is_set_per_request};
+use crate::upstream::http::{HttpClient, prepare_to_send_on, remove_hop_by_hop};
+use crate::upstream::lane::{Lane, LaneError};
 use crate::upstream::legacy::describe_client_error;
 
 pub async fn forward(
     client: &HttpClient,
+    lane: &Lane,
     upstream: &Uri,
-    parts: &Parts,
+    mut parts: Parts,
     body: Bytes,
 ) -> Response<Body> {
-    let mut request = http::Request::builder()
-        .method(parts.method.clone())
-        .uri(upstream.clone());
-    for (name, value) in &parts.headers {
-        if !is_set_per_request(name) {
-            request = request.header(name, value);
-        }
+    // The client's request is sent on as it is, in its own header map: only what
+    // belongs to its hop is taken out.
+    parts.uri = upstream.clone();
+    parts.version = Version::HTTP_11;
+    parts.extensions.clear();
+    prepare_to_send_on(&mut parts.headers);
+    let request = Request::from_parts(parts, Full::new(body));
+    match lane.send(upstream, request).await {
+        Ok(response) => relay(response).await,
+        Err(LaneError::Failed(detail)) => bad_gateway(&detail),
+        Err(LaneError::Busy(request)) => match client.request(*request).await {
+            Ok(response) => relay(response).await,
+            Err(e) => bad_gateway(&describe_client_error(&e)),
+        },
     }
-    let request = match request.body(Full::new(body)) {
-        Ok(request) => request,
-        Err(e) => return bad_gateway(&e.to_string()),
-    };
-    match client.request(request).await {
-        Ok(response) => {
-            let (mut parts, body) = response.into_parts();
-            // The body is forwarded unchanged, so its `Content-Length` still holds.
-            let hop_by_hop: Vec<_> = parts
-                .headers
-                .keys()
-                .filter(|name| is_hop_by_hop(name))
-                .cloned()
-                .collect();
-            for name in hop_by_hop {
-                parts.headers.remove(name);
-            }
-            let body = coalesce::with_first_frame(body).await;
-            Response::from_parts(parts, body.map_err(Into::into).boxed())
-        }
-        Err(e) => bad_gateway(&describe_client_error(&e)),
-    }
+}
+
+/// The upstream's response as it came, but for its hop-by-hop headers.
+async fn relay<B>(response: Response<B>) -> Response<Body>
+where
+    B: http_body::Body<Data = Bytes, Error = hyper::Error> + Unpin + Send + Sync + 'static,
+{
+    let (mut parts, body) = response.into_parts();
+    // The body is forwarded unchanged, so its `Content-Length` still holds.
+    remove_hop_by_hop(&mut parts.headers);
+    let body = coalesce::with_first_frame(body).await;
+    Response::from_parts(parts, body.map_err(Into::into).boxed())
 }
 
 fn bad_gateway(detail: &str) -> Response<Body> {

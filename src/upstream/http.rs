@@ -1,12 +1,14 @@
 //! The HTTP client to upstreams (http and https, pooled, keep-alive).
 
 use bytes::Bytes;
+use http::{HeaderMap, HeaderName, header};
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-pub type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+pub type HttpClient = Client<Connector, Full<Bytes>>;
 
 /// The client for pass-through: large bodies get hyper's adaptive read buffer.
 pub fn client() -> HttpClient {
@@ -23,41 +25,72 @@ pub fn call_client(read_buffer: usize) -> HttpClient {
         .build(connector())
 }
 
-fn connector() -> hyper_rustls::HttpsConnector<HttpConnector> {
+fn connector() -> Connector {
+    connector_builder()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(tcp())
+}
+
+/// A connector for [`super::lane::Lane`]s: HTTP/1.1 only, as a lane is one
+/// HTTP/1.1 connection.
+pub fn lane_connector() -> Connector {
+    connector_builder().enable_http1().wrap_connector(tcp())
+}
+
+fn tcp() -> HttpConnector {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
+    http
+}
+
+fn connector_builder()
+-> hyper_rustls::HttpsConnectorBuilder<hyper_rustls::builderstates::WantsProtocols1> {
     // The provider is named explicitly: another dependency (the OTLP exporter's reqwest)
     // brings a second rustls provider, and then there is no process default.
     hyper_rustls::HttpsConnectorBuilder::new()
         .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
         .expect("ring supports the default TLS versions")
         .https_or_http()
-        .enable_http1()
-        .enable_http2()
-        .wrap_connector(http)
 }
 
-/// Headers that describe one connection, not the message (RFC 9110 §7.6.1): never
-/// copied from one hop to the next, in either direction.
-pub fn is_hop_by_hop(name: &http::HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "proxy-authenticate"
-            | "proxy-authorization"
-            | "te"
-            | "trailer"
-            | "transfer-encoding"
-            | "upgrade"
-    )
+/// Headers that describe one connection, not the message (RFC 9110 §7.6.1), with the
+/// obsolete `Proxy-Connection` that some clients still send.
+const HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+/// Removes what must not pass from one hop to the next, in either direction: the
+/// hop-by-hop headers and those the `Connection` header names as its options.
+pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|option| HeaderName::from_bytes(option.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(&HOP_BY_HOP) {
+        headers.remove(name);
+    }
 }
 
-/// Headers not copied into a request sent on: the hop-by-hop ones, and those the
-/// client sets for the new request itself (its target host, the body's length).
-pub fn is_set_per_request(name: &http::HeaderName) -> bool {
-    is_hop_by_hop(name) || matches!(name.as_str(), "host" | "content-length")
+/// Makes the headers of a received request fit to send on: no hop-by-hop headers, and
+/// none that the client sets for the new request itself (its target host, the body's
+/// length).
+pub fn prepare_to_send_on(headers: &mut HeaderMap) {
+    remove_hop_by_hop(headers);
+    headers.remove(header::HOST);
+    headers.remove(header::CONTENT_LENGTH);
 }
 
 /// Whether an HTTP upstream answers at all, for `/readyz`. Any HTTP answer but a 5xx
@@ -84,4 +117,42 @@ pub async fn probe_reachable(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_and_connection_options_are_removed() {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("connection", "keep-alive, X-Hop"),
+            ("connection", "upgrade"),
+            ("keep-alive", "timeout=5"),
+            ("x-hop", "1"),
+            ("upgrade", "websocket"),
+            ("transfer-encoding", "chunked"),
+            ("proxy-connection", "keep-alive"),
+            ("host", "gateway:8080"),
+            ("content-length", "12"),
+            ("mcp-session-id", "s-1"),
+            ("authorization", "Bearer t"),
+        ] {
+            headers.append(HeaderName::from_static(name), value.parse().unwrap());
+        }
+        let mut response = headers.clone();
+        remove_hop_by_hop(&mut response);
+        let mut names: Vec<_> = response.keys().map(HeaderName::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            ["authorization", "content-length", "host", "mcp-session-id"]
+        );
+
+        prepare_to_send_on(&mut headers);
+        let mut names: Vec<_> = headers.keys().map(HeaderName::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["authorization", "mcp-session-id"]);
+    }
 }

@@ -3,6 +3,7 @@
 pub mod detect;
 pub mod forward;
 pub mod http;
+pub mod lane;
 pub mod legacy;
 pub mod modern;
 pub mod stdio;

@@ -142,8 +142,13 @@ fn example_binary(name: &str) -> PathBuf {
 
 /// Starts `examples/plain_server`; returns it and its `/mcp` URL.
 pub fn start_plain_server() -> (Proc, String) {
+    start_plain_server_at("127.0.0.1:0")
+}
+
+/// Starts `examples/plain_server` on `listen` (e.g. again on the port of one stopped).
+pub fn start_plain_server_at(listen: &str) -> (Proc, String) {
     let mut command = Command::new(plain_server_binary());
-    command.args(["--listen", "127.0.0.1:0"]);
+    command.args(["--listen", listen]);
     spawn_announcing("plain_server", command)
 }
 
