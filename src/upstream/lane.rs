@@ -43,7 +43,7 @@ pub struct Lane {
 enum State {
     Empty,
     Busy,
-    Idle(Connected),
+    Idle(Box<Connected>),
 }
 
 struct Connected {
@@ -120,7 +120,7 @@ impl Lane {
         }
     }
 
-    async fn connect(&self, upstream: &Uri) -> Result<Connected, LaneError> {
+    async fn connect(&self, upstream: &Uri) -> Result<Box<Connected>, LaneError> {
         let failed = |e: &(dyn std::error::Error + 'static)| {
             LaneError::Failed(format!("connecting: {}", describe_client_error(e)))
         };
@@ -139,7 +139,7 @@ impl Lane {
         let authority = upstream
             .authority()
             .ok_or_else(|| LaneError::Failed(format!("{upstream} has no host")))?;
-        Ok(Connected {
+        Ok(Box::new(Connected {
             upstream: upstream.clone(),
             target: upstream
                 .path_and_query()
@@ -147,7 +147,7 @@ impl Lane {
             host: HeaderValue::from_str(authority.as_str())
                 .map_err(|e| LaneError::Failed(e.to_string()))?,
             sender,
-        })
+        }))
     }
 }
 
@@ -155,11 +155,11 @@ impl Lane {
 /// given back, or else empty (the next request opens a new connection).
 struct Claim {
     state: Arc<Mutex<State>>,
-    given_back: Option<Connected>,
+    given_back: Option<Box<Connected>>,
 }
 
 impl Claim {
-    fn release(mut self, connected: Connected) {
+    fn release(mut self, connected: Box<Connected>) {
         self.given_back = Some(connected);
     }
 }
@@ -179,7 +179,7 @@ impl Drop for Claim {
 /// closes it), as a response cut short leaves the connection mid-message.
 pub struct LaneBody {
     inner: Incoming,
-    release: Option<(Claim, Connected)>,
+    release: Option<(Claim, Box<Connected>)>,
 }
 
 impl LaneBody {
