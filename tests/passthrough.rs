@@ -75,6 +75,15 @@ async fn session_through_gateway() -> ([Proc; 2], LegacyClient) {
     ([gateway, upstream], client)
 }
 
+/// A `tools/call` of the fixture's `sleep` for `ms`, with three progress notifications
+/// on the way (after each third).
+fn sleep_with_progress(id: u64, ms: u64, token: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "sleep", "arguments": {"ms": ms, "steps": 3},
+        "_meta": {"progressToken": token}
+    }})
+}
+
 async fn read_messages(response: reqwest::Response) -> Vec<Value> {
     let mut stream = SseStream::from_bytes_stream(response.bytes_stream());
     let mut out = Vec::new();
@@ -192,14 +201,7 @@ async fn progress_of_a_legacy_call_streams_through_as_it_happens() {
     let (_processes, client) = session_through_gateway().await;
 
     // Progress after 500, 1000 and 1500 ms; the result right after the last one.
-    let response = client
-        .post(
-            json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
-                "name": "sleep", "arguments": {"ms": 1500, "steps": 3},
-                "_meta": {"progressToken": "p-1"}
-            }}),
-        )
-        .await;
+    let response = client.post(sleep_with_progress(7, 1500, "p-1")).await;
     assert_eq!(response.headers()["content-type"], "text/event-stream");
     let mut stream = SseStream::from_bytes_stream(response.bytes_stream());
     let mut arrivals = Vec::new();
@@ -281,14 +283,7 @@ async fn an_http2_client_is_not_held_up_by_its_own_slow_call() {
 
     // Progress every second: the response (and the upstream connection under it) is
     // open from the first event to the result at 3 s.
-    let slow = client
-        .post(
-            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-                "name": "sleep", "arguments": {"ms": 3000, "steps": 3},
-                "_meta": {"progressToken": "slow"}
-            }}),
-        )
-        .await;
+    let slow = client.post(sleep_with_progress(2, 3000, "slow")).await;
     assert_eq!(slow.status(), 200);
     let quick = tokio::time::timeout(
         DEADLINE,

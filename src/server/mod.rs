@@ -31,7 +31,7 @@ use crate::tasks::TaskService;
 use crate::tasks::policy::Policies;
 use crate::upstream::Upstream;
 use crate::upstream::http::{Connector, HttpClient};
-use crate::upstream::lane::Lane;
+use crate::upstream::lane::{self, Lane};
 use reply::Body;
 
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -114,7 +114,7 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let gateway = gateway.clone();
-        let lane = Arc::new(Lane::new(gateway.lane_connector.clone()));
+        let lane = Arc::new(Lane::new(gateway.lane_connector.clone(), lane::IDLE_LIMIT));
         let service = hyper::service::service_fn(move |request| {
             let gateway = gateway.clone();
             let lane = lane.clone();

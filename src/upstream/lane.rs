@@ -6,11 +6,15 @@
 //! keep-alive connection sends one request at a time, so it can keep one upstream
 //! connection to itself instead, and hand it back from the response body's last frame.
 //! A request that finds the lane busy (an HTTP/2 client's concurrent streams) is given
-//! back to be sent through the pool.
+//! back to be sent through the pool. A connection left idle for the lane's idle limit
+//! is closed, as the pool closes its idle connections, so that idle clients do not
+//! hold upstream connections.
 
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, Uri, header};
@@ -18,6 +22,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
+use tokio::time::Instant;
 use tower::ServiceExt;
 
 use super::http::Connector;
@@ -34,10 +39,14 @@ pub enum LaneError {
     Failed(String),
 }
 
+/// How long a lane keeps an idle connection: the pooled client's default.
+pub const IDLE_LIMIT: Duration = Duration::from_secs(90);
+
 /// One per client connection; cheap to make, connects on first use.
 pub struct Lane {
     state: Arc<Mutex<State>>,
     connector: Connector,
+    idle_limit: Duration,
 }
 
 enum State {
@@ -47,6 +56,10 @@ enum State {
 }
 
 struct Connected {
+    /// Tells this connection from the lane's later ones.
+    id: u64,
+    /// When it was last handed back.
+    idle_since: Instant,
     /// The upstream URL this connection was opened for.
     upstream: Uri,
     /// `upstream` in origin form, the request target on the wire.
@@ -56,10 +69,11 @@ struct Connected {
 }
 
 impl Lane {
-    pub fn new(connector: Connector) -> Self {
+    pub fn new(connector: Connector, idle_limit: Duration) -> Self {
         Self {
             state: Arc::new(Mutex::new(State::Empty)),
             connector,
+            idle_limit,
         }
     }
 
@@ -131,15 +145,24 @@ impl Lane {
             .await
             .map_err(|e| failed(&*e))?;
         let (sender, connection) = http1::handshake(io).await.map_err(|e| failed(&e))?;
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let idle_too_long = idle_too_long(Arc::downgrade(&self.state), id, self.idle_limit);
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "pass-through upstream connection ended");
+            tokio::select! {
+                ended = connection => if let Err(e) = ended {
+                    tracing::debug!(error = %e, "pass-through upstream connection ended");
+                },
+                // Dropping the connection closes it.
+                () = idle_too_long => {}
             }
         });
         let authority = upstream
             .authority()
             .ok_or_else(|| LaneError::Failed(format!("{upstream} has no host")))?;
         Ok(Box::new(Connected {
+            id,
+            idle_since: Instant::now(),
             upstream: upstream.clone(),
             target: upstream
                 .path_and_query()
@@ -151,6 +174,30 @@ impl Lane {
     }
 }
 
+/// Resolves once connection `id` has sat idle in the lane for `limit` (and takes it
+/// out of the lane), or the lane is gone.
+async fn idle_too_long(lane: Weak<Mutex<State>>, id: u64, limit: Duration) {
+    let mut check_at = Instant::now() + limit;
+    loop {
+        tokio::time::sleep_until(check_at).await;
+        let Some(lane) = lane.upgrade() else {
+            return;
+        };
+        let mut state = lane.lock().unwrap_or_else(PoisonError::into_inner);
+        check_at = match &*state {
+            State::Idle(connected) if connected.id == id => {
+                let due = connected.idle_since + limit;
+                if Instant::now() >= due {
+                    *state = State::Empty;
+                    return;
+                }
+                due
+            }
+            _ => Instant::now() + limit,
+        };
+    }
+}
+
 /// Holds the lane busy. Dropped, it leaves the lane idle with the connection it was
 /// given back, or else empty (the next request opens a new connection).
 struct Claim {
@@ -159,7 +206,8 @@ struct Claim {
 }
 
 impl Claim {
-    fn release(mut self, connected: Box<Connected>) {
+    fn release(mut self, mut connected: Box<Connected>) {
+        connected.idle_since = Instant::now();
         self.given_back = Some(connected);
     }
 }
@@ -220,5 +268,122 @@ impl Body for LaneBody {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::Ordering::SeqCst;
+
+    use http_body_util::BodyExt;
+    use hyper_util::rt::TokioIo;
+
+    use super::*;
+    use crate::upstream::http::lane_connector;
+
+    /// An HTTP/1.1 server on 127.0.0.1 that answers "ok", counting the connections it
+    /// accepted and those still open.
+    struct Upstream {
+        url: Uri,
+        accepted: Arc<AtomicUsize>,
+        open: Arc<AtomicUsize>,
+    }
+
+    async fn upstream() -> Upstream {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let open = Arc::new(AtomicUsize::new(0));
+        let (count_accepted, count_open) = (accepted.clone(), open.clone());
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                count_accepted.fetch_add(1, SeqCst);
+                count_open.fetch_add(1, SeqCst);
+                let count_open = count_open.clone();
+                tokio::spawn(async move {
+                    let ok = hyper::service::service_fn(|_| async {
+                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+                    });
+                    let _ = http1_server()
+                        .serve_connection(TokioIo::new(stream), ok)
+                        .await;
+                    count_open.fetch_sub(1, SeqCst);
+                });
+            }
+        });
+        Upstream {
+            url: url.parse().unwrap(),
+            accepted,
+            open,
+        }
+    }
+
+    fn http1_server() -> hyper::server::conn::http1::Builder {
+        hyper::server::conn::http1::Builder::new()
+    }
+
+    async fn send(lane: &Lane, url: &Uri) -> Response<LaneBody> {
+        match lane.send(url, Request::new(Full::new(Bytes::new()))).await {
+            Ok(response) => response,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    async fn get(lane: &Lane, url: &Uri) -> Bytes {
+        let body = send(lane, url).await.into_body();
+        body.collect().await.unwrap().to_bytes()
+    }
+
+    #[tokio::test]
+    async fn one_connection_carries_the_requests_one_after_another() {
+        let upstream = upstream().await;
+        let lane = Lane::new(lane_connector(), IDLE_LIMIT);
+        for _ in 0..3 {
+            assert_eq!(get(&lane, &upstream.url).await, "ok");
+        }
+        assert_eq!(upstream.accepted.load(SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_request_that_finds_the_lane_busy_is_given_back() {
+        let upstream = upstream().await;
+        let lane = Lane::new(lane_connector(), IDLE_LIMIT);
+        let unread = send(&lane, &upstream.url).await;
+        let second = lane
+            .send(&upstream.url, Request::new(Full::new(Bytes::new())))
+            .await;
+        assert!(matches!(second, Err(LaneError::Busy(_))));
+        // Read to its end, the first answer hands the connection back.
+        assert_eq!(unread.into_body().collect().await.unwrap().to_bytes(), "ok");
+        assert_eq!(get(&lane, &upstream.url).await, "ok");
+        assert_eq!(upstream.accepted.load(SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn an_answer_dropped_unread_takes_its_connection_with_it() {
+        let upstream = upstream().await;
+        let lane = Lane::new(lane_connector(), IDLE_LIMIT);
+        drop(send(&lane, &upstream.url).await);
+        assert_eq!(get(&lane, &upstream.url).await, "ok");
+        assert_eq!(upstream.accepted.load(SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_is_closed_after_the_limit_and_reopened_on_use() {
+        let upstream = upstream().await;
+        let lane = Lane::new(lane_connector(), Duration::from_millis(200));
+        assert_eq!(get(&lane, &upstream.url).await, "ok");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while upstream.open.load(SeqCst) > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the idle connection is still open"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(get(&lane, &upstream.url).await, "ok");
+        assert_eq!(upstream.accepted.load(SeqCst), 2);
     }
 }
