@@ -122,7 +122,9 @@ python3 - "$proxy" "$conns" "$requests" "$((user1 - user0))" "$((sys1 - sys0))" 
 import sys
 proxy, conns, requests, user, system, tick_us, perf, wrk = sys.argv[1:]
 requests, user, system, tick_us = int(requests), int(user), int(system), int(tick_us)
-counts = {line.split(",")[2]: float(line.split(",")[0]) for line in open(perf) if line.count(",") > 2}
+# "<not counted>" where perf had no thread to follow (socat's parent only waits).
+counts = {f[2]: float(f[0]) for f in (l.split(",") for l in open(perf) if l.count(",") > 2)
+          if f[0].replace(".", "", 1).isdigit()}
 lines = open(wrk).read().splitlines()
 rate = next(l.split()[1] for l in lines if l.startswith("Requests/sec"))
 def quantile(q):  # wrk prints e.g. "     50%  215.00us"
@@ -133,6 +135,7 @@ def quantile(q):  # wrk prints e.g. "     50%  215.00us"
 print(f"{proxy} conns={conns} requests={requests} req/s={rate} "
       f"p50_ms={quantile('50'):.3f} p99_ms={quantile('99'):.3f} "
       f"cpu_us/req={(user + system) * tick_us / requests:.1f} user_us/req={user * tick_us / requests:.1f} "
-      f"syscalls/req={counts.get('raw_syscalls:sys_enter', 0) / requests:.2f} "
-      f"context_switches/req={counts.get('context-switches', 0) / requests:.2f}")
+      + " ".join(f"{label}={counts[event] / requests:.2f}" if event in counts else f"{label}=n/a"
+                 for label, event in (("syscalls/req", "raw_syscalls:sys_enter"),
+                                      ("context_switches/req", "context-switches"))))
 PY
