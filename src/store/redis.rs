@@ -230,15 +230,31 @@ impl TaskStore for RedisStore {
         task_id: &str,
         request: InputRequest,
     ) -> Result<Option<String>, StoreError> {
+        let keys = self.add_input_requests(task_id, vec![request]).await?;
+        Ok(keys.and_then(|keys| keys.into_iter().next()))
+    }
+
+    async fn add_input_requests(
+        &self,
+        task_id: &str,
+        requests: Vec<InputRequest>,
+    ) -> Result<Option<Vec<String>>, StoreError> {
+        if requests.is_empty() {
+            return Ok(Some(Vec::new()));
+        }
         let mut cmd = self.scripts.add_input.call(&task_key(task_id));
-        cmd.arg(now_ms())
-            .arg(serde_json::to_string(&request).map_err(corrupt)?);
-        let reply: Option<(String, String)> = parse(self.eval("add_input", cmd).await?)?;
-        Ok(reply.map(|(key, previous)| {
-            if previous != TaskStatus::InputRequired.as_str() {
+        cmd.arg(now_ms());
+        for request in &requests {
+            cmd.arg(serde_json::to_string(request).map_err(corrupt)?);
+        }
+        // The previous status, then the new keys in order.
+        let reply: Option<Vec<String>> = parse(self.eval("add_input", cmd).await?)?;
+        Ok(reply.map(|reply| {
+            let mut reply = reply.into_iter();
+            if reply.next().as_deref() != Some(TaskStatus::InputRequired.as_str()) {
                 metrics::task_reached(TaskStatus::InputRequired);
             }
-            key
+            reply.collect()
         }))
     }
 

@@ -1,7 +1,8 @@
--- Adds an outstanding input request under a fresh key (`input-<n>`, n only grows).
--- ARGV: now, the request as JSON. Returns {key, previous status}, or false if the task
--- ended or is gone.
-local now, request = ARGV[1], ARGV[2]
+-- Adds outstanding input requests under fresh keys (`input-<n>`, n only grows), all in
+-- one step, so that no reader sees part of an MRTR round.
+-- ARGV: now, then each request as JSON. Returns {previous status, key...}, or false if
+-- the task ended or is gone.
+local now = ARGV[1]
 if not live(now) then
   return false
 end
@@ -9,9 +10,14 @@ local status = redis.call('HGET', task, 'status')
 if is_terminal(status) then
   return false
 end
-local n = redis.call('HINCRBY', task, 'next', 1) - 1
-local key = 'input-' .. n
-redis.call('HSET', task, 'ir:' .. key, request, 'status', 'input_required')
-redis.call('HINCRBY', task, 'out', 1)
+local reply = {status}
+for i = 2, #ARGV do
+  local n = redis.call('HINCRBY', task, 'next', 1) - 1
+  local key = 'input-' .. n
+  redis.call('HSET', task, 'ir:' .. key, ARGV[i])
+  reply[#reply + 1] = key
+end
+redis.call('HSET', task, 'status', 'input_required')
+redis.call('HINCRBY', task, 'out', #ARGV - 1)
 touch(now)
-return {key, status}
+return reply

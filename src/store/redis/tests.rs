@@ -124,6 +124,28 @@ async fn create_get_and_privacy() {
     );
 }
 
+/// An MRTR round's requests land in one step: another instance sees all or none.
+#[tokio::test]
+async fn a_round_of_input_requests_is_added_at_once() {
+    let server = redis_server();
+    let a = store(&server, "gw-1");
+    let b = store(&server, "gw-2");
+    let task = record("gw-1", 60_000);
+    let id = task.task_id.clone();
+    a.create(task).await.unwrap();
+    let keys = a
+        .add_input_requests(&id, vec![elicit(), elicit(), elicit()])
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(keys, ["input-0", "input-1", "input-2"]);
+    let waiting = b.get(&id, "alice").await.unwrap().unwrap();
+    assert_eq!(waiting.status, TaskStatus::InputRequired);
+    assert_eq!(waiting.input_requests.len(), 3);
+    let next = a.add_input_request(&id, elicit()).await.unwrap();
+    assert_eq!(next.as_deref(), Some("input-3"));
+}
+
 #[tokio::test]
 async fn answers_are_accepted_once_and_taken_once() {
     let server = redis_server();
