@@ -124,15 +124,21 @@ async fn create_get_and_privacy() {
     );
 }
 
-/// An MRTR round's requests land in one step: another instance sees all or none.
-#[tokio::test]
-async fn a_round_of_input_requests_is_added_at_once() {
+/// Two instances on one Redis, and a task that the first one owns.
+async fn two_instances_and_a_task() -> (Server, Arc<RedisStore>, Arc<RedisStore>, String) {
     let server = redis_server();
     let a = store(&server, "gw-1");
     let b = store(&server, "gw-2");
     let task = record("gw-1", 60_000);
     let id = task.task_id.clone();
     a.create(task).await.unwrap();
+    (server, a, b, id)
+}
+
+/// An MRTR round's requests land in one step: another instance sees all or none.
+#[tokio::test]
+async fn a_round_of_input_requests_is_added_at_once() {
+    let (_server, a, b, id) = two_instances_and_a_task().await;
     let keys = a
         .add_input_requests(&id, vec![elicit(), elicit(), elicit()])
         .await
@@ -148,12 +154,7 @@ async fn a_round_of_input_requests_is_added_at_once() {
 
 #[tokio::test]
 async fn answers_are_accepted_once_and_taken_once() {
-    let server = redis_server();
-    let a = store(&server, "gw-1");
-    let b = store(&server, "gw-2");
-    let task = record("gw-1", 60_000);
-    let id = task.task_id.clone();
-    a.create(task).await.unwrap();
+    let (_server, a, b, id) = two_instances_and_a_task().await;
     let k0 = a.add_input_request(&id, elicit()).await.unwrap().unwrap();
     let k1 = a.add_input_request(&id, elicit()).await.unwrap().unwrap();
     assert_eq!((k0.as_str(), k1.as_str()), ("input-0", "input-1"));
