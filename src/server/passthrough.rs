@@ -13,6 +13,8 @@ use crate::upstream::http::{HttpClient, prepare_to_send_on, remove_hop_by_hop};
 use crate::upstream::lane::{Lane, LaneError};
 use crate::upstream::legacy::describe_client_error;
 
+/// Sends a legacy client's request to `upstream` on the client connection's lane (through
+/// the pool when the lane is busy) and relays the answer.
 pub async fn forward(
     client: &HttpClient,
     lane: &Lane,
