@@ -19,24 +19,11 @@ proxy=${1:?direct, gateway, haproxy or socat}
 conns=${2:-32}
 gateway_bin=${3:-target/release/mcp-task-gateway}
 extra_env=("${@:4}")
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-wait_for_line() { # FILE PATTERN
-  for _ in $(seq 100); do grep -q "$2" "$1" && return 0; sleep 0.1; done
-  echo "no '$2' in $1" >&2
-  exit 1
-}
-
-target/release/examples/plain_server --listen 127.0.0.1:0 >"$work/fixture.out" 2>&1 &
-pids+=($!)
-wait_for_line "$work/fixture.out" listening
-upstream=$(grep -o 'http://[^ ]*' "$work/fixture.out")
+source benches/wrk_lib.sh
+start_fixture
+upstream_host=${upstream#http://}
+upstream_host=${upstream_host%%/*}
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 
 case "$proxy" in
   direct)
@@ -44,16 +31,11 @@ case "$proxy" in
     url=$upstream
     ;;
   gateway)
-    env "${extra_env[@]}" "$gateway_bin" --listen 127.0.0.1:0 --upstream "$upstream" \
-      >"$work/proxy.out" 2>&1 &
-    pid=$!
-    wait_for_line "$work/proxy.out" '^listening on'
-    url=$(grep '^listening on' "$work/proxy.out" | grep -o 'http://[^ ]*')
+    start_gateway "$gateway_bin" "$work/proxy.out" "${extra_env[@]}"
+    pid=$gateway_pid
+    url=$gateway_url
     ;;
   haproxy)
-    upstream_host=${upstream#http://}
-    upstream_host=${upstream_host%%/*}
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     cat >"$work/haproxy.cfg" <<CFG
 global
   nbthread 2
@@ -75,9 +57,6 @@ CFG
     for _ in $(seq 50); do curl -s -o /dev/null "$url" && break; sleep 0.1; done
     ;;
   socat)
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    upstream_host=${upstream#http://}
-    upstream_host=${upstream_host%%/*}
     socat "TCP-LISTEN:$port,bind=127.0.0.1,fork,reuseaddr,nodelay" "TCP:$upstream_host,nodelay" &
     pid=$!
     url="http://127.0.0.1:$port/mcp"
@@ -85,20 +64,9 @@ CFG
     ;;
   *) echo "unknown proxy: $proxy" >&2; exit 2 ;;
 esac
-[ "$proxy" = direct ] || pids+=("$pid")
+case "$proxy" in haproxy | socat) pids+=("$pid") ;; esac
 
-curl -s -D "$work/headers" -o /dev/null -X POST "$url" \
-  -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' \
-  -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"wrk_cpu","version":"1"}}}'
-session=$(grep -i '^mcp-session-id:' "$work/headers" | awk '{print $2}' | tr -d '\r')
-cat >"$work/call.lua" <<LUA
-wrk.method = "POST"
-wrk.body = '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}'
-wrk.headers["content-type"] = "application/json"
-wrk.headers["accept"] = "application/json, text/event-stream"
-wrk.headers["mcp-protocol-version"] = "2025-11-25"
-wrk.headers["mcp-session-id"] = "$session"
-LUA
+legacy_call_script "$url"
 
 # utime, stime, and those of reaped children (socat forks one per connection).
 cpu_ticks() { awk '{print $14 + $16, $15 + $17}' "/proc/$pid/stat"; }

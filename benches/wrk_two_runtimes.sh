@@ -8,37 +8,22 @@
 #
 #   benches/wrk_two_runtimes.sh one2w|two1w
 #
-# Needs wrk and `cargo build --release --examples --bins`.
+# Needs wrk and `cargo build --release --examples --bins`; see benches/wrk_lib.sh.
 set -euo pipefail
 mode=${1:?one2w or two1w}
 cd "$(dirname "$0")/.."
-work=$(mktemp -d)
-pids=()
-trap 'for p in "${pids[@]}"; do kill $p 2>/dev/null || true; done; rm -rf "$work"' EXIT
-target/release/examples/plain_server --listen 127.0.0.1:0 >"$work/fx" 2>&1 & pids+=($!)
-for _ in $(seq 50); do grep -qs listening "$work/fx" && break; sleep 0.1; done
-up=$(grep -o 'http://[^ ]*' "$work/fx")
-start_gw() { # NAME WORKERS
-  TOKIO_WORKER_THREADS=$2 target/release/mcp-task-gateway --listen 127.0.0.1:0 --upstream "$up" >"$work/$1" 2>&1 & pids+=($!)
-  for _ in $(seq 50); do grep -qs '^listening on' "$work/$1" && break; sleep 0.1; done
-}
+source benches/wrk_lib.sh
+start_fixture
 if [ "$mode" = one2w ]; then
-  start_gw g1 2; gws=(${pids[1]}); u1=$(grep '^listening on' "$work/g1" | grep -o 'http://[^ ]*'); u2=$u1
+  start_gateway target/release/mcp-task-gateway "$work/g1" TOKIO_WORKER_THREADS=2
+  gws=("$gateway_pid"); u1=$gateway_url; u2=$gateway_url
 else
-  start_gw g1 1; start_gw g2 1; gws=(${pids[1]} ${pids[2]})
-  u1=$(grep '^listening on' "$work/g1" | grep -o 'http://[^ ]*'); u2=$(grep '^listening on' "$work/g2" | grep -o 'http://[^ ]*')
+  start_gateway target/release/mcp-task-gateway "$work/g1" TOKIO_WORKER_THREADS=1
+  gws=("$gateway_pid"); u1=$gateway_url
+  start_gateway target/release/mcp-task-gateway "$work/g2" TOKIO_WORKER_THREADS=1
+  gws+=("$gateway_pid"); u2=$gateway_url
 fi
-curl -s -D "$work/h" -o /dev/null -X POST "$u1" -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' \
-  -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}'
-s=$(grep -i '^mcp-session-id:' "$work/h" | awk '{print $2}' | tr -d '\r')
-cat >"$work/call.lua" <<LUA
-wrk.method = "POST"
-wrk.body = '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}'
-wrk.headers["content-type"] = "application/json"
-wrk.headers["accept"] = "application/json, text/event-stream"
-wrk.headers["mcp-protocol-version"] = "2025-11-25"
-wrk.headers["mcp-session-id"] = "$s"
-LUA
+legacy_call_script "$u1"
 wrk -t1 -c16 -d1s -s "$work/call.lua" "$u1" >/dev/null & w=$!; wrk -t1 -c16 -d1s -s "$work/call.lua" "$u2" >/dev/null; wait $w
 ticks() { local t=0; for p in "${gws[@]}"; do t=$((t + $(awk '{print $14 + $15}' /proc/$p/stat))); done; echo $t; }
 t0=$(ticks)

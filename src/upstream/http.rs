@@ -1,4 +1,5 @@
-//! The HTTP client to upstreams (http and https, pooled, keep-alive).
+//! The HTTP clients and connectors to upstreams (http and https, keep-alive), and which
+//! headers may cross from one hop to the next.
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, header};

@@ -233,11 +233,15 @@ pub struct LaneBody {
 }
 
 impl LaneBody {
-    fn release_if_ended(&mut self) {
-        if self.inner.is_end_stream()
-            && let Some((claim, connected)) = self.release.take()
-        {
+    fn give_back(&mut self) {
+        if let Some((claim, connected)) = self.release.take() {
             claim.release(connected);
+        }
+    }
+
+    fn release_if_ended(&mut self) {
+        if self.inner.is_end_stream() {
+            self.give_back();
         }
     }
 }
@@ -252,11 +256,7 @@ impl Body for LaneBody {
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let frame = ready!(Pin::new(&mut self.inner).poll_frame(cx));
         match &frame {
-            None => {
-                if let Some((claim, connected)) = self.release.take() {
-                    claim.release(connected);
-                }
-            }
+            None => self.give_back(),
             Some(Ok(_)) => self.release_if_ended(),
             // A broken body leaves the connection unusable: dropping the claim empties the lane.
             Some(Err(_)) => self.release = None,
