@@ -86,6 +86,12 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(512..=1_048_576))]
     pub upstream_read_buffer_bytes: u32,
 
+    /// Threads that serve connections, each with a single-threaded runtime of its own
+    /// (a connection and its upstream exchanges stay on the thread that accepted it).
+    /// Default: the CPUs the process may use (affinity and cgroup quota included).
+    #[arg(long, env = "MTG_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub worker_threads: Option<u16>,
+
     /// Largest request body accepted, in bytes; larger bodies get HTTP 413.
     #[arg(long, env = "MTG_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -178,6 +184,14 @@ impl Config {
     /// The TTL given to new tasks: the default, capped by the maximum.
     pub fn task_ttl_ms(&self) -> u64 {
         self.default_ttl_ms.min(self.max_ttl_ms)
+    }
+
+    /// `--worker-threads`, else the CPUs available to the process.
+    pub fn worker_threads(&self) -> std::num::NonZeroUsize {
+        self.worker_threads
+            .and_then(|n| std::num::NonZeroUsize::new(usize::from(n)))
+            .or_else(|| std::thread::available_parallelism().ok())
+            .unwrap_or(std::num::NonZeroUsize::MIN)
     }
 
     pub fn upstream_timeout(&self) -> Option<Duration> {

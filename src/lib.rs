@@ -25,7 +25,8 @@ use store::memory::MemoryStore;
 use store::redis::{RedisSettings, RedisStore, Target};
 use tasks::{TaskService, TaskSettings};
 
-/// Runs the gateway until SIGTERM or Ctrl-C.
+/// Runs the gateway until SIGTERM or Ctrl-C. Call it on a current-thread runtime: it
+/// is the first of the worker threads (`server::workers`).
 pub async fn run(config: Config) -> std::io::Result<()> {
     if let Some(addr) = config.metrics_listen {
         telemetry::install_metrics(addr).map_err(std::io::Error::other)?;
@@ -79,7 +80,13 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     tracing::info!(listen = %local, upstream = %describe_upstream(&config), instance = %config.instance_id, store = store_kind, "mcp-task-gateway ready");
     // Tests and scripts read the bound address from this line (the port may be 0).
     println!("listening on http://{local}/mcp");
-    server::serve(listener, gateway, shutdown_signal()).await?;
+    let workers = server::workers::serve(
+        listener,
+        gateway,
+        config.worker_threads(),
+        shutdown_signal(),
+    )
+    .await?;
     tasks
         .drain(Duration::from_millis(config.drain_timeout_ms))
         .await;
@@ -88,6 +95,7 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     if let Some(stdio) = stdio {
         stdio.shutdown().await;
     }
+    workers.stop().await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -11,7 +11,8 @@ fn main() -> ExitCode {
         }
     };
     let _tracing = mcp_task_gateway::telemetry::traces::init(&config.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    // The first worker thread; `run` starts the others (`server::workers`).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {

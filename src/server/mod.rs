@@ -6,6 +6,7 @@ mod modern;
 mod passthrough;
 mod reply;
 mod stdio_sessions;
+pub mod workers;
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -1,0 +1,104 @@
+//! Worker threads: one single-threaded runtime each, all accepting on copies of one
+//! listening socket.
+//!
+//! A connection, its requests and their upstream exchanges then stay on the thread that
+//! accepted it: no work stealing and no waking of another worker between a request and
+//! its answer. On the benchmark VM this took 15–30 % less CPU per proxied request than
+//! one work-stealing runtime over the same cores (BENCHMARKS.md). The first worker is
+//! the runtime the gateway started on, which also carries the background work (the
+//! store's connections, cluster membership, stdio upstreams); work a request starts
+//! (a task's runner) stays on that request's thread.
+
+use std::future::Future;
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use super::Gateway;
+
+/// The extra worker threads, kept running after serving stops so that the work they
+/// carry (running tasks) can finish during the drain.
+pub struct Workers {
+    stop: CancellationToken,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Workers {
+    /// Ends the extra threads' runtimes (what still runs there is dropped) and waits
+    /// for the threads.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let threads = self.threads;
+        let joined = tokio::task::spawn_blocking(move || {
+            for thread in threads {
+                if thread.join().is_err() {
+                    tracing::error!("a worker thread panicked");
+                }
+            }
+        });
+        let _ = joined.await;
+    }
+}
+
+/// Serves `listener` on `count` threads (this one and `count - 1` new ones) until
+/// `shutdown` resolves and every thread has finished its in-flight requests.
+pub async fn serve(
+    listener: TcpListener,
+    gateway: Arc<Gateway>,
+    count: NonZeroUsize,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<Workers> {
+    let listener = listener.into_std()?;
+    let stop_accepting = CancellationToken::new();
+    let stop = CancellationToken::new();
+    let mut threads = Vec::with_capacity(count.get() - 1);
+    let mut served = Vec::with_capacity(count.get() - 1);
+    for index in 1..count.get() {
+        let copy = listener.try_clone()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (done, finished) = oneshot::channel();
+        let (gateway, stop_accepting, stop) =
+            (gateway.clone(), stop_accepting.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("mtg-worker-{index}"))
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let result = match TcpListener::from_std(copy) {
+                        Ok(listener) => {
+                            super::serve(listener, gateway, stop_accepting.cancelled_owned()).await
+                        }
+                        Err(e) => Err(e),
+                    };
+                    if let Err(e) = &result {
+                        tracing::error!(worker = index, error = %e, "worker stopped serving");
+                    }
+                    let _ = done.send(result);
+                    stop.cancelled().await;
+                });
+            })?;
+        threads.push(thread);
+        served.push(finished);
+    }
+    let workers = Workers { stop, threads };
+    let this_thread = super::serve(TcpListener::from_std(listener)?, gateway, async {
+        shutdown.await;
+        stop_accepting.cancel();
+    })
+    .await;
+    for finished in served {
+        // A thread that panicked dropped its sender; its connections are gone already.
+        if let Ok(Err(e)) = finished.await {
+            tracing::warn!(error = %e, "a worker ended with an error");
+        }
+    }
+    if let Err(e) = this_thread {
+        workers.stop().await;
+        return Err(e);
+    }
+    Ok(workers)
+}
