@@ -53,52 +53,74 @@ pub async fn serve(
 ) -> std::io::Result<Workers> {
     let listener = listener.into_std()?;
     let stop_accepting = CancellationToken::new();
-    let stop = CancellationToken::new();
-    let mut threads = Vec::with_capacity(count.get() - 1);
+    let mut workers = Workers {
+        stop: CancellationToken::new(),
+        threads: Vec::with_capacity(count.get() - 1),
+    };
     let mut served = Vec::with_capacity(count.get() - 1);
     for index in 1..count.get() {
-        let copy = listener.try_clone()?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let (done, finished) = oneshot::channel();
-        let (gateway, stop_accepting, stop) =
-            (gateway.clone(), stop_accepting.clone(), stop.clone());
-        let thread = std::thread::Builder::new()
-            .name(format!("mtg-worker-{index}"))
-            .spawn(move || {
-                runtime.block_on(async move {
-                    let result = match TcpListener::from_std(copy) {
-                        Ok(listener) => {
-                            super::serve(listener, gateway, stop_accepting.cancelled_owned()).await
-                        }
-                        Err(e) => Err(e),
-                    };
-                    if let Err(e) = &result {
-                        tracing::error!(worker = index, error = %e, "worker stopped serving");
-                    }
-                    let _ = done.send(result);
-                    stop.cancelled().await;
-                });
-            })?;
-        threads.push(thread);
-        served.push(finished);
+        let spawned = listener
+            .try_clone()
+            .and_then(|copy| spawn_worker(index, copy, &gateway, &stop_accepting, &workers.stop));
+        match spawned {
+            Ok((thread, finished)) => {
+                workers.threads.push(thread);
+                served.push(finished);
+            }
+            Err(e) => {
+                // The threads already started stop serving and end.
+                stop_accepting.cancel();
+                workers.stop().await;
+                return Err(e);
+            }
+        }
     }
-    let workers = Workers { stop, threads };
     let this_thread = super::serve(TcpListener::from_std(listener)?, gateway, async {
         shutdown.await;
         stop_accepting.cancel();
     })
     .await;
+    // Each thread reports once its in-flight requests are done (or it has panicked).
     for finished in served {
-        // A thread that panicked dropped its sender; its connections are gone already.
-        if let Ok(Err(e)) = finished.await {
-            tracing::warn!(error = %e, "a worker ended with an error");
-        }
+        let _ = finished.await;
     }
     if let Err(e) = this_thread {
         workers.stop().await;
         return Err(e);
     }
     Ok(workers)
+}
+
+/// Starts worker `index`: it serves `listener` until `stop_accepting`, reports that on
+/// the returned receiver, and keeps its runtime running until `stop`.
+fn spawn_worker(
+    index: usize,
+    listener: std::net::TcpListener,
+    gateway: &Arc<Gateway>,
+    stop_accepting: &CancellationToken,
+    stop: &CancellationToken,
+) -> std::io::Result<(std::thread::JoinHandle<()>, oneshot::Receiver<()>)> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (done, finished) = oneshot::channel();
+    let (gateway, stop_accepting, stop) = (gateway.clone(), stop_accepting.clone(), stop.clone());
+    let thread = std::thread::Builder::new()
+        .name(format!("mtg-worker-{index}"))
+        .spawn(move || {
+            runtime.block_on(async move {
+                let served = match TcpListener::from_std(listener) {
+                    Ok(listener) => {
+                        super::serve(listener, gateway, stop_accepting.cancelled_owned()).await
+                    }
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = served {
+                    tracing::error!(worker = index, error = %e, "worker stopped serving");
+                }
+                let _ = done.send(());
+                stop.cancelled().await;
+            });
+        })?;
+    Ok((thread, finished))
 }
