@@ -272,3 +272,168 @@ async fn readyz_flips_when_redis_stops_and_recovers_when_it_returns() {
     })
     .await;
 }
+
+/// The calls in flight at the upstream fixture (its `/stats`).
+async fn upstream_calls_in_flight(upstream_url: &str) -> u64 {
+    let stats: serde_json::Value = reqwest::get(upstream_url.replace("/mcp", "/stats"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    stats["callsInFlight"].as_u64().unwrap()
+}
+
+#[tokio::test]
+async fn sigterm_drains_the_connections_of_every_worker_thread() {
+    const WORKERS: usize = 3;
+    const CALLS: usize = 12;
+    let (_upstream, upstream_url) = start_plain_server();
+    let port = free_port();
+    let metrics_addr = format!("127.0.0.1:{port}");
+    let workers = WORKERS.to_string();
+    let (mut gateway, url, log) = gateway_with_log(
+        &upstream_url,
+        &[
+            "--worker-threads",
+            &workers,
+            "--metrics-listen",
+            &metrics_addr,
+        ],
+    );
+    let open_on = |metrics: &str, worker: usize| {
+        sample(
+            metrics,
+            &format!("mtg_http_connections_open{{worker=\"{worker}\"}}"),
+        )
+    };
+    let idle = scrape(port).await;
+    for worker in 0..WORKERS {
+        assert_eq!(open_on(&idle, worker), Some(0.0), "worker {worker}: {idle}");
+    }
+
+    // One connection per client; each call (bridged, no tasks) takes 1.5 s upstream.
+    let calls: Vec<_> = (0..CALLS)
+        .map(|_| {
+            let client = Client::new(&url, json!({}));
+            tokio::spawn(async move { client.call_tool("sleep", json!({"ms": 1500})).await })
+        })
+        .collect();
+    eventually("every call to reach the upstream", || async {
+        (upstream_calls_in_flight(&upstream_url).await == CALLS as u64).then_some(())
+    })
+    .await;
+    let busy = scrape(port).await;
+    let per_worker: Vec<f64> = (0..WORKERS)
+        .map(|worker| open_on(&busy, worker).unwrap())
+        .collect();
+    // Handed to the worker with the fewest, whichever accepted them.
+    assert_eq!(
+        per_worker,
+        vec![(CALLS / WORKERS) as f64; WORKERS],
+        "{busy}"
+    );
+
+    sigterm(&gateway);
+    for call in calls {
+        let reply = call.await.unwrap();
+        assert_eq!(first_text(reply.result()), "slept 1500 ms");
+    }
+    let status = wait_exit(&mut gateway);
+    assert!(status.success(), "{status:?}");
+    let log = std::fs::read_to_string(log).unwrap();
+    assert!(!log.contains("still open after the grace period"), "{log}");
+}
+
+/// utime + stime of `pid`, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+fn ticks_per_second() -> u64 {
+    let out = Command::new("getconf").arg("CLK_TCK").output().unwrap();
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn out_of_descriptors_the_gateway_pauses_accepting_and_recovers() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let log_path = std::env::temp_dir().join(format!("mtg-{}.log", uuid::Uuid::new_v4()));
+    // A soft limit of 40 descriptors: the idle gateway uses about 15.
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", r#"ulimit -n 40 && exec "$0" "$@""#])
+        .arg(env!("CARGO_BIN_EXE_mcp-task-gateway"))
+        .args(["--listen", "127.0.0.1:0", "--upstream", &upstream_url])
+        .args(["--worker-threads", "1"])
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::from(std::fs::File::create(&log_path).unwrap()));
+    let (gateway, url) = spawn_with_stderr(command);
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+
+    // More connections than descriptors: the rest wait in the listen backlog.
+    let held: Vec<std::net::TcpStream> = (0..60)
+        .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+        .collect();
+    let log = |path: &std::path::Path| std::fs::read_to_string(path).unwrap();
+    eventually("the gateway to run out of descriptors", || async {
+        log(&log_path)
+            .contains("cannot accept connections; pausing")
+            .then_some(())
+    })
+    .await;
+    let (ticks_before, since) = (cpu_ticks(gateway.pid()), Instant::now());
+    // The pause doubles from 10 ms to its cap of 1 s: the capped one is the 8th.
+    eventually("the pause to reach 1 s", || async {
+        log(&log_path).contains("pause_ms=1000").then_some(())
+    })
+    .await;
+    let cpu = (cpu_ticks(gateway.pid()) - ticks_before) as f64 / ticks_per_second() as f64;
+    let wall = since.elapsed().as_secs_f64();
+    let pauses = log(&log_path).matches("cannot accept connections").count();
+    assert!(pauses <= 10, "{pauses} failed accepts logged");
+    assert!(
+        cpu < wall / 4.0,
+        "the gateway used {cpu:.2} s of CPU in {wall:.2} s while out of descriptors"
+    );
+
+    drop(held);
+    let client = Client::new(&url, json!({}));
+    let reply = eventually("the gateway to serve again", || async {
+        let reply = client
+            .http
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", MODERN)
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "echo")
+            .body(
+                serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                    "params": client.params(json!({"name": "echo", "arguments": {"text": "back"}}))}))
+                .unwrap(),
+            )
+            .send()
+            .await
+            .ok()?;
+        let body: serde_json::Value = reply.json().await.ok()?;
+        Some(body)
+    })
+    .await;
+    assert_eq!(first_text(&reply["result"]), "back", "{reply}");
+}

@@ -1,5 +1,7 @@
 //! The HTTP front: routing, the era of each request, limits, and graceful shutdown.
 
+mod accept;
+mod balance;
 mod coalesce;
 mod legacy_bridge;
 mod modern;
@@ -93,24 +95,20 @@ impl Gateway {
     }
 }
 
-/// Serves until `shutdown` resolves, then lets in-flight requests finish.
-pub async fn serve(
+/// Serves the connections of this worker's `seat` until `shutdown` resolves, then lets
+/// in-flight requests finish.
+async fn serve(
     listener: TcpListener,
     gateway: Arc<Gateway>,
+    mut seat: balance::Seat,
     shutdown: impl Future<Output = ()>,
-) -> std::io::Result<()> {
+) {
     let graceful = GracefulShutdown::new();
     let builder = auto::Builder::new(TokioExecutor::new());
     tokio::pin!(shutdown);
     loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    continue;
-                }
-            },
+        let (stream, peer, open) = tokio::select! {
+            next = seat.next_connection(&listener) => next,
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
@@ -124,11 +122,14 @@ pub async fn serve(
         let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
         let connection = graceful.watch(connection.into_owned());
         tokio::spawn(async move {
+            let _open = open;
             if let Err(e) = connection.await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
         });
     }
+    // Other workers now serve what they would have handed over.
+    drop(seat);
     tracing::info!("shutting down: no new connections, finishing in-flight requests");
     if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
         .await
@@ -136,7 +137,6 @@ pub async fn serve(
     {
         tracing::warn!("some connections were still open after the grace period");
     }
-    Ok(())
 }
 
 /// `lane` is the client connection's own connection to the upstream, for pass-through.

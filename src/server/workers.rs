@@ -1,10 +1,10 @@
 //! Worker threads: one single-threaded runtime each, all accepting on copies of one
-//! listening socket.
+//! listening socket and spreading the connections evenly (`balance`).
 //!
-//! A connection, its requests and their upstream exchanges then stay on the thread that
-//! accepted it: no work stealing and no waking of another worker between a request and
-//! its answer. On the benchmark VM this took 15–30 % less CPU per proxied request than
-//! one work-stealing runtime over the same cores (BENCHMARKS.md). The first worker is
+//! A connection, its requests and their upstream exchanges then stay on one thread: no
+//! work stealing and no waking of another worker between a request and its answer. On
+//! the benchmark VM this took 15–30 % less CPU per proxied request than one
+//! work-stealing runtime over the same cores (BENCHMARKS.md). The first worker is
 //! the runtime the gateway started on, which also carries the background work (the
 //! store's connections, cluster membership, stdio upstreams); work a request starts
 //! (a task's runner) stays on that request's thread.
@@ -18,6 +18,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::Gateway;
+use super::balance::{Balance, Seat};
 
 /// The extra worker threads, kept running after serving stops so that the work they
 /// carry (running tasks) can finish during the drain.
@@ -57,11 +58,13 @@ pub async fn serve(
         stop: CancellationToken::new(),
         threads: Vec::with_capacity(count.get() - 1),
     };
+    let mut seats = Balance::seats(count.get()).into_iter();
+    let this_seat = seats.next().expect("at least one worker");
     let mut served = Vec::with_capacity(count.get() - 1);
-    for index in 1..count.get() {
+    for seat in seats {
         let spawned = listener
             .try_clone()
-            .and_then(|copy| spawn_worker(index, copy, &gateway, &stop_accepting, &workers.stop));
+            .and_then(|copy| spawn_worker(seat, copy, &gateway, &stop_accepting, &workers.stop));
         match spawned {
             Ok((thread, finished)) => {
                 workers.threads.push(thread);
@@ -75,7 +78,15 @@ pub async fn serve(
             }
         }
     }
-    let this_thread = super::serve(TcpListener::from_std(listener)?, gateway, async {
+    let listener = match TcpListener::from_std(listener) {
+        Ok(listener) => listener,
+        Err(e) => {
+            stop_accepting.cancel();
+            workers.stop().await;
+            return Err(e);
+        }
+    };
+    super::serve(listener, gateway, this_seat, async {
         shutdown.await;
         stop_accepting.cancel();
     })
@@ -84,17 +95,13 @@ pub async fn serve(
     for finished in served {
         let _ = finished.await;
     }
-    if let Err(e) = this_thread {
-        workers.stop().await;
-        return Err(e);
-    }
     Ok(workers)
 }
 
-/// Starts worker `index`: it serves `listener` until `stop_accepting`, reports that on
-/// the returned receiver, and keeps its runtime running until `stop`.
+/// Starts the worker of `seat`: it serves `listener` until `stop_accepting`, reports that
+/// on the returned receiver, and keeps its runtime running until `stop`.
 fn spawn_worker(
-    index: usize,
+    seat: Seat,
     listener: std::net::TcpListener,
     gateway: &Arc<Gateway>,
     stop_accepting: &CancellationToken,
@@ -105,18 +112,20 @@ fn spawn_worker(
         .build()?;
     let (done, finished) = oneshot::channel();
     let (gateway, stop_accepting, stop) = (gateway.clone(), stop_accepting.clone(), stop.clone());
+    let index = seat.index();
     let thread = std::thread::Builder::new()
         .name(format!("mtg-worker-{index}"))
         .spawn(move || {
             runtime.block_on(async move {
-                let served = match TcpListener::from_std(listener) {
+                // Registering the copy with this thread's runtime.
+                match TcpListener::from_std(listener) {
                     Ok(listener) => {
-                        super::serve(listener, gateway, stop_accepting.cancelled_owned()).await
+                        super::serve(listener, gateway, seat, stop_accepting.cancelled_owned())
+                            .await
                     }
-                    Err(e) => Err(e),
-                };
-                if let Err(e) = served {
-                    tracing::error!(worker = index, error = %e, "worker stopped serving");
+                    Err(e) => {
+                        tracing::error!(worker = index, error = %e, "worker cannot serve")
+                    }
                 }
                 let _ = done.send(());
                 stop.cancelled().await;

@@ -85,3 +85,16 @@ pub fn input_requests_answered(count: usize) {
 pub fn upstream_error(kind: &'static str) {
     counter!("mtg_upstream_errors_total", "kind" => kind).increment(1);
 }
+
+/// `accept` failed for want of descriptors or memory (the listener pauses).
+pub fn accept_failed() {
+    counter!("mtg_accept_errors_total").increment(1);
+}
+
+/// The gauge of client connections open on worker thread `worker`, at 0 until the
+/// first one, so that every worker has its series from the start.
+pub fn connections_open(worker: usize) -> metrics::Gauge {
+    let open = gauge!("mtg_http_connections_open", "worker" => worker.to_string());
+    open.set(0.0);
+    open
+}
