@@ -320,17 +320,7 @@ async fn scenario_e(args: &Args, bins: &Binaries, report: &mut Report) {
     let ids = create_completed_tasks(&target, 100).await;
     let gets = tasks_get_workload(&ids);
 
-    let mut idle_p99 = Vec::new();
-    for round in 1..=args.e_rounds {
-        let idle = load(args, &target, &gets, args.concurrency, &pids).await;
-        report.row(
-            "e",
-            &format!("tasks/get, idle gateway (run {round})"),
-            args.concurrency,
-            &idle,
-        );
-        idle_p99.push(idle.p(99.0));
-    }
+    let idle_p99 = e_rounds(args, &target, &gets, &pids, report, "idle gateway").await;
     let rss_before = rss_kib(gateway.pid());
     let fixture_rss_before = rss_kib(fixture.pid());
 
@@ -348,17 +338,8 @@ async fn scenario_e(args: &Args, bins: &Binaries, report: &mut Report) {
     let fixture_rss_after = rss_kib(fixture.pid());
     let fds = open_fds(gateway.pid());
 
-    let mut loaded_p99 = Vec::new();
-    for round in 1..=args.e_rounds {
-        let loaded = load(args, &target, &gets, args.concurrency, &pids).await;
-        report.row(
-            "e",
-            &format!("tasks/get, {waiting} tasks in flight (run {round})"),
-            args.concurrency,
-            &loaded,
-        );
-        loaded_p99.push(loaded.p(99.0));
-    }
+    let in_flight = format!("{waiting} tasks in flight");
+    let loaded_p99 = e_rounds(args, &target, &gets, &pids, report, &in_flight).await;
     let still = fixture_stats(&upstream)
         .await
         .and_then(|s| s["callsInFlight"].as_u64())
@@ -392,6 +373,25 @@ async fn scenario_e(args: &Args, bins: &Binaries, report: &mut Report) {
         "p99_idle_runs_ms": idle_p99, "p99_loaded_runs_ms": loaded_p99,
     }));
     drop((gateway, fixture));
+}
+
+/// Scenario e's `tasks/get` load, `--e-rounds` times, each a row; their p99s.
+async fn e_rounds(
+    args: &Args,
+    target: &Target,
+    gets: &Workload,
+    pids: &Pids,
+    report: &mut Report,
+    state: &str,
+) -> Vec<f64> {
+    let mut p99 = Vec::new();
+    for round in 1..=args.e_rounds {
+        let run = load(args, target, gets, args.concurrency, pids).await;
+        let variant = format!("tasks/get, {state} (run {round})");
+        report.row("e", &variant, args.concurrency, &run);
+        p99.push(run.p(99.0));
+    }
+    p99
 }
 
 fn median(values: &[f64]) -> f64 {
