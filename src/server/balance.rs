@@ -165,6 +165,17 @@ impl Seat {
     }
 }
 
+impl Drop for Seat {
+    /// A worker that stops serving closes the connections still waiting for it, and no
+    /// longer counts them.
+    fn drop(&mut self) {
+        self.handed_over.close();
+        while self.handed_over.try_recv().is_ok() {
+            self.balance.closed(self.index);
+        }
+    }
+}
+
 /// A connection handed over from another worker, registered with this thread's runtime.
 fn registered(stream: std::net::TcpStream) -> std::io::Result<(TcpStream, SocketAddr)> {
     let peer = stream.peer_addr()?;
@@ -221,7 +232,19 @@ mod tests {
         drop(open);
         assert_eq!(counts(&first), vec![1, 0]);
 
+        // Handed over but not yet taken when worker 1 stops: closed, and not counted.
+        let mut waiting = std::net::TcpStream::connect(addr).unwrap();
+        let (stream, peer) = listener.accept().await.unwrap();
+        assert!(first.place(stream, peer).is_none());
+        assert_eq!(counts(&first), vec![1, 1]);
         drop(second);
+        assert_eq!(counts(&first), vec![1, 0]);
+        waiting
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let read = std::io::Read::read(&mut waiting, &mut [0; 1]).unwrap();
+        assert_eq!(read, 0, "the client sees the connection closed");
+
         let _client = std::net::TcpStream::connect(addr).unwrap();
         let (stream, peer) = listener.accept().await.unwrap();
         let kept = first.place(stream, peer);
