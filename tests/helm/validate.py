@@ -304,6 +304,7 @@ def expect_defaults(docs: list[dict], notes: str) -> None:
     assert data["MTG_LISTEN"] == "0.0.0.0:8080", data["MTG_LISTEN"]
     assert data["MTG_METRICS_LISTEN"] == "0.0.0.0:9090"
     assert data["MTG_MAX_TTL_MS"] == "86400000", data["MTG_MAX_TTL_MS"]
+    assert "MTG_WORKER_THREADS" not in data, "worker threads set without workerThreads"
     assert "in-memory" in notes, "NOTES.txt does not mention the in-memory store"
 
 
@@ -347,6 +348,7 @@ def expect_ingress_hpa(docs: list[dict], notes: str) -> None:
     hpa = one(docs, "HorizontalPodAutoscaler")["spec"]
     assert (hpa["minReplicas"], hpa["maxReplicas"]) == (3, 12)
     assert sorted(m["resource"]["name"] for m in hpa["metrics"]) == ["cpu", "memory"]
+    assert cm_data(docs)["MTG_WORKER_THREADS"] == "2"
     assert "optimisation only" in notes
 
 
@@ -404,6 +406,8 @@ MUST_FAIL: list[tuple[str, dict, str]] = [
      "/gateway/toolPolicies/x"),
     ("log format not json/pretty", with_upstream({"gateway": {"logFormat": "xml"}}),
      "/gateway/logFormat"),
+    ("negative worker threads", with_upstream({"gateway": {"workerThreads": -1}}),
+     "/gateway/workerThreads"),
     ("ServiceMonitor without metrics",
      with_upstream({"metrics": {"enabled": False, "serviceMonitor": {"enabled": True}}}),
      "requires metrics.enabled"),
