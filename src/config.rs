@@ -74,6 +74,12 @@ pub struct Config {
     #[arg(long, env = "MTG_PROMOTE_AFTER_MS", default_value_t = 0)]
     pub promote_after_ms: u64,
 
+    /// With N > 0, one caller (principal) may have at most N tasks running on this
+    /// instance; a `tools/call` that would start one more gets error -31429. 0 means no
+    /// limit. Each instance counts the tasks it runs.
+    #[arg(long, env = "MTG_MAX_RUNNING_TASKS_PER_PRINCIPAL", default_value_t = 0)]
+    pub max_running_tasks_per_principal: u32,
+
     /// Reject `tasks/*` requests that lack the `Mcp-Name` header.
     #[arg(long, env = "MTG_STRICT_HEADERS", default_value_t = false)]
     pub strict_headers: bool,

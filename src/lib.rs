@@ -65,6 +65,7 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         poll_interval_ms: config.poll_interval_ms,
         upstream_timeout: config.upstream_timeout(),
         promote_after: std::time::Duration::from_millis(config.promote_after_ms),
+        max_running_per_principal: config.max_running_tasks_per_principal,
     };
     let tasks = TaskService::start(store, upstream.clone(), settings);
     let mut gateway = server::Gateway::new(&config, client, upstream, tasks.clone());

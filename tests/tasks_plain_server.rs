@@ -294,6 +294,38 @@ async fn tasks_belong_to_their_caller() {
 }
 
 #[tokio::test]
+async fn a_caller_may_run_only_so_many_tasks_at_once() {
+    let s = setup(&["--max-running-tasks-per-principal", "2"]);
+    let mut alice = s.client.clone();
+    alice.authorization = Some("Bearer alice".into());
+    let mut bob = s.client.clone();
+    bob.authorization = Some("Bearer bob".into());
+    let long = json!({"ms": 60000});
+    let first = alice.start_task("sleep", long.clone()).await;
+    alice.start_task("sleep", long.clone()).await;
+
+    let refused = alice.call_tool("sleep", long.clone()).await;
+    assert_eq!(refused.status, 200);
+    assert_eq!(refused.error_code(), -31429, "{}", refused.body);
+    assert_eq!(
+        refused.body["error"]["data"],
+        json!({"limit": 2, "running": 2})
+    );
+    let message = refused.body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("already has 2 tasks running"), "{message}");
+    // The limit is per caller.
+    bob.start_task("sleep", long.clone()).await;
+
+    // A cancelled task's runner ends and frees its place.
+    alice.cancel(&first).await.result();
+    eventually("alice's place to free up", || async {
+        let reply = alice.call_tool("sleep", long.clone()).await;
+        (reply.body.get("result").is_some()).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn calls_without_the_extension_run_inline() {
     let s = setup(&[
         "--tool-policy",

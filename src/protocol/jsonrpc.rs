@@ -14,6 +14,9 @@ pub mod code {
     pub const HEADER_MISMATCH: i64 = -32020;
     pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
     pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+    /// The gateway's own: a caller already has as many tasks running as it may. Outside
+    /// -32768..=-32000, where 2026-07-28 asks new application codes to go.
+    pub const TOO_MANY_RUNNING_TASKS: i64 = -31429;
 }
 
 /// A JSON-RPC error object. `data` is optional detail for the client.

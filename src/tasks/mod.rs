@@ -1,6 +1,7 @@
 //! SEP-2663 tasks: creating them from `tools/call`, running them against the upstream,
 //! and the `tasks/get`, `tasks/update` and `tasks/cancel` handlers.
 
+mod limits;
 pub mod mrtr;
 pub mod policy;
 mod runner;
@@ -28,6 +29,8 @@ pub struct TaskSettings {
     pub poll_interval_ms: u64,
     pub upstream_timeout: Option<Duration>,
     pub promote_after: Duration,
+    /// Tasks one principal may have running on this instance; 0 = no limit.
+    pub max_running_per_principal: u32,
 }
 
 /// A `tools/call` to run as a task.
@@ -69,6 +72,7 @@ pub struct TaskService {
     /// Tasks whose creator still waits within the promotion budget: input the upstream
     /// asks for goes to that caller as the call's answer, and no task is kept.
     early_input: Mutex<HashMap<String, oneshot::Sender<Value>>>,
+    running_limit: limits::RunningLimit,
 }
 
 impl TaskService {
@@ -78,6 +82,7 @@ impl TaskService {
         settings: TaskSettings,
     ) -> Arc<Self> {
         let mut wakeups = store.wakeups(&settings.instance_id);
+        let running_limit = limits::RunningLimit::new(settings.max_running_per_principal);
         let service = Arc::new(Self {
             store,
             upstream,
@@ -85,6 +90,7 @@ impl TaskService {
             runners: Mutex::new(HashMap::new()),
             runner_ended: Notify::new(),
             early_input: Mutex::new(HashMap::new()),
+            running_limit,
         });
         let weak = Arc::downgrade(&service);
         tokio::spawn(async move {
@@ -104,6 +110,8 @@ impl TaskService {
 
     /// Creates the task (durably) and starts its runner.
     pub async fn start_task(self: &Arc<Self>, call: ToolCall) -> Result<Started, ErrorObject> {
+        // Held by the runner; released if the task is never stored.
+        let slot = self.running_limit.reserve(&call.principal)?;
         let now = now_ms();
         let record = TaskRecord {
             task_id: uuid::Uuid::new_v4().to_string(),
@@ -146,6 +154,7 @@ impl TaskService {
         let runner_task_id = task_id.clone();
         tokio::spawn(tracing::Instrument::instrument(
             async move {
+                let _slot = slot;
                 telemetry::task_runner_started();
                 runner::run(&service, &runner_task_id, call, notify, done_tx).await;
                 service.lock_runners().remove(&runner_task_id);

@@ -66,6 +66,11 @@ pub fn task_finished(status: &'static str, age: Duration) {
     histogram!("mtg_task_time_to_terminal_seconds", "status" => status).record(age.as_secs_f64());
 }
 
+/// A `tools/call` was refused a task: its caller had as many running as it may.
+pub fn task_refused_at_limit() {
+    counter!("mtg_tasks_refused_total", "reason" => "principal_limit").increment(1);
+}
+
 pub fn task_runner_started() {
     gauge!("mtg_tasks_in_flight").increment(1.0);
 }

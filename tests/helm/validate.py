@@ -305,6 +305,7 @@ def expect_defaults(docs: list[dict], notes: str) -> None:
     assert data["MTG_METRICS_LISTEN"] == "0.0.0.0:9090"
     assert data["MTG_MAX_TTL_MS"] == "86400000", data["MTG_MAX_TTL_MS"]
     assert "MTG_WORKER_THREADS" not in data, "worker threads set without workerThreads"
+    assert data["MTG_MAX_RUNNING_TASKS_PER_PRINCIPAL"] == "0"
     assert "in-memory" in notes, "NOTES.txt does not mention the in-memory store"
 
 
@@ -349,6 +350,7 @@ def expect_ingress_hpa(docs: list[dict], notes: str) -> None:
     assert (hpa["minReplicas"], hpa["maxReplicas"]) == (3, 12)
     assert sorted(m["resource"]["name"] for m in hpa["metrics"]) == ["cpu", "memory"]
     assert cm_data(docs)["MTG_WORKER_THREADS"] == "2"
+    assert cm_data(docs)["MTG_MAX_RUNNING_TASKS_PER_PRINCIPAL"] == "500"
     assert "optimisation only" in notes
 
 
