@@ -295,7 +295,14 @@ async fn tasks_belong_to_their_caller() {
 
 #[tokio::test]
 async fn a_caller_may_run_only_so_many_tasks_at_once() {
-    let s = setup(&["--max-running-tasks-per-principal", "2"]);
+    let metrics_port = free_port();
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
+    let s = setup(&[
+        "--max-running-tasks-per-principal",
+        "2",
+        "--metrics-listen",
+        &metrics_addr,
+    ]);
     let mut alice = s.client.clone();
     alice.authorization = Some("Bearer alice".into());
     let mut bob = s.client.clone();
@@ -313,6 +320,18 @@ async fn a_caller_may_run_only_so_many_tasks_at_once() {
     );
     let message = refused.body["error"]["message"].as_str().unwrap();
     assert!(message.contains("already has 2 tasks running"), "{message}");
+    let metrics = reqwest::get(format!("http://{metrics_addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == r#"mtg_tasks_refused_total{reason="principal_limit"} 1"#),
+        "{metrics}"
+    );
     // The limit is per caller.
     bob.start_task("sleep", long.clone()).await;
 
