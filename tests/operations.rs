@@ -371,13 +371,15 @@ fn ticks_per_second() -> u64 {
 async fn out_of_descriptors_the_gateway_pauses_accepting_and_recovers() {
     let (_upstream, upstream_url) = start_plain_server();
     let log_path = std::env::temp_dir().join(format!("mtg-{}.log", uuid::Uuid::new_v4()));
+    let metrics_port = free_port();
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
     // A soft limit of 40 descriptors: the idle gateway uses about 15.
     let mut command = Command::new("sh");
     command
         .args(["-c", r#"ulimit -n 40 && exec "$0" "$@""#])
         .arg(env!("CARGO_BIN_EXE_mcp-task-gateway"))
         .args(["--listen", "127.0.0.1:0", "--upstream", &upstream_url])
-        .args(["--worker-threads", "1"])
+        .args(["--worker-threads", "1", "--metrics-listen", &metrics_addr])
         .env("RUST_LOG", "info")
         .stderr(Stdio::from(std::fs::File::create(&log_path).unwrap()));
     let (gateway, url) = spawn_with_stderr(command);
@@ -436,4 +438,9 @@ async fn out_of_descriptors_the_gateway_pauses_accepting_and_recovers() {
     })
     .await;
     assert_eq!(first_text(&reply["result"]), "back", "{reply}");
+    let failed = sample(&scrape(metrics_port).await, "mtg_accept_errors_total").unwrap();
+    assert!(
+        (1.0..=pauses as f64 + 30.0).contains(&failed),
+        "{failed} accept errors counted"
+    );
 }
