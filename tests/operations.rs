@@ -9,24 +9,6 @@ use std::time::Instant;
 use common::*;
 use serde_json::json;
 
-async fn scrape(port: u16) -> String {
-    reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
-/// The value of one sample line, e.g. `mtg_tasks_created_total` or
-/// `mtg_tasks_finished_total{status="completed"}`.
-fn sample(metrics: &str, series: &str) -> Option<f64> {
-    metrics.lines().find_map(|line| {
-        let (name, value) = line.rsplit_once(' ')?;
-        (name == series).then(|| value.parse().ok()).flatten()
-    })
-}
-
 #[tokio::test]
 async fn metrics_count_one_task_lifecycle() {
     let (_upstream, upstream_url) = start_plain_server();
@@ -54,50 +36,50 @@ async fn metrics_count_one_task_lifecycle() {
     client.wait_status(&task_id, "completed").await;
 
     let metrics = eventually("the runner to end", || async {
-        let metrics = scrape(port).await;
-        (sample(&metrics, "mtg_tasks_in_flight") == Some(0.0)).then_some(metrics)
+        let metrics = scrape_metrics(port).await;
+        (metric_sample(&metrics, "mtg_tasks_in_flight") == Some(0.0)).then_some(metrics)
     })
     .await;
     assert_eq!(
-        sample(&metrics, "mtg_tasks_created_total"),
+        metric_sample(&metrics, "mtg_tasks_created_total"),
         Some(1.0),
         "{metrics}"
     );
     assert_eq!(
-        sample(&metrics, r#"mtg_tasks_finished_total{status="completed"}"#),
+        metric_sample(&metrics, r#"mtg_tasks_finished_total{status="completed"}"#),
         Some(1.0),
         "{metrics}"
     );
     assert_eq!(
-        sample(&metrics, "mtg_input_requests_issued_total"),
+        metric_sample(&metrics, "mtg_input_requests_issued_total"),
         Some(1.0),
         "{metrics}"
     );
     assert_eq!(
-        sample(&metrics, "mtg_input_requests_answered_total"),
+        metric_sample(&metrics, "mtg_input_requests_answered_total"),
         Some(1.0),
         "{metrics}"
     );
     assert_eq!(
-        sample(&metrics, r#"mtg_requests_total{method="tools/call"}"#),
+        metric_sample(&metrics, r#"mtg_requests_total{method="tools/call"}"#),
         Some(1.0),
         "{metrics}"
     );
     assert_eq!(
-        sample(&metrics, r#"mtg_requests_total{method="tasks/update"}"#),
+        metric_sample(&metrics, r#"mtg_requests_total{method="tasks/update"}"#),
         Some(1.0),
         "{metrics}"
     );
-    assert!(sample(&metrics, r#"mtg_requests_total{method="tasks/get"}"#).unwrap() >= 2.0);
+    assert!(metric_sample(&metrics, r#"mtg_requests_total{method="tasks/get"}"#).unwrap() >= 2.0);
     assert_eq!(
-        sample(
+        metric_sample(
             &metrics,
             r#"mtg_task_time_to_terminal_seconds_count{status="completed"}"#
         ),
         Some(1.0),
         "{metrics}"
     );
-    assert!(sample(&metrics, r#"mtg_upstream_errors_total{kind="lost"}"#).is_none());
+    assert!(metric_sample(&metrics, r#"mtg_upstream_errors_total{kind="lost"}"#).is_none());
 }
 
 #[tokio::test]
@@ -273,17 +255,6 @@ async fn readyz_flips_when_redis_stops_and_recovers_when_it_returns() {
     .await;
 }
 
-/// The calls in flight at the upstream fixture (its `/stats`).
-async fn upstream_calls_in_flight(upstream_url: &str) -> u64 {
-    let stats: serde_json::Value = reqwest::get(upstream_url.replace("/mcp", "/stats"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    stats["callsInFlight"].as_u64().unwrap()
-}
-
 #[tokio::test]
 async fn sigterm_drains_the_connections_of_every_worker_thread() {
     const WORKERS: usize = 3;
@@ -302,12 +273,12 @@ async fn sigterm_drains_the_connections_of_every_worker_thread() {
         ],
     );
     let open_on = |metrics: &str, worker: usize| {
-        sample(
+        metric_sample(
             metrics,
             &format!("mtg_http_connections_open{{worker=\"{worker}\"}}"),
         )
     };
-    let idle = scrape(port).await;
+    let idle = scrape_metrics(port).await;
     for worker in 0..WORKERS {
         assert_eq!(open_on(&idle, worker), Some(0.0), "worker {worker}: {idle}");
     }
@@ -320,10 +291,11 @@ async fn sigterm_drains_the_connections_of_every_worker_thread() {
         })
         .collect();
     eventually("every call to reach the upstream", || async {
-        (upstream_calls_in_flight(&upstream_url).await == CALLS as u64).then_some(())
+        let stats = upstream_stats(&upstream_url).await;
+        (stats["callsInFlight"] == CALLS as u64).then_some(())
     })
     .await;
-    let busy = scrape(port).await;
+    let busy = scrape_metrics(port).await;
     let per_worker: Vec<f64> = (0..WORKERS)
         .map(|worker| open_on(&busy, worker).unwrap())
         .collect();
@@ -418,27 +390,21 @@ async fn out_of_descriptors_the_gateway_pauses_accepting_and_recovers() {
     let client = Client::new(&url, json!({}));
     let reply = eventually("the gateway to serve again", || async {
         let reply = client
-            .http
-            .post(&url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", MODERN)
-            .header("mcp-method", "tools/call")
-            .header("mcp-name", "echo")
-            .body(
-                serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                    "params": client.params(json!({"name": "echo", "arguments": {"text": "back"}}))}))
-                .unwrap(),
+            .try_request(
+                "tools/call",
+                json!({"name": "echo", "arguments": {"text": "back"}}),
             )
-            .send()
-            .await
-            .ok()?;
-        let body: serde_json::Value = reply.json().await.ok()?;
-        Some(body)
+            .await?;
+        // A body that is not JSON comes back as {"raw": ...}: not served yet.
+        Some(reply.body).filter(|body| body.get("raw").is_none())
     })
     .await;
     assert_eq!(first_text(&reply["result"]), "back", "{reply}");
-    let failed = sample(&scrape(metrics_port).await, "mtg_accept_errors_total").unwrap();
+    let failed = metric_sample(
+        &scrape_metrics(metrics_port).await,
+        "mtg_accept_errors_total",
+    )
+    .unwrap();
     assert!(
         (1.0..=pauses as f64 + 30.0).contains(&failed),
         "{failed} accept errors counted"

@@ -52,11 +52,6 @@ fn deploy_with_lease(
     }
 }
 
-async fn upstream_stats(upstream_url: &str) -> Value {
-    let url = upstream_url.replace("/mcp", "/stats");
-    reqwest::get(url).await.unwrap().json().await.unwrap()
-}
-
 fn responses_received(stats: &Value) -> Vec<u64> {
     stats["responsesReceived"]
         .as_object()

@@ -24,11 +24,6 @@ fn setup(extra: &[&str]) -> Setup {
     }
 }
 
-async fn upstream_stats(upstream_url: &str) -> Value {
-    let url = upstream_url.replace("/mcp", "/stats");
-    reqwest::get(url).await.unwrap().json().await.unwrap()
-}
-
 /// Total responses the upstream received for server-to-client requests.
 fn responses_received(stats: &Value) -> Vec<u64> {
     stats["responsesReceived"]
@@ -320,16 +315,13 @@ async fn a_caller_may_run_only_so_many_tasks_at_once() {
     );
     let message = refused.body["error"]["message"].as_str().unwrap();
     assert!(message.contains("already has 2 tasks running"), "{message}");
-    let metrics = reqwest::get(format!("http://{metrics_addr}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        metrics
-            .lines()
-            .any(|l| l == r#"mtg_tasks_refused_total{reason="principal_limit"} 1"#),
+    let metrics = scrape_metrics(metrics_port).await;
+    assert_eq!(
+        metric_sample(
+            &metrics,
+            r#"mtg_tasks_refused_total{reason="principal_limit"}"#
+        ),
+        Some(1.0),
         "{metrics}"
     );
     // The limit is per caller.

@@ -114,8 +114,9 @@ impl Seat {
                     match registered(stream) {
                         Ok((stream, peer)) => return (stream, peer, self.open_here()),
                         Err(e) => {
+                            // Usually a client that left before it was taken over.
                             self.balance.closed(self.index);
-                            tracing::warn!(error = %e, "cannot take over a connection");
+                            tracing::debug!(error = %e, "cannot take over a connection");
                         }
                     }
                 }

@@ -53,6 +53,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<Workers> {
     let listener = listener.into_std()?;
+    // This thread's copy first: failing here leaves no other thread to stop.
+    let own_listener = TcpListener::from_std(listener.try_clone()?)?;
     let stop_accepting = CancellationToken::new();
     let mut workers = Workers {
         stop: CancellationToken::new(),
@@ -78,15 +80,9 @@ pub async fn serve(
             }
         }
     }
-    let listener = match TcpListener::from_std(listener) {
-        Ok(listener) => listener,
-        Err(e) => {
-            stop_accepting.cancel();
-            workers.stop().await;
-            return Err(e);
-        }
-    };
-    super::serve(listener, gateway, this_seat, async {
+    // Every copy is made; this one would keep the socket listening after serving stops.
+    drop(listener);
+    super::serve(own_listener, gateway, this_seat, async {
         shutdown.await;
         stop_accepting.cancel();
     })

@@ -271,6 +271,13 @@ impl Client {
 
     /// Sends a request with correct headers.
     pub async fn request(&self, method: &str, params: Value) -> Reply {
+        self.try_request(method, params)
+            .await
+            .expect("gateway reachable")
+    }
+
+    /// Like [`Client::request`], but `None` when the gateway could not be reached.
+    pub async fn try_request(&self, method: &str, params: Value) -> Option<Reply> {
         let name = match method {
             "tools/call" | "prompts/get" => params["name"].as_str().map(str::to_owned),
             "resources/read" => params["uri"].as_str().map(str::to_owned),
@@ -283,11 +290,17 @@ impl Client {
         if let Some(name) = name {
             headers.push(("mcp-name", name));
         }
-        self.send_raw(serde_json::to_vec(&body).unwrap(), &headers)
+        self.try_send_raw(serde_json::to_vec(&body).unwrap(), &headers)
             .await
     }
 
     pub async fn send_raw(&self, body: Vec<u8>, headers: &[(&str, String)]) -> Reply {
+        self.try_send_raw(body, headers)
+            .await
+            .expect("gateway reachable")
+    }
+
+    async fn try_send_raw(&self, body: Vec<u8>, headers: &[(&str, String)]) -> Option<Reply> {
         let mut request = self
             .http
             .post(&self.url)
@@ -306,11 +319,11 @@ impl Client {
         if let Some(auth) = &self.authorization {
             request = request.header("authorization", auth);
         }
-        let response = request.send().await.expect("gateway reachable");
+        let response = request.send().await.ok()?;
         let status = response.status().as_u16();
         let text = response.text().await.unwrap();
         let body = serde_json::from_str(&text).unwrap_or_else(|_| json!({"raw": text}));
-        Reply { status, body }
+        Some(Reply { status, body })
     }
 
     pub async fn call_tool(&self, name: &str, arguments: Value) -> Reply {
@@ -370,6 +383,31 @@ pub fn first_text(result: &Value) -> &str {
     result["content"][0]["text"]
         .as_str()
         .unwrap_or_else(|| panic!("no text content: {result}"))
+}
+
+/// The fixture upstream's counters (`examples/plain_server`, `GET /stats`).
+pub async fn upstream_stats(upstream_url: &str) -> Value {
+    let url = upstream_url.replace("/mcp", "/stats");
+    reqwest::get(url).await.unwrap().json().await.unwrap()
+}
+
+/// The gateway's Prometheus page, from `--metrics-listen 127.0.0.1:PORT`.
+pub async fn scrape_metrics(port: u16) -> String {
+    reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// The value of one sample line, e.g. `mtg_tasks_created_total` or
+/// `mtg_tasks_finished_total{status="completed"}`.
+pub fn metric_sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        let (name, value) = line.rsplit_once(' ')?;
+        (name == series).then(|| value.parse().ok()).flatten()
+    })
 }
 
 /// Polls `probe` until it returns `Some`, failing after the deadline.
