@@ -1,7 +1,8 @@
-//! MRTR rounds of a task on a 2026-07-28 upstream. The upstream's `InputRequiredResult`
-//! becomes the task's `inputRequests`, under task keys (`input-<n>`) that stay unique
-//! over the task's lifetime; once every key of the round is answered, the call is
-//! retried with the answers (under the upstream's keys) and the exact `requestState`.
+//! MRTR rounds of a task on a 2026-07-28 upstream, as answered through the task (the
+//! rounds themselves are driven by `upstream::rounds`). The upstream's
+//! `InputRequiredResult` becomes the task's `inputRequests`, under task keys
+//! (`input-<n>`) that stay unique over the task's lifetime; once every key of the round
+//! is answered, the answers go back under the upstream's keys.
 //!
 //! The round lives in the task record (`upstream_state`), not in the runner, so that
 //! the retry can be rebuilt from the store alone.
@@ -13,12 +14,14 @@ use serde_json::{Map, Value};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::runner::{sleep_until, timed_out, upstream_failure};
-use super::{TaskService, ToolCall};
+use async_trait::async_trait;
+
+use super::TaskService;
+use super::runner::{Halt, sleep_until, timed_out};
 use crate::protocol::jsonrpc::ErrorObject;
-use crate::protocol::mrtr::{self, InputRequired, MAX_ROUNDS_WITHOUT_INPUT};
+use crate::protocol::mrtr::{self, InputRequired};
 use crate::store::{Outcome, StoreError};
-use crate::upstream::UpstreamError;
+use crate::upstream::rounds::RoundAnswers;
 
 /// How soon to read the task again after the store failed to answer.
 const STORE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
@@ -65,82 +68,57 @@ impl RoundState {
     }
 }
 
-/// What the runner does after an `InputRequiredResult`.
-pub(super) enum Next {
-    /// Send the call again with these params.
-    Retry(Value),
-    Finished(Outcome),
-    /// The task ended elsewhere (cancelled, expired), or the client got the input
-    /// request itself within the promotion budget.
-    Stopped,
+/// A task's answers to an MRTR round: its requests become the task's `inputRequests`,
+/// and the round is answered once the client has answered every one of them.
+pub(super) struct TaskAnswers<'a> {
+    pub service: &'a TaskService,
+    pub task_id: &'a str,
+    pub principal: &'a str,
+    pub wake: &'a Notify,
+    pub deadline: Option<Instant>,
 }
 
-#[derive(Default)]
-pub(super) struct Rounds {
-    without_input: u32,
-}
+#[async_trait]
+impl RoundAnswers for TaskAnswers<'_> {
+    type Stop = Halt;
 
-impl Rounds {
-    pub(super) async fn next(
+    async fn answer(
         &mut self,
-        service: &TaskService,
-        task_id: &str,
-        call: &ToolCall,
-        result: Value,
-        wake: &Notify,
-        deadline: Option<Instant>,
-    ) -> Next {
-        let round = match InputRequired::parse(&result) {
-            Ok(round) => round,
-            Err(e) => {
-                return Next::Finished(upstream_failure(&UpstreamError::Protocol(e.to_string())));
-            }
-        };
+        round: &InputRequired,
+        result: &Value,
+    ) -> Result<Map<String, Value>, Halt> {
+        let service = self.service;
         // Input needed before the task is promoted goes to the client as it is (the
         // spec resolves such rounds synchronously, before CreateTaskResult).
-        if service.hand_over_early_input(task_id, &result) {
+        if service.hand_over_early_input(self.task_id, result) {
             tracing::info!("input required within the promotion budget; answered inline");
-            return Next::Stopped;
+            return Err(Halt::Ended);
         }
-        if round.input_requests.is_empty() {
-            self.without_input += 1;
-            if self.without_input > MAX_ROUNDS_WITHOUT_INPUT {
-                return Next::Finished(upstream_failure(&UpstreamError::Protocol(format!(
-                    "{MAX_ROUNDS_WITHOUT_INPUT} InputRequiredResults in a row asked for no input"
-                ))));
-            }
-            return Next::Retry(mrtr::retry_params(
-                &call.params_value(),
-                Map::new(),
-                round.request_state.as_deref(),
-            ));
-        }
-        self.without_input = 0;
-        let keys = match record_round(service, task_id, &round).await {
+        let keys = match record_round(service, self.task_id, round).await {
             Ok(Some(keys)) => keys,
-            Ok(None) => return Next::Stopped,
-            Err(e) => return Next::Finished(store_failure(&e)),
+            Ok(None) => return Err(Halt::Ended),
+            Err(e) => return Err(Halt::Finish(store_failure(&e))),
         };
         tracing::info!(keys = ?keys.keys().collect::<Vec<_>>(), "task needs input (MRTR round)");
         // Set when the store could not be read: look again then, not only at a wake-up.
         let mut look_again: Option<Instant> = None;
         loop {
             tokio::select! {
-                () = wake.notified() => {}
+                () = self.wake.notified() => {}
                 () = sleep_until(look_again) => {}
-                () = sleep_until(deadline) => return Next::Finished(timed_out(service)),
+                () = sleep_until(self.deadline) => return Err(Halt::Finish(timed_out(service))),
             }
             look_again = None;
-            match answers(service, task_id, &call.principal, &keys).await {
+            match answers(service, self.task_id, self.principal, &keys).await {
                 Ok(Answers::Complete(responses)) => {
                     let state = round.request_state.as_deref();
-                    if let Err(e) = start_retry(service, task_id, state, &responses).await {
-                        return Next::Finished(store_failure(&e));
+                    if let Err(e) = start_retry(service, self.task_id, state, &responses).await {
+                        return Err(Halt::Finish(store_failure(&e)));
                     }
-                    return Next::Retry(mrtr::retry_params(&call.params_value(), responses, state));
+                    return Ok(responses);
                 }
                 Ok(Answers::Partial) => {}
-                Ok(Answers::Ended) => return Next::Stopped,
+                Ok(Answers::Ended) => return Err(Halt::Ended),
                 Err(e) => {
                     tracing::warn!(error = %e, "could not read the task's answers");
                     look_again = Some(Instant::now() + STORE_RETRY);

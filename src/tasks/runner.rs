@@ -8,11 +8,14 @@ use serde_json::{Value, json};
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
+use async_trait::async_trait;
+
 use super::{TaskService, ToolCall, mrtr};
 use crate::protocol::jsonrpc::{ErrorObject, code};
 use crate::protocol::wire::InputRequest;
 use crate::store::{Outcome, now_ms};
 use crate::telemetry;
+use crate::upstream::rounds::{self, Reply, RoundError, RoundTrip};
 use crate::upstream::{Caller, Exchange, UpstreamError, UpstreamEvent};
 
 /// Server-to-client requests that become the task's `inputRequests`.
@@ -75,65 +78,96 @@ async fn drive(
     if let Ok(raw) = serde_json::value::to_raw_value(&params) {
         call.params = raw;
     }
-    let caller = Caller {
-        capabilities: &call.capabilities,
-        auth: call.auth.as_ref(),
+    let mut trip = TaskTrip {
+        service,
+        task_id,
+        call: &call,
+        wake,
+        deadline,
     };
-    let mut rounds = mrtr::Rounds::default();
-    // One pass per upstream request: the call, then one retry per MRTR round.
-    loop {
-        let exchange = match service
-            .upstream
-            .open_call(&caller, "tools/call", Some(params))
-            .await
-        {
-            Ok(exchange) => exchange,
-            Err(e) => return Some(upstream_failure(&e)),
-        };
-        let mut attempt = Call {
-            service,
-            task_id,
-            principal: &call.principal,
-            exchange,
-            pending: HashMap::new(),
-        };
-        let input_required = loop {
-            tokio::select! {
-                event = attempt.exchange.next() => match Box::pin(attempt.on_event(event)).await {
-                    Some(Step::Finished(outcome)) => return Some(outcome),
-                    Some(Step::InputRequired(result)) => break result,
-                    None => {}
-                },
-                () = wake.notified() => {
-                    if !Box::pin(attempt.on_wake()).await {
-                        Box::pin(attempt.cancel_upstream("the task was cancelled")).await;
-                        return None;
-                    }
-                }
-                () = sleep_until(deadline) => {
-                    Box::pin(attempt.cancel_upstream("the gateway's upstream timeout passed")).await;
-                    return Some(timed_out(service));
-                }
-            }
-        };
-        // This request is answered; the next round is a new request.
-        drop(attempt);
-        params =
-            match Box::pin(rounds.next(service, task_id, &call, input_required, wake, deadline))
-                .await
-            {
-                mrtr::Next::Retry(params) => params,
-                mrtr::Next::Finished(outcome) => return Some(outcome),
-                mrtr::Next::Stopped => return None,
-            };
+    let mut answers = mrtr::TaskAnswers {
+        service,
+        task_id,
+        principal: &call.principal,
+        wake,
+        deadline,
+    };
+    match rounds::drive(&mut trip, &mut answers, params).await {
+        Ok(outcome) | Err(Halt::Finish(outcome)) => Some(outcome),
+        Err(Halt::Ended) => None,
     }
 }
 
-/// How one upstream request ended.
-enum Step {
-    Finished(Outcome),
-    /// A 2026-07-28 `InputRequiredResult`: answer it, then retry.
-    InputRequired(Value),
+/// Why a task's call stopped before the upstream's final answer.
+pub(super) enum Halt {
+    /// The task ends with this outcome (a failure of the gateway's or the upstream's).
+    Finish(Outcome),
+    /// The task ended elsewhere (cancelled, expired), or its input went to the client
+    /// within the promotion budget: nothing more to record.
+    Ended,
+}
+
+impl From<RoundError> for Halt {
+    fn from(error: RoundError) -> Self {
+        let detail = match error {
+            RoundError::Malformed(e) => e.to_string(),
+            other => other.to_string(),
+        };
+        Halt::Finish(upstream_failure(&UpstreamError::Protocol(detail)))
+    }
+}
+
+/// Sends the task's call upstream, once per MRTR round.
+struct TaskTrip<'a> {
+    service: &'a Arc<TaskService>,
+    task_id: &'a str,
+    call: &'a ToolCall,
+    wake: &'a Notify,
+    deadline: Option<Instant>,
+}
+
+#[async_trait]
+impl RoundTrip for TaskTrip<'_> {
+    type Done = Outcome;
+    type Stop = Halt;
+
+    async fn send(&mut self, params: Value) -> Result<Reply<Outcome>, Halt> {
+        let caller = Caller {
+            capabilities: &self.call.capabilities,
+            auth: self.call.auth.as_ref(),
+        };
+        let exchange = self
+            .service
+            .upstream
+            .open_call(&caller, "tools/call", Some(params))
+            .await
+            .map_err(|e| Halt::Finish(upstream_failure(&e)))?;
+        let mut attempt = Call {
+            service: self.service,
+            task_id: self.task_id,
+            principal: &self.call.principal,
+            exchange,
+            pending: HashMap::new(),
+        };
+        loop {
+            tokio::select! {
+                event = attempt.exchange.next() => match Box::pin(attempt.on_event(event)).await {
+                    Some(reply) => return Ok(reply),
+                    None => {}
+                },
+                () = self.wake.notified() => {
+                    if !Box::pin(attempt.on_wake()).await {
+                        Box::pin(attempt.cancel_upstream("the task was cancelled")).await;
+                        return Err(Halt::Ended);
+                    }
+                }
+                () = sleep_until(self.deadline) => {
+                    Box::pin(attempt.cancel_upstream("the gateway's upstream timeout passed")).await;
+                    return Err(Halt::Finish(timed_out(self.service)));
+                }
+            }
+        }
+    }
 }
 
 /// One task's call in flight.
@@ -150,22 +184,22 @@ impl Call<'_> {
     async fn on_event(
         &mut self,
         event: Option<Result<UpstreamEvent, UpstreamError>>,
-    ) -> Option<Step> {
+    ) -> Option<Reply<Outcome>> {
         let event = match event {
             None => {
-                return Some(Step::Finished(upstream_failure(&UpstreamError::Lost(
+                return Some(Reply::Done(upstream_failure(&UpstreamError::Lost(
                     "the stream ended without a result".into(),
                 ))));
             }
-            Some(Err(e)) => return Some(Step::Finished(upstream_failure(&e))),
+            Some(Err(e)) => return Some(Reply::Done(upstream_failure(&e))),
             Some(Ok(event)) => event,
         };
         match event {
             UpstreamEvent::Response { id, outcome } if &id == self.exchange.request_id() => {
                 return Some(match outcome {
-                    Ok(result) if mrtr::asks_for_input(&result) => Step::InputRequired(result),
-                    Ok(result) => Step::Finished(completed(result)),
-                    Err(error) => Step::Finished(Outcome::Failed {
+                    Ok(result) if mrtr::asks_for_input(&result) => Reply::InputRequired(result),
+                    Ok(result) => Reply::Done(completed(result)),
+                    Err(error) => Reply::Done(Outcome::Failed {
                         message: format!("the tool call failed upstream: {}", error.message),
                         error,
                     }),

@@ -6,6 +6,7 @@ pub mod http;
 pub mod lane;
 pub mod legacy;
 pub mod modern;
+pub mod rounds;
 pub mod stdio;
 pub mod stream;
 pub mod tool_headers;
