@@ -80,6 +80,19 @@ pub struct Config {
     #[arg(long, env = "MTG_MAX_RUNNING_TASKS_PER_PRINCIPAL", default_value_t = 0)]
     pub max_running_tasks_per_principal: u32,
 
+    /// A 2025-xx client session the gateway serves itself (stdio and 2026-07-28
+    /// upstreams) is forgotten after this long without a request, in ms (a call in
+    /// flight keeps it). Clients that never send DELETE would otherwise fill the table.
+    #[arg(long, env = "MTG_SESSION_IDLE_TIMEOUT_MS", default_value_t = 3_600_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub session_idle_timeout_ms: u64,
+
+    /// Most client sessions the gateway serves itself at once, per instance; one more
+    /// `initialize` gets HTTP 503 until idle sessions expire or clients end theirs.
+    #[arg(long, env = "MTG_MAX_SESSIONS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_sessions: u64,
+
     /// Reject `tasks/*` requests that lack the `Mcp-Name` header.
     #[arg(long, env = "MTG_STRICT_HEADERS", default_value_t = false)]
     pub strict_headers: bool,

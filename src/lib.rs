@@ -36,7 +36,7 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     let local = listener.local_addr()?;
     let client = upstream::http::client();
     let call_client = upstream::http::call_client(config.upstream_read_buffer_bytes as usize);
-    let (upstream, stdio) = select_upstream(&config, &call_client);
+    let upstream = select_upstream(&config, &call_client);
     let store: Arc<dyn TaskStore> = match config.redis_target() {
         None => MemoryStore::start(),
         Some(target) => {
@@ -68,11 +68,12 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         max_running_per_principal: config.max_running_tasks_per_principal,
     };
     let tasks = TaskService::start(store, upstream.clone(), settings);
-    let mut gateway = server::Gateway::new(&config, client, upstream, tasks.clone());
-    if let Some(stdio) = &stdio {
-        gateway = gateway.with_stdio_sessions(stdio.clone());
-    }
-    let gateway = Arc::new(gateway);
+    let gateway = Arc::new(server::Gateway::new(
+        &config,
+        client,
+        upstream.clone(),
+        tasks.clone(),
+    ));
     let store_kind = match config.redis_target() {
         None => "memory",
         Some(Target::Server(_)) => "redis",
@@ -93,9 +94,7 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         .await;
     // Tasks still running here end now, visibly to every instance.
     membership.shutdown().await;
-    if let Some(stdio) = stdio {
-        stdio.shutdown().await;
-    }
+    upstream.shutdown().await;
     workers.stop().await;
     tracing::info!("stopped");
     Ok(())
@@ -105,10 +104,7 @@ pub async fn run(config: Config) -> std::io::Result<()> {
 fn select_upstream(
     config: &Config,
     client: &upstream::http::HttpClient,
-) -> (
-    Arc<dyn upstream::Upstream>,
-    Option<Arc<upstream::stdio::StdioUpstream>>,
-) {
+) -> Arc<dyn upstream::Upstream> {
     let command = config
         .upstream_cmd
         .as_ref()
@@ -117,17 +113,15 @@ fn select_upstream(
         (Some(mut command), _) => {
             command.env = config.upstream_env.clone();
             command.cwd = config.upstream_cwd.clone();
-            let stdio = upstream::stdio::StdioUpstream::start(
+            upstream::stdio::StdioUpstream::start(
                 command,
                 usize::from(config.upstream_pool),
                 &config.roots,
-            );
-            (stdio.clone(), Some(stdio))
+            )
         }
-        (None, Some(url)) => (
-            upstream::detect::AutoUpstream::new(client.clone(), url.clone(), &config.roots),
-            None,
-        ),
+        (None, Some(url)) => {
+            upstream::detect::AutoUpstream::new(client.clone(), url.clone(), &config.roots)
+        }
         // clap requires one of the two.
         (None, None) => unreachable!("--upstream or --upstream-cmd is required"),
     }

@@ -3,11 +3,10 @@
 mod accept;
 mod balance;
 mod coalesce;
-mod legacy_bridge;
 mod modern;
 mod passthrough;
 mod reply;
-mod stdio_sessions;
+mod sessions;
 pub mod workers;
 
 use std::convert::Infallible;
@@ -55,10 +54,8 @@ pub struct Gateway {
     identity_header: Option<http::HeaderName>,
     allowed_origins: Vec<String>,
     check_upstream_readiness: bool,
-    /// Legacy session clients' sessions, served by the gateway for a stdio upstream.
-    stdio_sessions: Option<stdio_sessions::StdioSessions>,
-    /// Legacy sessions the gateway serves itself (for 2026-07-28 upstreams).
-    legacy_sessions: legacy_bridge::LegacySessions,
+    /// Session clients whose upstream has no sessions to pass them through to.
+    sessions: Arc<sessions::GatewaySessions>,
 }
 
 impl Gateway {
@@ -80,18 +77,17 @@ impl Gateway {
             identity_header: config.identity_header.clone(),
             allowed_origins: config.allowed_origins.clone(),
             check_upstream_readiness: !config.readyz_skip_upstream,
-            stdio_sessions: None,
-            legacy_sessions: Default::default(),
+            sessions: sessions::GatewaySessions::start(sessions::SessionLimits {
+                idle_timeout: Duration::from_millis(config.session_idle_timeout_ms),
+                max_sessions: usize::try_from(config.max_sessions).unwrap_or(usize::MAX),
+            }),
         }
     }
 
-    /// Serves legacy session clients itself, multiplexed onto this stdio upstream.
-    pub fn with_stdio_sessions(
-        mut self,
-        upstream: Arc<crate::upstream::stdio::StdioUpstream>,
-    ) -> Self {
-        self.stdio_sessions = Some(stdio_sessions::StdioSessions::new(upstream));
-        self
+    /// Who is calling: the configured identity header, else a hash of the credentials.
+    /// Tasks and gateway-served sessions are bound to it.
+    fn principal(&self, headers: &HeaderMap) -> String {
+        principal(headers, self.identity_header.as_ref())
     }
 }
 
@@ -266,14 +262,11 @@ async fn passthrough(
     parts: Parts,
     body: bytes::Bytes,
 ) -> Response<Body> {
-    if let Some(sessions) = &gateway.stdio_sessions {
-        return sessions.handle(&parts, body).await;
-    }
     let auth = parts.headers.get(header::AUTHORIZATION);
     match gateway.upstream.legacy_passthrough(auth).await {
         Ok(Some(url)) => passthrough::forward(&gateway.client, lane, url, parts, body).await,
         // No upstream session to pass through to: the gateway serves the session.
-        Ok(None) => gateway.legacy_sessions.serve(gateway, &parts, body).await,
+        Ok(None) => gateway.sessions.serve(gateway, &parts, body).await,
         Err(e) => reply::error_with_status(
             StatusCode::BAD_GATEWAY,
             &ErrorObject::internal(e.to_string()),
@@ -362,7 +355,7 @@ async fn modern_message(gateway: &Gateway, parts: &Parts, message: Message) -> R
             )),
         );
     }
-    let principal = principal(&parts.headers, gateway.identity_header.as_ref());
+    let principal = gateway.principal(&parts.headers);
     let request = modern::Request {
         id,
         method,

@@ -151,10 +151,11 @@ impl RoundTrip for TaskTrip<'_> {
         };
         loop {
             tokio::select! {
-                event = attempt.exchange.next() => match Box::pin(attempt.on_event(event)).await {
-                    Some(reply) => return Ok(reply),
-                    None => {}
-                },
+                event = attempt.exchange.next() => {
+                    if let Some(reply) = Box::pin(attempt.on_event(event)).await {
+                        return Ok(reply);
+                    }
+                }
                 () = self.wake.notified() => {
                     if !Box::pin(attempt.on_wake()).await {
                         Box::pin(attempt.cancel_upstream("the task was cancelled")).await;

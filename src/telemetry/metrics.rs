@@ -103,3 +103,20 @@ pub fn connections_open(worker: usize) -> metrics::Gauge {
     open.set(0.0);
     open
 }
+
+/// A client session the gateway serves itself was opened (`initialize`).
+pub fn session_opened() {
+    counter!("mtg_sessions_opened_total").increment(1);
+    gauge!("mtg_sessions_open").increment(1.0);
+}
+
+/// A gateway-served session ended: `deleted` by its client or `expired` idle.
+pub fn session_ended(reason: &'static str) {
+    counter!("mtg_sessions_ended_total", "reason" => reason).increment(1);
+    gauge!("mtg_sessions_open").decrement(1.0);
+}
+
+/// An `initialize` was refused: the session table was full of sessions in use.
+pub fn session_refused() {
+    counter!("mtg_sessions_refused_total").increment(1);
+}

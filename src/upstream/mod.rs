@@ -98,6 +98,10 @@ pub trait Upstream: Send + Sync + 'static {
     ) -> Result<Option<&::http::Uri>, UpstreamError> {
         Ok(self.passthrough_url())
     }
+
+    /// Stops what the upstream runs on this machine (a stdio server's processes) at the
+    /// end of a graceful shutdown.
+    async fn shutdown(&self) {}
 }
 
 /// One request in flight upstream.

@@ -184,6 +184,9 @@ mod tests {
         let stop = drive(&mut script, &mut Answers(0), json!({}))
             .await
             .unwrap_err();
-        assert!(stop.contains("neither inputRequests nor requestState"), "{stop}");
+        assert!(
+            stop.contains("neither inputRequests nor requestState"),
+            "{stop}"
+        );
     }
 }

@@ -34,30 +34,6 @@ impl StdioExchange {
             _lease: lease,
         }
     }
-
-    /// Answers upstream requests of this exchange from elsewhere (a session client's
-    /// POST), while the exchange itself is being read.
-    pub fn replier(&self) -> Replier {
-        Replier {
-            link: self.link.clone(),
-        }
-    }
-}
-
-/// Sends answers to the upstream requests an exchange yielded.
-#[derive(Clone)]
-pub struct Replier {
-    link: Arc<Link>,
-}
-
-impl Replier {
-    pub fn reply(
-        &self,
-        id: &Value,
-        outcome: Result<Value, ErrorObject>,
-    ) -> Result<(), UpstreamError> {
-        self.link.answer(id, outcome)
-    }
 }
 
 #[async_trait]

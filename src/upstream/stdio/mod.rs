@@ -25,7 +25,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 pub use command::StdioCommand;
-pub use exchange::{Replier, StdioExchange};
+use exchange::StdioExchange;
 pub use pool::Health;
 
 use super::{Caller, Exchange, Upstream, UpstreamError};
@@ -62,19 +62,8 @@ impl StdioUpstream {
         self.pool.health()
     }
 
-    /// Running processes as (slot, pid).
-    pub fn pids(&self) -> Vec<(usize, u32)> {
-        self.pool.pids()
-    }
-
-    /// Closes every process's stdin, then signals what is left; waits for them.
-    pub async fn shutdown(&self) {
-        self.pool.stop().await;
-    }
-
-    /// Sends a request; the concrete exchange, for callers that answer its upstream
-    /// requests from elsewhere (see [`StdioExchange::replier`]).
-    pub async fn open(
+    /// Sends a request on the process the pool picks for it.
+    async fn open(
         &self,
         caller: &Caller<'_>,
         method: &str,
@@ -140,6 +129,11 @@ impl Upstream for StdioUpstream {
 
     fn passthrough_url(&self) -> Option<&::http::Uri> {
         None
+    }
+
+    /// Closes every process's stdin, then signals what is left; waits for them.
+    async fn shutdown(&self) {
+        self.pool.stop().await;
     }
 
     async fn ready(&self) -> Result<(), UpstreamError> {

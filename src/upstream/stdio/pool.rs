@@ -249,15 +249,6 @@ impl Pool {
         }
     }
 
-    /// The running processes, for debugging and tests: (slot, pid).
-    pub fn pids(&self) -> Vec<(usize, u32)> {
-        self.lock()
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| Some((i, s.link.as_ref()?.pid)))
-            .collect()
-    }
-
     /// Stops every process and waits for their supervisors.
     pub async fn stop(&self) {
         self.shutdown.cancel();

@@ -1,0 +1,346 @@
+//! The 2025-xx client sessions the gateway serves itself: every session-era client whose
+//! upstream has no session of its own to pass it through to (a stdio process, or a
+//! 2026-07-28 server, which is stateless). One table, whatever the upstream: sessions are
+//! minted at `initialize`, bound to the principal that opened them, forgotten after
+//! `--session-idle-timeout-ms` without use, and at most `--max-sessions` at once.
+//! Requests go upstream only through the `Upstream` trait (`call`).
+//!
+//! Sessions live in this instance's memory: session clients need sticky routing anyway.
+
+mod call;
+mod session;
+mod sse;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderValue, Method, Response, StatusCode, header};
+use serde_json::{Map, Value, json};
+
+use super::Gateway;
+use super::reply::{self, Body};
+use crate::protocol::jsonrpc::{self, ErrorObject, Message, code};
+use crate::protocol::meta::LEGACY_PROTOCOL_VERSION;
+use crate::telemetry;
+use crate::upstream::Caller;
+use call::CallContext;
+use session::ClientSession;
+
+const SESSION_HEADER: &str = "mcp-session-id";
+/// Session-era versions a client may negotiate; others get the newest.
+const SESSION_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+/// Capabilities of the client that the upstream is told of with every request.
+const CLIENT_CAPABILITIES: [&str; 3] = ["elicitation", "sampling", "roots"];
+
+/// Limits of the session table, from the config.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionLimits {
+    pub idle_timeout: Duration,
+    pub max_sessions: usize,
+}
+
+pub struct GatewaySessions {
+    sessions: Mutex<HashMap<String, Arc<ClientSession>>>,
+    limits: SessionLimits,
+}
+
+impl GatewaySessions {
+    /// The table, and (inside a runtime) a sweep that forgets idle sessions.
+    pub fn start(limits: SessionLimits) -> Arc<Self> {
+        let table = Arc::new(Self {
+            sessions: Mutex::default(),
+            limits,
+        });
+        if tokio::runtime::Handle::try_current().is_ok() {
+            tokio::spawn(sweep(Arc::downgrade(&table)));
+        }
+        table
+    }
+
+    pub async fn serve(&self, gateway: &Gateway, parts: &Parts, body: Bytes) -> Response<Body> {
+        let principal = gateway.principal(&parts.headers);
+        let session_id = parts
+            .headers
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok());
+        if parts.method == Method::DELETE {
+            return match session_id.and_then(|id| self.remove(id, &principal)) {
+                Some(_) => reply::plain(StatusCode::OK, ""),
+                None => session_not_found(),
+            };
+        }
+        if parts.method != Method::POST {
+            let mut response = reply::plain(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "this gateway offers no standalone SSE stream for this upstream; messages come on each request's stream\n",
+            );
+            response
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
+            return response;
+        }
+        let message = match Message::parse(&body) {
+            Ok(message) => message,
+            Err(e) => return reply::error(None, &e.to_error_object()),
+        };
+        let Some(session_id) = session_id else {
+            return match message {
+                Message::Request { id, method, params } if method == "initialize" => {
+                    self.initialize(gateway, &id, params.as_ref(), parts, principal)
+                        .await
+                }
+                _ => reply::error_with_status(
+                    StatusCode::BAD_REQUEST,
+                    &ErrorObject::new(
+                        code::INVALID_REQUEST,
+                        "Bad Request: send initialize first, then Mcp-Session-Id on every request",
+                    ),
+                ),
+            };
+        };
+        let Some(session) = self.find(session_id, &principal) else {
+            return session_not_found();
+        };
+        match message {
+            Message::Request { id, method, .. } if method == "initialize" => reply::error(
+                Some(&id),
+                &ErrorObject::new(
+                    code::INVALID_REQUEST,
+                    "Invalid Request: Server already initialized",
+                ),
+            ),
+            Message::Request { id, method, params } => {
+                let context = CallContext {
+                    upstream: gateway.upstream.clone(),
+                    auth: parts.headers.get(header::AUTHORIZATION).cloned(),
+                    timeout: gateway.upstream_timeout,
+                };
+                call::serve(session, context, id, method, params).await
+            }
+            Message::Notification { method, params } => {
+                if method == "notifications/cancelled"
+                    && let Some(request_id) = params.as_ref().and_then(|p| p.get("requestId"))
+                {
+                    session.cancel_call(request_id);
+                }
+                // Others (initialized, roots/list_changed) concern the session the
+                // gateway keeps with the upstream, not this one.
+                reply::accepted()
+            }
+            Message::Response { id, outcome } => {
+                session.answer(&id, outcome);
+                reply::accepted()
+            }
+        }
+    }
+
+    async fn initialize(
+        &self,
+        gateway: &Gateway,
+        id: &Value,
+        params: Option<&Value>,
+        parts: &Parts,
+        principal: String,
+    ) -> Response<Body> {
+        let declared = params
+            .and_then(|p| p.get("capabilities"))
+            .and_then(Value::as_object);
+        let capabilities: Map<String, Value> = CLIENT_CAPABILITIES
+            .iter()
+            .filter_map(|name| {
+                let value = declared?.get(*name).filter(|v| v.is_object())?;
+                Some(((*name).to_owned(), value.clone()))
+            })
+            .collect();
+        let requested = params
+            .and_then(|p| p.get("protocolVersion"))
+            .and_then(Value::as_str);
+        let version = requested
+            .filter(|v| SESSION_VERSIONS.contains(v))
+            .unwrap_or(LEGACY_PROTOCOL_VERSION);
+        let caller = Caller {
+            capabilities: &capabilities,
+            auth: parts.headers.get(header::AUTHORIZATION),
+        };
+        let server = match gateway.upstream.server_info(&caller).await {
+            Ok(server) => server,
+            Err(e) => return reply::error(Some(id), &ErrorObject::internal(e.to_string())),
+        };
+        let result = initialize_result(&server, version);
+        let Some(session_id) = self.open(capabilities, principal) else {
+            return reply::error_with_status(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &ErrorObject::internal(
+                    "too many open sessions; end some with DELETE or try again later",
+                ),
+            );
+        };
+        tracing::info!(session = %session_id, version, "serving a client session");
+        let mut response = reply::json(StatusCode::OK, jsonrpc::success_body_of(id, &result));
+        if let Ok(value) = HeaderValue::from_str(&session_id) {
+            response.headers_mut().insert(SESSION_HEADER, value);
+        }
+        response
+    }
+
+    fn open(&self, capabilities: Map<String, Value>, principal: String) -> Option<String> {
+        let mut sessions = self.lock();
+        if sessions.len() >= self.limits.max_sessions {
+            self.forget_idle(&mut sessions);
+        }
+        if sessions.len() >= self.limits.max_sessions {
+            telemetry::session_refused();
+            return None;
+        }
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        sessions.insert(
+            id.clone(),
+            Arc::new(ClientSession::new(capabilities, principal)),
+        );
+        telemetry::session_opened();
+        Some(id)
+    }
+
+    fn find(&self, id: &str, principal: &str) -> Option<Arc<ClientSession>> {
+        let session = self.lock().get(id).cloned()?;
+        if !session.belongs_to(principal) {
+            return None;
+        }
+        session.touch();
+        Some(session)
+    }
+
+    fn remove(&self, id: &str, principal: &str) -> Option<Arc<ClientSession>> {
+        self.find(id, principal)?;
+        let session = self.lock().remove(id)?;
+        session.close();
+        telemetry::session_ended("deleted");
+        tracing::debug!(session = %id, "session ended by the client");
+        Some(session)
+    }
+
+    fn forget_idle(&self, sessions: &mut HashMap<String, Arc<ClientSession>>) {
+        let limit = self.limits.idle_timeout;
+        sessions.retain(|id, session| {
+            let keep = !session.idle_longer_than(limit);
+            if !keep {
+                session.close();
+                telemetry::session_ended("expired");
+                tracing::debug!(session = %id, "idle session forgotten");
+            }
+            keep
+        });
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<ClientSession>>> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Forgets idle sessions now and then, until the table is dropped.
+async fn sweep(table: Weak<GatewaySessions>) {
+    let every = match table.upgrade() {
+        Some(table) => (table.limits.idle_timeout / 4)
+            .clamp(Duration::from_millis(100), Duration::from_secs(60)),
+        None => return,
+    };
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(table) = table.upgrade() else {
+            return;
+        };
+        let mut sessions = table.lock();
+        table.forget_idle(&mut sessions);
+    }
+}
+
+/// The session-era `InitializeResult` for the upstream's server information; a
+/// 2026-07-28 upstream's extensions are not shown to a 2025-xx client.
+fn initialize_result(server: &Value, version: &str) -> Value {
+    let mut capabilities = server
+        .get("capabilities")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    capabilities.remove("extensions");
+    let server_info = server.get("serverInfo").cloned().unwrap_or_else(
+        || json!({"name": "mcp-task-gateway", "version": env!("CARGO_PKG_VERSION")}),
+    );
+    let mut result = json!({
+        "protocolVersion": version,
+        "capabilities": capabilities,
+        "serverInfo": server_info,
+    });
+    if let Some(instructions) = server.get("instructions").filter(|i| i.is_string()) {
+        result["instructions"] = instructions.clone();
+    }
+    result
+}
+
+fn session_not_found() -> Response<Body> {
+    reply::error_with_status(
+        StatusCode::NOT_FOUND,
+        &ErrorObject::new(
+            code::INVALID_REQUEST,
+            "Session not found: initialize a new one",
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(max_sessions: usize, idle_timeout: Duration) -> GatewaySessions {
+        GatewaySessions {
+            sessions: Mutex::default(),
+            limits: SessionLimits {
+                idle_timeout,
+                max_sessions,
+            },
+        }
+    }
+
+    #[test]
+    fn initialize_result_hides_2026_extensions() {
+        let server = json!({
+            "protocolVersion": "2026-07-28",
+            "capabilities": {"tools": {}, "extensions": {"x/y": {}}},
+            "serverInfo": {"name": "up", "version": "1"},
+        });
+        let result = initialize_result(&server, "2025-06-18");
+        assert_eq!(
+            result,
+            json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "up", "version": "1"}})
+        );
+    }
+
+    #[test]
+    fn a_session_is_found_only_by_its_principal() {
+        let table = table(10, Duration::from_secs(60));
+        let id = table.open(Map::new(), "alice".into()).unwrap();
+        assert!(table.find(&id, "alice").is_some());
+        assert!(table.find(&id, "mallory").is_none());
+        assert!(table.remove(&id, "mallory").is_none());
+        assert!(table.remove(&id, "alice").is_some());
+        assert!(table.find(&id, "alice").is_none());
+    }
+
+    #[test]
+    fn a_full_table_makes_room_by_forgetting_idle_sessions_only() {
+        let table = table(2, Duration::ZERO);
+        let busy = table.open(Map::new(), "p".into()).unwrap();
+        let in_flight = table.find(&busy, "p").unwrap().begin_call(&json!(1));
+        table.open(Map::new(), "p".into()).unwrap();
+        // The idle one goes; the one with a call in flight stays.
+        let third = table.open(Map::new(), "p".into()).unwrap();
+        assert!(table.find(&busy, "p").is_some());
+        assert!(!in_flight.is_cancelled());
+        // Now both are in use: no room.
+        let _also_busy = table.find(&third, "p").unwrap().begin_call(&json!(1));
+        assert!(table.open(Map::new(), "p".into()).is_none());
+    }
+}
