@@ -205,12 +205,21 @@ impl GatewaySessions {
     }
 
     fn find(&self, id: &str, principal: &str) -> Option<Arc<ClientSession>> {
-        let session = self.lock().get(id).cloned()?;
+        let mut sessions = self.lock();
+        let session = sessions.get(id)?;
         if !session.belongs_to(principal) {
             return None;
         }
+        // Past its idle timeout a session is gone, whether or not the sweep ran yet.
+        if session.idle_longer_than(self.limits.idle_timeout) {
+            if let Some(session) = sessions.remove(id) {
+                session.close();
+                telemetry::session_ended("expired");
+            }
+            return None;
+        }
         session.touch();
-        Some(session)
+        Some(session.clone())
     }
 
     fn remove(&self, id: &str, principal: &str) -> Option<Arc<ClientSession>> {
