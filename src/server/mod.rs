@@ -404,3 +404,118 @@ fn origin_allowed(origin: &http::HeaderValue, allowed: &[String]) -> bool {
         Some("localhost" | "127.0.0.1" | "[::1]" | "::1")
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(method: &str, params: Value) -> Message {
+        Message::Request {
+            id: json!(1),
+            method: method.into(),
+            params: Some(params),
+        }
+    }
+
+    fn headers(version: Option<&str>) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Some(version) = version {
+            headers.insert(MCP_PROTOCOL_VERSION, version.parse().unwrap());
+        }
+        headers
+    }
+
+    fn with_version(version: &str) -> Value {
+        json!({"_meta": {meta::META_PROTOCOL_VERSION: version}})
+    }
+
+    fn rejected_code(era: Era) -> i64 {
+        match era {
+            Era::Rejected(error) => error.code,
+            Era::Legacy => panic!("legacy, expected a rejection"),
+            Era::Modern => panic!("modern, expected a rejection"),
+        }
+    }
+
+    #[test]
+    fn the_version_in_meta_makes_a_request_modern() {
+        let message = request("tools/list", with_version(MODERN_PROTOCOL_VERSION));
+        assert!(matches!(classify(&headers(None), &message), Era::Modern));
+        let header = headers(Some(MODERN_PROTOCOL_VERSION));
+        assert!(matches!(classify(&header, &message), Era::Modern));
+    }
+
+    #[test]
+    fn initialize_responses_and_unmarked_requests_are_legacy() {
+        let initialize = request("initialize", with_version(MODERN_PROTOCOL_VERSION));
+        assert!(matches!(classify(&headers(None), &initialize), Era::Legacy));
+        let response = Message::Response {
+            id: json!(1),
+            outcome: Ok(json!({})),
+        };
+        assert!(matches!(classify(&headers(None), &response), Era::Legacy));
+        let plain = request("tools/list", json!({}));
+        assert!(matches!(classify(&headers(None), &plain), Era::Legacy));
+        for version in ["2025-11-25", "2025-03-26", "2024-11-05"] {
+            assert!(matches!(
+                classify(&headers(Some(version)), &plain),
+                Era::Legacy
+            ));
+        }
+    }
+
+    #[test]
+    fn unknown_versions_and_a_modern_header_without_meta_are_rejected() {
+        let plain = request("tools/list", json!({}));
+        let unknown = request("tools/list", with_version("2030-01-01"));
+        assert_eq!(
+            rejected_code(classify(&headers(None), &unknown)),
+            code::UNSUPPORTED_PROTOCOL_VERSION
+        );
+        assert_eq!(
+            rejected_code(classify(&headers(Some("1999-01-01")), &plain)),
+            code::UNSUPPORTED_PROTOCOL_VERSION
+        );
+        assert_eq!(
+            rejected_code(classify(&headers(Some(MODERN_PROTOCOL_VERSION)), &plain)),
+            code::INVALID_PARAMS
+        );
+    }
+
+    fn origin(value: &str) -> http::HeaderValue {
+        http::HeaderValue::from_str(value).unwrap()
+    }
+
+    #[test]
+    fn only_loopback_origins_pass_by_default() {
+        for allowed in [
+            "http://localhost:3000",
+            "http://127.0.0.1",
+            "https://[::1]:8443",
+        ] {
+            assert!(origin_allowed(&origin(allowed), &[]), "{allowed}");
+        }
+        for refused in [
+            "http://evil.example",
+            "http://localhost.evil.example",
+            "null",
+            "http://127.0.0.2",
+        ] {
+            assert!(!origin_allowed(&origin(refused), &[]), "{refused}");
+        }
+    }
+
+    #[test]
+    fn configured_origins_replace_the_loopback_default() {
+        let allowed = vec!["https://app.example".to_owned()];
+        assert!(origin_allowed(&origin("https://app.example"), &allowed));
+        assert!(!origin_allowed(&origin("http://localhost"), &allowed));
+        assert!(!origin_allowed(
+            &origin("https://app.example.evil"),
+            &allowed
+        ));
+        assert!(origin_allowed(&origin("http://any"), &["*".to_owned()]));
+        let not_text = http::HeaderValue::from_bytes(b"http://\xff").unwrap();
+        assert!(!origin_allowed(&not_text, &[]));
+    }
+}
