@@ -4,6 +4,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Tools a plain Rust + Node + Python machine lacks: the test runner and Redis (the tests
+# start their own redis-server processes on free ports).
+if ! command -v cargo-nextest >/dev/null; then
+  cargo install cargo-nextest --locked
+fi
+if ! command -v redis-server >/dev/null; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    apt-get update && apt-get install -y redis-server
+  elif command -v apt-get >/dev/null && command -v sudo >/dev/null; then
+    sudo apt-get update && sudo apt-get install -y redis-server
+  else
+    echo "redis-server is needed by the tests; install it with your package manager" >&2
+    exit 1
+  fi
+fi
+
 # npm test peers (server-everything), pinned by tests/package-lock.json.
 if [ ! -d tests/node_modules ] || [ tests/package-lock.json -nt tests/node_modules/.package-lock.json ]; then
   npm ci --prefix tests --no-audit --no-fund
@@ -19,11 +35,6 @@ if [ -f tests/requirements.txt ]; then
     touch tests/.venv/.installed
   fi
   export PATH="$PWD/tests/.venv/bin:$PATH"
-fi
-
-if ! command -v redis-server >/dev/null; then
-  echo "redis-server is needed by the tests (Debian: apt-get install redis-server)" >&2
-  exit 1
 fi
 
 # The chart test's Python tools (helm-python-sdk, kubernetes-validate), installed here so
