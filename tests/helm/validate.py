@@ -306,6 +306,8 @@ def expect_defaults(docs: list[dict], notes: str) -> None:
     assert data["MTG_MAX_TTL_MS"] == "86400000", data["MTG_MAX_TTL_MS"]
     assert "MTG_WORKER_THREADS" not in data, "worker threads set without workerThreads"
     assert data["MTG_MAX_RUNNING_TASKS_PER_PRINCIPAL"] == "0"
+    assert data["MTG_SESSION_IDLE_TIMEOUT_MS"] == "3600000", data["MTG_SESSION_IDLE_TIMEOUT_MS"]
+    assert data["MTG_MAX_SESSIONS"] == "10000", data["MTG_MAX_SESSIONS"]
     assert "in-memory" in notes, "NOTES.txt does not mention the in-memory store"
 
 
@@ -408,6 +410,8 @@ MUST_FAIL: list[tuple[str, dict, str]] = [
      "/gateway/toolPolicies/x"),
     ("log format not json/pretty", with_upstream({"gateway": {"logFormat": "xml"}}),
      "/gateway/logFormat"),
+    ("no room for any session", with_upstream({"gateway": {"maxSessions": 0}}),
+     "/gateway/maxSessions"),
     ("negative worker threads", with_upstream({"gateway": {"workerThreads": -1}}),
      "/gateway/workerThreads"),
     ("ServiceMonitor without metrics",
