@@ -2,7 +2,7 @@
 //!
 //! - classifying a JSON-RPC body (`Message::parse` plus the `_meta` checks the server
 //!   makes to pick the era and the task plan),
-//! - serialising `CreateTaskResult` and `DetailedTask` (`TaskRecord::to_result` and
+//! - serialising `CreateTaskResult` and `DetailedTask` (`tasks::render::task_result` and
 //!   `serde_json::to_vec`, alone and wrapped in the JSON-RPC envelope),
 //! - validating the `Mcp-*` headers against the body (`protocol::headers::validate`).
 //!
@@ -17,6 +17,7 @@ use mcp_task_gateway::protocol::jsonrpc::{self, Message};
 use mcp_task_gateway::protocol::meta::{self, MODERN_PROTOCOL_VERSION};
 use mcp_task_gateway::protocol::wire::{ResultType, TaskStatus};
 use mcp_task_gateway::store::TaskRecord;
+use mcp_task_gateway::tasks::render::task_result;
 use serde_json::{Value, json};
 
 const TASK_ID: &str = "d9516402-57e7-4359-a791-a58667664b8b";
@@ -123,19 +124,24 @@ fn bench_serialize(c: &mut Criterion) {
     let id = json!(7);
     let mut group = c.benchmark_group("serialize");
     group.bench_function("create_task_result", |b| {
-        b.iter(|| serde_json::to_vec(&black_box(&working).to_result(ResultType::Task)).unwrap())
+        b.iter(|| serde_json::to_vec(&task_result(black_box(&working), ResultType::Task)).unwrap())
     });
     group.bench_function("create_task_result_envelope", |b| {
-        b.iter(|| jsonrpc::success_body_of(&id, &black_box(&working).to_result(ResultType::Task)))
+        b.iter(|| {
+            jsonrpc::success_body_of(&id, &task_result(black_box(&working), ResultType::Task))
+        })
     });
     group.bench_function("detailed_task_completed", |b| {
         b.iter(|| {
-            serde_json::to_vec(&black_box(&completed).to_result(ResultType::Complete)).unwrap()
+            serde_json::to_vec(&task_result(black_box(&completed), ResultType::Complete)).unwrap()
         })
     });
     group.bench_function("detailed_task_completed_envelope", |b| {
         b.iter(|| {
-            jsonrpc::success_body_of(&id, &black_box(&completed).to_result(ResultType::Complete))
+            jsonrpc::success_body_of(
+                &id,
+                &task_result(black_box(&completed), ResultType::Complete),
+            )
         })
     });
     // The copy a store makes when a record changes (copy-on-write in the memory store).

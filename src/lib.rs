@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 
 use cluster::{ClusterSettings, Membership};
 use config::Config;
-use store::TaskStore;
+use store::Store;
 use store::memory::MemoryStore;
 use store::redis::{RedisSettings, RedisStore, Target};
 use tasks::{TaskService, TaskSettings};
@@ -37,8 +37,8 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     let client = upstream::http::client();
     let call_client = upstream::http::call_client(config.upstream_read_buffer_bytes as usize);
     let upstream = select_upstream(&config, &call_client);
-    let store: Arc<dyn TaskStore> = match config.redis_target() {
-        None => MemoryStore::start(),
+    let store = match config.redis_target() {
+        None => Store::new(MemoryStore::start()),
         Some(target) => {
             let settings = RedisSettings {
                 target,
@@ -47,11 +47,11 @@ pub async fn run(config: Config) -> std::io::Result<()> {
                 timeout: Duration::from_millis(config.redis_timeout_ms),
                 max_ttl: Duration::from_millis(config.max_ttl_ms),
             };
-            RedisStore::connect(settings).map_err(std::io::Error::other)?
+            Store::new(RedisStore::connect(settings).map_err(std::io::Error::other)?)
         }
     };
     let membership = Membership::start(
-        store.clone(),
+        store.membership.clone(),
         ClusterSettings {
             instance_id: config.instance_id.clone(),
             advertise_url: config.advertise_url.as_ref().map(ToString::to_string),
@@ -67,7 +67,7 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         promote_after: std::time::Duration::from_millis(config.promote_after_ms),
         max_running_per_principal: config.max_running_tasks_per_principal,
     };
-    let tasks = TaskService::start(store, upstream.clone(), settings);
+    let tasks = TaskService::start(&store, upstream.clone(), settings);
     let gateway = Arc::new(server::Gateway::new(
         &config,
         client,

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::store::{INSTANCE_LOST, Lease, TaskStore};
+use crate::store::{INSTANCE_LOST, Lease, MembershipStore};
 
 #[derive(Debug, Clone)]
 pub struct ClusterSettings {
@@ -36,7 +36,7 @@ impl ClusterSettings {
 
 /// This instance's membership; ends with [`Membership::shutdown`].
 pub struct Membership {
-    store: Arc<dyn TaskStore>,
+    store: Arc<dyn MembershipStore>,
     settings: ClusterSettings,
     stop: watch::Sender<bool>,
     handle: JoinHandle<()>,
@@ -45,7 +45,7 @@ pub struct Membership {
 impl Membership {
     /// Takes the lease (or keeps trying in the background) and starts renewing and
     /// sweeping.
-    pub async fn start(store: Arc<dyn TaskStore>, settings: ClusterSettings) -> Self {
+    pub async fn start(store: Arc<dyn MembershipStore>, settings: ClusterSettings) -> Self {
         // Tasks still indexed under this id belong to an earlier process with the same
         // id (e.g. a restarted pod that keeps its name): nobody runs them any more.
         // This runs before the first request is served, so none of them is ours.
@@ -88,7 +88,7 @@ impl Membership {
 }
 
 async fn run(
-    store: Arc<dyn TaskStore>,
+    store: Arc<dyn MembershipStore>,
     settings: ClusterSettings,
     mut stopped: watch::Receiver<bool>,
 ) {

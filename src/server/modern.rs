@@ -14,7 +14,7 @@ use crate::protocol::jsonrpc::{self, ErrorObject, code};
 use crate::protocol::meta;
 use crate::protocol::wire::{self, ResultType, TaskIdParams, UpdateTaskParams};
 use crate::tasks::policy::CallPlan;
-use crate::tasks::{Started, ToolCall};
+use crate::tasks::{Started, ToolCall, render};
 use crate::upstream::Caller;
 use crate::upstream::forward;
 
@@ -89,7 +89,7 @@ async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
             match gateway.tasks.start_task(call).await? {
                 Started::Task(task) => Ok(jsonrpc::success_body_of(
                     &request.id,
-                    &task.to_result(ResultType::Task),
+                    &render::task_result(&task, ResultType::Task),
                 )),
                 Started::Inline(Ok(result)) => Ok(jsonrpc::success_body(&request.id, &result)),
                 Started::Inline(Err(error)) => Err(error),
@@ -114,7 +114,7 @@ async fn tasks_method(gateway: &Gateway, request: &Request<'_>) -> Outcome {
             let task = tasks.get(&params.task_id, principal).await?;
             Ok(jsonrpc::success_body_of(
                 &request.id,
-                &task.to_result(ResultType::Complete),
+                &render::task_result(&task, ResultType::Complete),
             ))
         }
         "tasks/update" => {

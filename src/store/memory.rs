@@ -9,8 +9,8 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use super::{
-    CancelOutcome, Lease, Outcome, StoreError, TaskRecord, TaskStore, UpdateOutcome, WakeReceiver,
-    metrics, now_ms,
+    CancelOutcome, Lease, MembershipStore, Outcome, StoreError, TaskRecord, TaskStore,
+    UpdateOutcome, WAKE_ALL, WakeReceiver, WakeUps, metrics, now_ms,
 };
 use crate::protocol::wire::InputRequest;
 
@@ -95,25 +95,8 @@ impl TaskStore for MemoryStore {
     }
 
     async fn set_status_message(&self, task_id: &str, message: &str) -> Result<(), StoreError> {
-        self.update(task_id, |task, now| {
-            if !task.status.is_terminal() {
-                task.status_message = Some(message.to_owned());
-                task.touch(now);
-            }
-        });
+        self.update(task_id, |task, now| task.set_status_message(message, now));
         Ok(())
-    }
-
-    async fn add_input_request(
-        &self,
-        task_id: &str,
-        request: InputRequest,
-    ) -> Result<Option<String>, StoreError> {
-        Ok(self
-            .update(task_id, |task, now| {
-                (!task.status.is_terminal()).then(|| task.push_input_request(request, now))
-            })
-            .flatten())
     }
 
     async fn add_input_requests(
@@ -199,6 +182,14 @@ impl TaskStore for MemoryStore {
         Ok(outcome.unwrap_or(CancelOutcome::NotFound))
     }
 
+    // Always reachable: it is this process.
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl WakeUps for MemoryStore {
     async fn wake(&self, owner: &str, task_id: &str) -> Result<(), StoreError> {
         let wakers = self.wakers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(tx) = wakers.get(owner) {
@@ -210,18 +201,21 @@ impl TaskStore for MemoryStore {
 
     fn wakeups(&self, owner: &str) -> WakeReceiver {
         let (tx, rx) = mpsc::unbounded_channel();
+        // Listening from now on: nothing sent later is missed.
+        let _ = tx.send(WAKE_ALL.to_owned());
         self.wakers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(owner.to_owned(), tx);
         rx
     }
+}
 
-    // One process holds every task: no other instance to hand over to or sweep for.
-    async fn ping(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-
+/// One process holds every task: its lease never lapses, and there is no other instance
+/// whose tasks could need failing. At a graceful stop `TaskService::drain` fails what is
+/// still running.
+#[async_trait]
+impl MembershipStore for MemoryStore {
     async fn renew_lease(&self, _lease: &Lease<'_>) -> Result<bool, StoreError> {
         Ok(true)
     }
@@ -242,172 +236,26 @@ impl TaskStore for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::wire::TaskStatus;
-    use serde_json::json;
+    use crate::store::contract::{self, Subject};
+    use crate::store::{Store, TaskStore};
 
-    fn record(id: &str, ttl_ms: u64) -> TaskRecord {
-        let now = now_ms();
-        TaskRecord {
-            task_id: id.into(),
-            principal: "alice".into(),
-            owner: "gw-1".into(),
-            status: TaskStatus::Working,
-            status_message: None,
-            created_at_ms: now,
-            last_updated_at_ms: now,
-            ttl_ms,
-            poll_interval_ms: 1000,
-            input_requests: Default::default(),
-            answers: Default::default(),
-            next_input_key: 0,
-            result: None,
-            error: None,
-            request: serde_json::value::to_raw_value(&json!({"name": "echo"})).unwrap(),
-            upstream_state: None,
+    /// The memory store serves one instance, so every instance's view is the same store.
+    struct OneProcess(Arc<MemoryStore>);
+
+    impl Subject for OneProcess {
+        fn instance(&self, _id: &str) -> Store {
+            Store::new(self.0.clone())
         }
     }
 
-    fn elicit() -> InputRequest {
-        InputRequest {
-            method: "elicitation/create".into(),
-            params: Some(json!({"message": "?"})),
-        }
-    }
+    contract::suite!(OneProcess(MemoryStore::start()));
 
     #[tokio::test]
-    async fn tasks_are_private_to_their_principal() {
+    async fn the_sweep_frees_expired_tasks() {
         let store = MemoryStore::start();
-        store.create(record("t1", 60_000)).await.unwrap();
-        assert!(store.get("t1", "alice").await.unwrap().is_some());
-        assert!(store.get("t1", "mallory").await.unwrap().is_none());
-        assert_eq!(
-            store.cancel("t1", "mallory").await.unwrap(),
-            CancelOutcome::NotFound
-        );
-    }
-
-    #[tokio::test]
-    async fn answers_are_accepted_once_and_keys_never_reused() {
-        let store = MemoryStore::start();
-        store.create(record("t1", 60_000)).await.unwrap();
-        let k0 = store
-            .add_input_request("t1", elicit())
-            .await
-            .unwrap()
-            .unwrap();
-        let k1 = store
-            .add_input_request("t1", elicit())
-            .await
-            .unwrap()
-            .unwrap();
-        assert_ne!(k0, k1);
-
-        let answer = |key: &str| Map::from_iter([(key.to_owned(), json!({"action": "accept"}))]);
-        let first = store
-            .accept_input_responses("t1", "alice", answer(&k0))
-            .await
-            .unwrap();
-        assert_eq!(
-            first,
-            UpdateOutcome::Accepted {
-                keys: vec![k0.clone()],
-                owner: "gw-1".into()
-            }
-        );
-        assert_eq!(
-            store.get("t1", "alice").await.unwrap().unwrap().status,
-            TaskStatus::InputRequired
-        );
-
-        let again = store
-            .accept_input_responses("t1", "alice", answer(&k0))
-            .await
-            .unwrap();
-        assert_eq!(
-            again,
-            UpdateOutcome::Accepted {
-                keys: vec![],
-                owner: "gw-1".into()
-            }
-        );
-        store
-            .accept_input_responses("t1", "alice", answer(&k1))
-            .await
-            .unwrap();
-        assert_eq!(
-            store.get("t1", "alice").await.unwrap().unwrap().status,
-            TaskStatus::Working
-        );
-
-        assert_eq!(store.take_answers("t1").await.unwrap().len(), 2);
-        assert!(store.take_answers("t1").await.unwrap().is_empty());
-        let k2 = store
-            .add_input_request("t1", elicit())
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(![k0, k1].contains(&k2));
-    }
-
-    #[tokio::test]
-    async fn a_round_of_requests_is_added_at_once_with_fresh_keys() {
-        let store = MemoryStore::start();
-        store.create(record("t1", 60_000)).await.unwrap();
-        let first = store
-            .add_input_request("t1", elicit())
-            .await
-            .unwrap()
-            .unwrap();
-        let round = store
-            .add_input_requests("t1", vec![elicit(), elicit()])
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(round, ["input-1", "input-2"]);
-        assert!(!round.contains(&first));
-        let task = store.get("t1", "alice").await.unwrap().unwrap();
-        assert_eq!(task.input_requests.len(), 3);
-        assert_eq!(task.status, TaskStatus::InputRequired);
-        store.cancel("t1", "alice").await.unwrap();
-        assert!(
-            store
-                .add_input_requests("t1", vec![elicit()])
-                .await
-                .unwrap()
-                .is_none()
-        );
-    }
-
-    #[tokio::test]
-    async fn terminal_states_are_final() {
-        let store = MemoryStore::start();
-        store.create(record("t1", 60_000)).await.unwrap();
-        assert!(matches!(
-            store.cancel("t1", "alice").await.unwrap(),
-            CancelOutcome::Cancelled { .. }
-        ));
-        let late = Outcome::Completed(serde_json::value::to_raw_value(&json!({})).unwrap());
-        assert!(!store.finish("t1", late).await.unwrap());
-        assert_eq!(
-            store.cancel("t1", "alice").await.unwrap(),
-            CancelOutcome::AlreadyTerminal
-        );
-        let task = store.get("t1", "alice").await.unwrap().unwrap();
-        assert_eq!(task.status, TaskStatus::Cancelled);
-        assert!(
-            store
-                .add_input_request("t1", elicit())
-                .await
-                .unwrap()
-                .is_none()
-        );
-    }
-
-    #[tokio::test]
-    async fn expired_tasks_are_gone() {
-        let store = MemoryStore::start();
-        store.create(record("t1", 0)).await.unwrap();
-        assert!(store.get("t1", "alice").await.unwrap().is_none());
+        let mut task = contract::record("gw-1");
+        task.ttl_ms = 0;
+        store.create(task).await.unwrap();
         store.sweep_expired(now_ms());
         assert!(store.lock().is_empty());
     }

@@ -28,8 +28,8 @@ use tokio::sync::mpsc;
 pub use conn::Target;
 
 use super::{
-    CancelOutcome, Lease, Outcome, StoreError, TaskRecord, TaskStore, UpdateOutcome, WakeReceiver,
-    metrics, now_ms,
+    CancelOutcome, Lease, MembershipStore, Outcome, StoreError, TaskRecord, TaskStore,
+    UpdateOutcome, WakeReceiver, WakeUps, metrics, now_ms,
 };
 use crate::protocol::wire::{InputRequest, TaskStatus};
 use conn::Conn;
@@ -94,8 +94,8 @@ fn pipe_of(cmds: impl IntoIterator<Item = redis::Cmd>) -> Pipeline {
     pipe
 }
 
-fn corrupt(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(e.to_string())
+fn corrupt(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StoreError {
+    StoreError::Corrupt(e.into())
 }
 
 fn parse<T: redis::FromRedisValue>(value: Value) -> Result<T, StoreError> {
@@ -197,7 +197,7 @@ impl TaskStore for RedisStore {
         if fields.is_empty() {
             return Ok(None);
         }
-        let task = codec::decode(task_id, fields).map_err(StoreError::Corrupt)?;
+        let task = codec::decode(task_id, fields).map_err(corrupt)?;
         // Another principal's task reads exactly like an unknown one.
         if task.principal != principal || task.expires_at_ms() <= now_ms() {
             return Ok(None);
@@ -223,15 +223,6 @@ impl TaskStore for RedisStore {
         cmd.arg(now_ms()).arg(message);
         self.eval("set_message", cmd).await?;
         Ok(())
-    }
-
-    async fn add_input_request(
-        &self,
-        task_id: &str,
-        request: InputRequest,
-    ) -> Result<Option<String>, StoreError> {
-        let keys = self.add_input_requests(task_id, vec![request]).await?;
-        Ok(keys.and_then(|keys| keys.into_iter().next()))
     }
 
     async fn add_input_requests(
@@ -380,6 +371,14 @@ impl TaskStore for RedisStore {
         }
     }
 
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.conn.one("ping", redis::cmd("PING")).await?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl WakeUps for RedisStore {
     async fn wake(&self, owner: &str, task_id: &str) -> Result<(), StoreError> {
         if owner == self.settings.instance_id
             && let Some(tx) = self
@@ -410,12 +409,10 @@ impl TaskStore for RedisStore {
         );
         rx
     }
+}
 
-    async fn ping(&self) -> Result<(), StoreError> {
-        self.conn.one("ping", redis::cmd("PING")).await?;
-        Ok(())
-    }
-
+#[async_trait]
+impl MembershipStore for RedisStore {
     async fn renew_lease(&self, lease: &Lease<'_>) -> Result<bool, StoreError> {
         leases::renew(self, lease).await
     }

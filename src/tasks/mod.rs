@@ -4,6 +4,7 @@
 mod limits;
 pub mod mrtr;
 pub mod policy;
+pub mod render;
 mod runner;
 
 use std::collections::HashMap;
@@ -17,7 +18,9 @@ use tokio::sync::{Notify, oneshot};
 
 use crate::protocol::jsonrpc::ErrorObject;
 use crate::protocol::wire::TaskStatus;
-use crate::store::{CancelOutcome, StoreError, TaskRecord, TaskStore, UpdateOutcome, now_ms};
+use crate::store::{
+    CancelOutcome, Store, StoreError, TaskRecord, TaskStore, UpdateOutcome, WakeUps, now_ms,
+};
 use crate::telemetry;
 use crate::upstream::Upstream;
 
@@ -63,6 +66,7 @@ pub enum Started {
 
 pub struct TaskService {
     store: Arc<dyn TaskStore>,
+    wakeups: Arc<dyn WakeUps>,
     upstream: Arc<dyn Upstream>,
     settings: TaskSettings,
     /// Wake-up handles of the runners on this instance, by task id.
@@ -76,15 +80,12 @@ pub struct TaskService {
 }
 
 impl TaskService {
-    pub fn start(
-        store: Arc<dyn TaskStore>,
-        upstream: Arc<dyn Upstream>,
-        settings: TaskSettings,
-    ) -> Arc<Self> {
-        let mut wakeups = store.wakeups(&settings.instance_id);
+    pub fn start(store: &Store, upstream: Arc<dyn Upstream>, settings: TaskSettings) -> Arc<Self> {
+        let mut wakeups = store.wakeups.wakeups(&settings.instance_id);
         let running_limit = limits::RunningLimit::new(settings.max_running_per_principal);
         let service = Arc::new(Self {
-            store,
+            store: store.tasks.clone(),
+            wakeups: store.wakeups.clone(),
             upstream,
             settings,
             runners: Mutex::new(HashMap::new()),
@@ -273,7 +274,7 @@ impl TaskService {
                 if !keys.is_empty() {
                     telemetry::input_requests_answered(keys.len());
                     tracing::debug!(task_id, ?keys, "accepted input responses");
-                    self.store
+                    self.wakeups
                         .wake(&owner, task_id)
                         .await
                         .map_err(store_error)?;
@@ -294,7 +295,10 @@ impl TaskService {
             CancelOutcome::AlreadyTerminal => Ok(()),
             CancelOutcome::Cancelled { owner } => {
                 tracing::info!(task_id, "task cancelled by the client");
-                self.store.wake(&owner, task_id).await.map_err(store_error)
+                self.wakeups
+                    .wake(&owner, task_id)
+                    .await
+                    .map_err(store_error)
             }
         }
     }

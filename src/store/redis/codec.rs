@@ -77,48 +77,89 @@ pub fn outcome_fields(outcome: &Outcome) -> Result<(TaskStatus, Vec<String>), se
     })
 }
 
+/// Why a stored task could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("task {task_id} has no field {field:?}")]
+    Missing {
+        task_id: String,
+        field: &'static str,
+    },
+    #[error("task {task_id}: field {field:?} is not a number: {source}")]
+    NotANumber {
+        task_id: String,
+        field: &'static str,
+        #[source]
+        source: std::num::ParseIntError,
+    },
+    #[error("task {task_id} has an unknown status {status:?}")]
+    UnknownStatus { task_id: String, status: String },
+    #[error("task {task_id}: field {field:?}: {source}")]
+    Json {
+        task_id: String,
+        field: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
 /// The task stored in `fields` (an HGETALL reply).
-pub fn decode(task_id: &str, mut fields: HashMap<String, String>) -> Result<TaskRecord, String> {
-    let mut take = |name: &str| {
-        fields
-            .remove(name)
-            .ok_or_else(|| format!("task {task_id} has no field {name:?}"))
+pub fn decode(
+    task_id: &str,
+    mut fields: HashMap<String, String>,
+) -> Result<TaskRecord, DecodeError> {
+    let mut take = |field: &'static str| {
+        fields.remove(field).ok_or_else(|| DecodeError::Missing {
+            task_id: task_id.to_owned(),
+            field,
+        })
     };
-    let number = |name: &str, text: String| {
+    let number = |field: &'static str, text: String| {
         text.parse::<u64>()
-            .map_err(|_| format!("task {task_id}: field {name:?} is not a number"))
+            .map_err(|source| DecodeError::NotANumber {
+                task_id: task_id.to_owned(),
+                field,
+                source,
+            })
     };
-    fn json_err(task_id: &str, name: &str) -> impl Fn(serde_json::Error) -> String {
-        let at = format!("task {task_id}: field {name:?}");
-        move |e| format!("{at}: {e}")
-    }
+    let json_err = |field: &str| {
+        let field = field.to_owned();
+        move |source| DecodeError::Json {
+            task_id: task_id.to_owned(),
+            field,
+            source,
+        }
+    };
 
     let principal = take("principal")?;
     let owner = take("owner")?;
-    let status = parse_status(&take("status")?)
-        .ok_or_else(|| format!("task {task_id} has an unknown status"))?;
+    let status_text = take("status")?;
+    let status = parse_status(&status_text).ok_or_else(|| DecodeError::UnknownStatus {
+        task_id: task_id.to_owned(),
+        status: status_text,
+    })?;
     let created_at_ms = number("created", take("created")?)?;
     let last_updated_at_ms = number("updated", take("updated")?)?;
     let ttl_ms = number("ttl", take("ttl")?)?;
     let poll_interval_ms = number("poll", take("poll")?)?;
     let next_input_key = number("next", take("next")?)?;
-    let request = RawValue::from_string(take("request")?).map_err(json_err(task_id, "request"))?;
+    let request = RawValue::from_string(take("request")?).map_err(json_err("request"))?;
     let status_message = fields.remove("msg");
     let result = fields
         .remove("result")
         .map(RawValue::from_string)
         .transpose()
-        .map_err(json_err(task_id, "result"))?;
+        .map_err(json_err("result"))?;
     let error: Option<ErrorObject> = fields
         .remove("error")
         .map(|e| serde_json::from_str(&e))
         .transpose()
-        .map_err(json_err(task_id, "error"))?;
+        .map_err(json_err("error"))?;
     let upstream_state: Option<Value> = fields
         .remove("ustate")
         .map(|s| serde_json::from_str(&s))
         .transpose()
-        .map_err(json_err(task_id, "ustate"))?;
+        .map_err(json_err("ustate"))?;
 
     let mut task = TaskRecord {
         task_id: task_id.to_owned(),
@@ -140,11 +181,10 @@ pub fn decode(task_id: &str, mut fields: HashMap<String, String>) -> Result<Task
     };
     for (name, value) in fields {
         if let Some(key) = name.strip_prefix(INPUT_PREFIX) {
-            let request: InputRequest =
-                serde_json::from_str(&value).map_err(json_err(task_id, &name))?;
+            let request: InputRequest = serde_json::from_str(&value).map_err(json_err(&name))?;
             task.input_requests.insert(key.to_owned(), request);
         } else if let Some(key) = name.strip_prefix(ANSWER_PREFIX) {
-            let answer: Value = serde_json::from_str(&value).map_err(json_err(task_id, &name))?;
+            let answer: Value = serde_json::from_str(&value).map_err(json_err(&name))?;
             task.answers.insert(key.to_owned(), answer);
         }
     }

@@ -220,7 +220,9 @@ impl Failure {
                 StoreError::Unavailable("Redis lost the gateway's scripts; retry".into())
             }
             Failure::Redis(e) => StoreError::Unavailable(describe(&e)),
-            Failure::Server(e) => StoreError::Corrupt(format!("Redis answered an error: {e}")),
+            Failure::Server(e) => {
+                StoreError::Corrupt(format!("Redis answered an error: {e}").into())
+            }
         }
     }
 }

@@ -8,7 +8,7 @@
 
 use redis::Value;
 
-use super::{INSTANCES_KEY, RedisStore, lease_key, owned_key, parse, pipe_of, task_key};
+use super::{INSTANCES_KEY, RedisStore, corrupt, lease_key, owned_key, parse, pipe_of, task_key};
 use crate::protocol::jsonrpc::ErrorObject;
 use crate::protocol::wire::TaskStatus;
 use crate::store::{INSTANCE_LOST, INSTANCE_STOPPED, Lease, StoreError, metrics, now_ms};
@@ -111,8 +111,7 @@ pub(super) async fn fail_owned_tasks(
     if task_ids.is_empty() {
         return Ok(0);
     }
-    let error = serde_json::to_string(&ErrorObject::internal(message))
-        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let error = serde_json::to_string(&ErrorObject::internal(message)).map_err(corrupt)?;
     let now = now_ms();
     let fails = task_ids
         .iter()

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use redis::RedisError;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::conn::Target;
@@ -55,6 +56,17 @@ pub(super) fn spawn_subscriber(
     });
 }
 
+/// Why a subscription ended while the receiver still wanted wake-ups.
+#[derive(Debug, thiserror::Error)]
+enum SubscriptionLost {
+    #[error("Redis: {0}")]
+    Redis(#[from] RedisError),
+    #[error("{0} timed out")]
+    TimedOut(&'static str),
+    #[error("connection closed")]
+    Closed,
+}
+
 /// Listens until the connection fails (`Err`) or the receiver is gone (`Ok`).
 async fn listen(
     url: &str,
@@ -63,17 +75,15 @@ async fn listen(
     tx: &UnboundedSender<String>,
     subscribed: &mut bool,
     was_down: bool,
-) -> Result<(), String> {
-    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+) -> Result<(), SubscriptionLost> {
+    let client = redis::Client::open(url)?;
     let pubsub = tokio::time::timeout(timeout, client.get_async_pubsub())
         .await
-        .map_err(|_| "connect timed out".to_owned())?
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| SubscriptionLost::TimedOut("connect"))??;
     let (mut sink, mut stream) = pubsub.split();
     tokio::time::timeout(timeout, sink.subscribe(channel))
         .await
-        .map_err(|_| "SUBSCRIBE timed out".to_owned())?
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| SubscriptionLost::TimedOut("SUBSCRIBE"))??;
     *subscribed = true;
     if was_down {
         tracing::info!(channel, "wake-up subscription restored");
@@ -90,7 +100,7 @@ async fn listen(
         tokio::select! {
             message = stream.next() => {
                 let Some(message) = message else {
-                    return Err("connection closed".into());
+                    return Err(SubscriptionLost::Closed);
                 };
                 if let Ok(task_id) = message.get_payload::<String>()
                     && tx.send(task_id).is_err()
@@ -101,8 +111,7 @@ async fn listen(
             _ = check.tick() => {
                 tokio::time::timeout(timeout, sink.ping::<redis::Value>())
                     .await
-                    .map_err(|_| "PING timed out".to_owned())?
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|_| SubscriptionLost::TimedOut("PING"))??;
             }
             () = tx.closed() => return Ok(()),
         }

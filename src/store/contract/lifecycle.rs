@@ -1,0 +1,292 @@
+//! Who sees a task, how it moves between states, and when it is gone.
+
+use std::time::Instant;
+
+use super::*;
+
+pub(crate) async fn a_task_is_seen_only_by_its_principal(subject: &impl Subject) {
+    let store = subject.instance(OWNER);
+    store.tasks.ping().await.unwrap();
+    let task = record(OWNER);
+    let id = task.task_id.clone();
+    store.tasks.create(task.clone()).await.unwrap();
+    assert!(matches!(
+        store.tasks.create(task.clone()).await,
+        Err(StoreError::Duplicate(_))
+    ));
+    let got = fetch(&subject.instance(OTHER), &id).await;
+    assert_eq!(
+        (got.status, got.owner.as_str(), got.request.get()),
+        (TaskStatus::Working, OWNER, task.request.get())
+    );
+    assert_eq!(
+        (got.created_at_ms, got.ttl_ms, got.poll_interval_ms),
+        (task.created_at_ms, task.ttl_ms, task.poll_interval_ms)
+    );
+
+    // Another principal gets what an unknown id gets, and changes nothing.
+    let key = add_input(&store, &id).await;
+    let response = answer(&key, json!({"action": "accept"}));
+    for unknown in [id.as_str(), &uuid::Uuid::new_v4().to_string(), "not-a-task"] {
+        let principal = if unknown == id { "mallory" } else { ALICE };
+        assert!(store.tasks.get(unknown, principal).await.unwrap().is_none());
+        assert_eq!(
+            store.tasks.cancel(unknown, principal).await.unwrap(),
+            CancelOutcome::NotFound
+        );
+        assert_eq!(
+            store
+                .tasks
+                .accept_input_responses(unknown, principal, response.clone())
+                .await
+                .unwrap(),
+            UpdateOutcome::NotFound
+        );
+    }
+    let untouched = fetch(&store, &id).await;
+    assert_eq!(untouched.status, TaskStatus::InputRequired);
+    assert!(untouched.input_requests.contains_key(&key));
+
+    store.tasks.delete(&id).await.unwrap();
+    assert!(store.tasks.get(&id, ALICE).await.unwrap().is_none());
+    store.tasks.delete(&id).await.unwrap();
+}
+
+pub(crate) async fn input_required_then_working_again(subject: &impl Subject) {
+    let store = subject.instance(OWNER);
+    let id = create(&store).await;
+    let key = add_input(&store, &id).await;
+    let waiting = fetch(&store, &id).await;
+    assert_eq!(waiting.status, TaskStatus::InputRequired);
+    assert_eq!(waiting.input_requests.get(&key), Some(&elicit()));
+
+    let response = json!({"action": "accept", "content": {"name": "Ada"}});
+    let other = subject.instance(OTHER);
+    assert_eq!(
+        accept(&other, &id, answer(&key, response.clone())).await,
+        accepted(&[&key])
+    );
+    let working = fetch(&store, &id).await;
+    assert_eq!(working.status, TaskStatus::Working);
+    assert!(working.input_requests.is_empty());
+    assert_eq!(
+        store.tasks.take_answers(&id).await.unwrap(),
+        vec![(key, response)]
+    );
+
+    // An input request the upstream withdraws leaves the task working again.
+    let withdrawn = add_input(&store, &id).await;
+    store
+        .tasks
+        .withdraw_input_request(&id, "input-99")
+        .await
+        .unwrap();
+    assert_eq!(fetch(&store, &id).await.status, TaskStatus::InputRequired);
+    store
+        .tasks
+        .withdraw_input_request(&id, &withdrawn)
+        .await
+        .unwrap();
+    let working = fetch(&store, &id).await;
+    assert_eq!(working.status, TaskStatus::Working);
+    assert!(working.input_requests.is_empty());
+}
+
+pub(crate) async fn completed_keeps_the_result_byte_for_byte(subject: &impl Subject) {
+    let store = subject.instance(OWNER);
+    let id = create(&store).await;
+    store
+        .tasks
+        .set_status_message(&id, "half way")
+        .await
+        .unwrap();
+    assert_eq!(
+        fetch(&store, &id).await.status_message.as_deref(),
+        Some("half way")
+    );
+    // Big integers and odd spacing must come back unchanged.
+    let result = r#"{"content":[], "big":123456789012345678901234567890}"#;
+    assert!(
+        store
+            .tasks
+            .finish(&id, Outcome::Completed(raw(result)))
+            .await
+            .unwrap()
+    );
+    let done = fetch(&subject.instance(OTHER), &id).await;
+    assert_eq!(done.status, TaskStatus::Completed);
+    assert_eq!(done.result.as_ref().map(|r| r.get()), Some(result));
+    assert_eq!(done.status_message.as_deref(), Some("half way"));
+    assert!(done.error.is_none());
+}
+
+pub(crate) async fn failed_keeps_the_error_and_says_why(subject: &impl Subject) {
+    let store = subject.instance(OWNER);
+    let id = create(&store).await;
+    add_input(&store, &id).await;
+    let failure = Outcome::gateway_failure("upstream lost");
+    assert!(store.tasks.finish(&id, failure).await.unwrap());
+    let failed = fetch(&store, &id).await;
+    assert_eq!(failed.status, TaskStatus::Failed);
+    assert_eq!(failed.status_message.as_deref(), Some("upstream lost"));
+    assert_eq!(failed.error.as_ref().map(|e| e.code), Some(-32603));
+    assert!(failed.input_requests.is_empty());
+    assert!(failed.result.is_none());
+}
+
+pub(crate) async fn cancelled_drops_outstanding_input_and_names_the_owner(subject: &impl Subject) {
+    let store = subject.instance(OWNER);
+    let id = create(&store).await;
+    let first = add_input(&store, &id).await;
+    add_input(&store, &id).await;
+    accept(&store, &id, answer(&first, json!({"action": "decline"}))).await;
+    // Any instance may cancel; the answer names the owner that must stop the call.
+    assert_eq!(
+        subject
+            .instance(OTHER)
+            .tasks
+            .cancel(&id, ALICE)
+            .await
+            .unwrap(),
+        CancelOutcome::Cancelled {
+            owner: OWNER.into()
+        }
+    );
+    let cancelled = fetch(&store, &id).await;
+    assert_eq!(cancelled.status, TaskStatus::Cancelled);
+    assert_eq!(
+        cancelled.status_message.as_deref(),
+        Some("cancelled by the client")
+    );
+    assert!(cancelled.input_requests.is_empty());
+    assert!(store.tasks.take_answers(&id).await.unwrap().is_empty());
+}
+
+pub(crate) async fn terminal_states_are_final(subject: &impl Subject) {
+    let store = subject.instance(OWNER);
+    let ends = [
+        Outcome::Completed(raw(r#"{"content":[]}"#)),
+        Outcome::gateway_failure("boom"),
+        Outcome::Cancelled {
+            message: "cancelled by the client".into(),
+        },
+    ];
+    for end in ends {
+        let id = create(&store).await;
+        let status = end.status();
+        if status == TaskStatus::Cancelled {
+            assert!(matches!(
+                store.tasks.cancel(&id, ALICE).await.unwrap(),
+                CancelOutcome::Cancelled { .. }
+            ));
+        } else {
+            assert!(store.tasks.finish(&id, end).await.unwrap());
+        }
+        let before = fetch(&store, &id).await;
+
+        let late = Outcome::Completed(raw(r#"{"late":true}"#));
+        assert!(!store.tasks.finish(&id, late).await.unwrap(), "{status:?}");
+        let late = Outcome::gateway_failure("late");
+        assert!(!store.tasks.finish(&id, late).await.unwrap(), "{status:?}");
+        assert_eq!(
+            store.tasks.cancel(&id, ALICE).await.unwrap(),
+            CancelOutcome::AlreadyTerminal
+        );
+        assert!(
+            store
+                .tasks
+                .add_input_request(&id, elicit())
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            store
+                .tasks
+                .add_input_requests(&id, vec![elicit(), elicit()])
+                .await
+                .unwrap()
+                .is_none()
+        );
+        store.tasks.set_status_message(&id, "late").await.unwrap();
+        let response = answer("input-0", json!({"action": "accept"}));
+        assert_eq!(accept(&store, &id, response).await, accepted(&[]));
+
+        let after = fetch(&store, &id).await;
+        assert_eq!(after.status, status);
+        assert_eq!(after.status_message, before.status_message);
+        assert_eq!(
+            after.result.as_ref().map(|r| r.get()),
+            before.result.as_ref().map(|r| r.get())
+        );
+        assert_eq!(after.error, before.error);
+        assert!(after.input_requests.is_empty());
+    }
+}
+
+pub(crate) async fn an_expired_task_is_gone(subject: &impl Subject) {
+    let store = subject.instance(OWNER);
+    // Created 10 s ago with a 5 s TTL: past its expiry from the start.
+    let mut task = record(OWNER);
+    task.created_at_ms -= 10_000;
+    task.last_updated_at_ms = task.created_at_ms;
+    task.ttl_ms = 5_000;
+    let id = task.task_id.clone();
+    store.tasks.create(task).await.unwrap();
+    assert_gone(&store, &id).await;
+
+    // A live task becomes gone once its TTL passes.
+    let mut task = record(OWNER);
+    task.ttl_ms = 300;
+    let id = task.task_id.clone();
+    store.tasks.create(task).await.unwrap();
+    fetch(&store, &id).await;
+    let start = Instant::now();
+    while store.tasks.get(&id, ALICE).await.unwrap().is_some() {
+        assert!(start.elapsed() < PATIENCE, "the task outlived its TTL");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_gone(&store, &id).await;
+}
+
+/// Every operation treats `task_id` as unknown.
+async fn assert_gone(store: &Store, task_id: &str) {
+    let tasks = &store.tasks;
+    assert!(tasks.get(task_id, ALICE).await.unwrap().is_none());
+    let response = answer("input-0", json!({"action": "accept"}));
+    assert_eq!(
+        accept(store, task_id, response).await,
+        UpdateOutcome::NotFound
+    );
+    assert_eq!(
+        tasks.cancel(task_id, ALICE).await.unwrap(),
+        CancelOutcome::NotFound
+    );
+    let late = Outcome::gateway_failure("late");
+    assert!(!tasks.finish(task_id, late).await.unwrap());
+    assert!(
+        tasks
+            .add_input_request(task_id, elicit())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        tasks
+            .add_input_requests(task_id, vec![elicit()])
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(tasks.take_answers(task_id).await.unwrap().is_empty());
+    tasks.set_status_message(task_id, "late").await.unwrap();
+    tasks
+        .set_upstream_state(task_id, Some(json!({"round": 1})))
+        .await
+        .unwrap();
+    tasks
+        .withdraw_input_request(task_id, "input-0")
+        .await
+        .unwrap();
+    assert!(tasks.get(task_id, ALICE).await.unwrap().is_none());
+}

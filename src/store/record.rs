@@ -1,0 +1,173 @@
+//! The task record and the transition rules, written in Rust for the memory store. The
+//! Redis store applies the same rules as Lua scripts (`lua/`); the contract tests
+//! (`contract/`) hold both to them.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::metrics;
+use crate::protocol::jsonrpc::ErrorObject;
+use crate::protocol::wire::{InputRequest, TaskStatus};
+
+/// Everything the gateway keeps about one task.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskRecord {
+    pub task_id: String,
+    /// Who created the task; any other caller is told the task does not exist.
+    pub principal: String,
+    /// The gateway instance running the upstream call.
+    pub owner: String,
+    pub status: TaskStatus,
+    pub status_message: Option<String>,
+    pub created_at_ms: u64,
+    pub last_updated_at_ms: u64,
+    pub ttl_ms: u64,
+    pub poll_interval_ms: u64,
+    /// Outstanding requests for the client, by key.
+    pub input_requests: BTreeMap<String, InputRequest>,
+    /// Accepted answers the owner has not yet forwarded upstream, by key.
+    pub answers: BTreeMap<String, Value>,
+    /// Keys are `input-<n>`; the counter only grows, so a key is never reused.
+    pub next_input_key: u64,
+    pub result: Option<Box<RawValue>>,
+    pub error: Option<ErrorObject>,
+    /// The tool and its arguments, as sent upstream. Kept as raw JSON: nothing on a
+    /// hot path reads it, and every Redis read would otherwise parse it into a tree.
+    pub request: Box<RawValue>,
+    /// What the runner needs to resume the upstream call elsewhere (for 2026-07-28
+    /// upstreams: the round's `requestState` and key mapping). Opaque to the store.
+    #[serde(default)]
+    pub upstream_state: Option<Value>,
+}
+
+impl TaskRecord {
+    pub fn expires_at_ms(&self) -> u64 {
+        self.created_at_ms.saturating_add(self.ttl_ms)
+    }
+
+    pub(super) fn touch(&mut self, now_ms: u64) {
+        self.last_updated_at_ms = now_ms.max(self.last_updated_at_ms);
+    }
+
+    /// Sets `statusMessage` unless the task has ended.
+    pub(super) fn set_status_message(&mut self, message: &str, now_ms: u64) {
+        if !self.status.is_terminal() {
+            self.status_message = Some(message.to_owned());
+            self.touch(now_ms);
+        }
+    }
+
+    /// Sets the status, counting the transition when it is one.
+    fn set_status(&mut self, status: TaskStatus) {
+        if self.status != status {
+            self.status = status;
+            metrics::task_reached(status);
+        }
+    }
+
+    /// Applies an input request; returns its new key. Caller checked it is not terminal.
+    pub(super) fn push_input_request(&mut self, request: InputRequest, now_ms: u64) -> String {
+        let key = format!("input-{}", self.next_input_key);
+        self.next_input_key += 1;
+        self.input_requests.insert(key.clone(), request);
+        self.set_status(TaskStatus::InputRequired);
+        self.touch(now_ms);
+        key
+    }
+
+    pub(super) fn withdraw_input_request(&mut self, key: &str, now_ms: u64) {
+        if self.input_requests.remove(key).is_some() {
+            if self.input_requests.is_empty() && !self.status.is_terminal() {
+                self.set_status(TaskStatus::Working);
+            }
+            self.touch(now_ms);
+        }
+    }
+
+    /// Moves answers for outstanding keys into `answers`; returns the accepted keys.
+    pub(super) fn accept_responses(
+        &mut self,
+        responses: Map<String, Value>,
+        now_ms: u64,
+    ) -> Vec<String> {
+        if self.status.is_terminal() {
+            return Vec::new();
+        }
+        let mut accepted = Vec::new();
+        for (key, response) in responses {
+            if self.input_requests.remove(&key).is_some() {
+                self.answers.insert(key.clone(), response);
+                accepted.push(key);
+            }
+        }
+        if !accepted.is_empty() {
+            if self.input_requests.is_empty() {
+                self.set_status(TaskStatus::Working);
+            }
+            self.touch(now_ms);
+        }
+        accepted
+    }
+
+    pub(super) fn finish(&mut self, outcome: Outcome, now_ms: u64) -> bool {
+        if self.status.is_terminal() {
+            return false;
+        }
+        self.input_requests.clear();
+        self.answers.clear();
+        match outcome {
+            Outcome::Completed(result) => {
+                self.set_status(TaskStatus::Completed);
+                self.result = Some(result);
+            }
+            Outcome::Failed { error, message } => {
+                self.set_status(TaskStatus::Failed);
+                self.status_message = Some(message);
+                self.error = Some(error);
+            }
+            Outcome::Cancelled { message } => {
+                self.set_status(TaskStatus::Cancelled);
+                self.status_message = Some(message);
+            }
+        }
+        self.touch(now_ms);
+        true
+    }
+}
+
+/// How a task ends.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// The upstream's result, `isError: true` included.
+    Completed(Box<RawValue>),
+    /// A JSON-RPC error, or the upstream was lost or timed out.
+    Failed {
+        error: ErrorObject,
+        message: String,
+    },
+    Cancelled {
+        message: String,
+    },
+}
+
+impl Outcome {
+    /// The status a task ends in with this outcome.
+    pub fn status(&self) -> TaskStatus {
+        match self {
+            Outcome::Completed(_) => TaskStatus::Completed,
+            Outcome::Failed { .. } => TaskStatus::Failed,
+            Outcome::Cancelled { .. } => TaskStatus::Cancelled,
+        }
+    }
+
+    /// A failure the gateway itself reports (`-32603` with `message` as statusMessage).
+    pub fn gateway_failure(message: &str) -> Self {
+        Outcome::Failed {
+            error: ErrorObject::internal(message),
+            message: message.to_owned(),
+        }
+    }
+}
