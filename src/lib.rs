@@ -1,7 +1,13 @@
 //! mcp-task-gateway: a reverse proxy that gives plain MCP servers the Tasks extension.
 //!
-//! Data flows one way: `server` (HTTP) → `protocol` (MCP shapes and rules) → `tasks`
-//! (task lifecycle) → `store` (task state) and `upstream` (the plain MCP server).
+//! Requests flow one way: `server` (HTTP) → `tasks` (task lifecycle) → `store` (task
+//! state) and `upstream` (the plain MCP server). `protocol` (MCP shapes, names and rules)
+//! is a leaf every layer uses.
+
+// A panic in a request or a runner is a bug; unit tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+// The one audited exception is the signal to a stdio server's process group.
+#![deny(unsafe_code)]
 
 pub mod cluster;
 pub mod config;

@@ -120,6 +120,7 @@ pub fn signal_group(pid: u32, signal: Signal) {
         };
         // SAFETY: kill(2) takes plain integers; a negative pid addresses the group
         // this gateway created for the child (`process_group(0)`).
+        #[allow(unsafe_code)]
         unsafe {
             libc::kill(-pid, signal);
         }
