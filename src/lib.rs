@@ -9,15 +9,15 @@
 // The one audited exception is the signal to a stdio server's process group.
 #![deny(unsafe_code)]
 
-pub mod cluster;
+mod cluster;
 pub mod config;
-pub mod config_file;
+mod config_file;
 pub mod protocol;
-pub mod server;
+mod server;
 pub mod store;
 pub mod tasks;
 pub mod telemetry;
-pub mod upstream;
+mod upstream;
 
 use std::sync::Arc;
 use std::time::Duration;

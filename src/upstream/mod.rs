@@ -14,7 +14,7 @@ pub mod tool_headers;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-pub use legacy::{LegacyUpstream, Session};
+pub use legacy::LegacyUpstream;
 pub use stream::{CallStream, UpstreamEvent};
 
 use crate::protocol::jsonrpc::ErrorObject;
