@@ -8,13 +8,14 @@
 //!
 //! `cargo bench --bench hot_paths`; see BENCHMARKS.md.
 
+use mcp_task_gateway::protocol::names::STATELESS_VERSION;
 use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use http::{HeaderMap, HeaderValue};
 use mcp_task_gateway::protocol::headers::{self, MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
 use mcp_task_gateway::protocol::jsonrpc::{self, Message};
-use mcp_task_gateway::protocol::meta::{self, MODERN_PROTOCOL_VERSION};
+use mcp_task_gateway::protocol::meta;
 use mcp_task_gateway::protocol::wire::{ResultType, TaskStatus};
 use mcp_task_gateway::store::TaskRecord;
 use mcp_task_gateway::tasks::render::task_result;
@@ -29,7 +30,7 @@ fn modern_params(mut params: Value, tasks: bool) -> Value {
         json!({})
     };
     params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": MODERN_PROTOCOL_VERSION,
+        "io.modelcontextprotocol/protocolVersion": STATELESS_VERSION,
         "io.modelcontextprotocol/clientCapabilities": capabilities,
         "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "0"},
     });
@@ -41,7 +42,7 @@ fn body(method: &str, params: Value) -> Vec<u8> {
         .unwrap()
 }
 
-/// What `server::classify` and `modern::handle` look at before routing: the message,
+/// What `server::classify` and `stateless::handle` look at before routing: the message,
 /// its `_meta` protocol version, the client capabilities and the tasks extension.
 fn classify(body: &[u8]) -> (bool, bool) {
     let message = Message::parse(body).expect("valid JSON-RPC");
@@ -49,7 +50,7 @@ fn classify(body: &[u8]) -> (bool, bool) {
         Message::Request { params, .. } | Message::Notification { params, .. } => params.as_ref(),
         Message::Response { .. } => None,
     };
-    let modern = meta::protocol_version(params) == Some(MODERN_PROTOCOL_VERSION);
+    let modern = meta::protocol_version(params) == Some(STATELESS_VERSION);
     let declared =
         modern && meta::client_capabilities(params).is_some() && meta::declares_tasks(params);
     black_box(&message);
@@ -168,17 +169,17 @@ fn bench_headers(c: &mut Criterion) {
     let get_params = json!({"taskId": TASK_ID});
     let encoded_params = json!({"name": "Hello, 世界"});
     let call = headers_of(&[
-        (MCP_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSION),
+        (MCP_PROTOCOL_VERSION, STATELESS_VERSION),
         (MCP_METHOD, "tools/call"),
         (MCP_NAME, "echo"),
     ]);
     let get = headers_of(&[
-        (MCP_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSION),
+        (MCP_PROTOCOL_VERSION, STATELESS_VERSION),
         (MCP_METHOD, "tasks/get"),
         (MCP_NAME, TASK_ID),
     ]);
     let encoded = headers_of(&[
-        (MCP_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSION),
+        (MCP_PROTOCOL_VERSION, STATELESS_VERSION),
         (MCP_METHOD, "tools/call"),
         (MCP_NAME, "=?base64?SGVsbG8sIOS4lueVjA==?="),
     ]);
@@ -199,7 +200,7 @@ fn bench_headers(c: &mut Criterion) {
                     black_box(headers),
                     method,
                     Some(params),
-                    MODERN_PROTOCOL_VERSION,
+                    STATELESS_VERSION,
                     true,
                 )
                 .unwrap()

@@ -1,9 +1,10 @@
 //! Completing a 2025-xx upstream's answers so that 2026-07-28 clients, which validate
 //! every result against their schema, accept them.
 
+use super::names::STATELESS_VERSION;
 use serde_json::{Map, Value, json};
 
-use super::meta::{META_SERVER_INFO, MODERN_PROTOCOL_VERSION, TASKS_EXTENSION};
+use super::meta::{META_SERVER_INFO, TASKS_EXTENSION};
 use super::param_headers;
 
 /// Results that 2026-07-28 makes cacheable: they need `ttlMs` and `cacheScope`.
@@ -70,7 +71,7 @@ pub fn discover_result(initialize: &Value) -> Value {
     }
     let mut result = json!({
         "resultType": "complete",
-        "supportedVersions": [MODERN_PROTOCOL_VERSION],
+        "supportedVersions": [STATELESS_VERSION],
         "capabilities": capabilities,
         "ttlMs": 0,
         "cacheScope": "private",
@@ -92,7 +93,7 @@ pub fn modern_discover_result(upstream: &Value) -> Value {
         return discover_result(&json!({}));
     };
     obj.insert("resultType".into(), "complete".into());
-    obj.insert("supportedVersions".into(), json!([MODERN_PROTOCOL_VERSION]));
+    obj.insert("supportedVersions".into(), json!([STATELESS_VERSION]));
     let capabilities = obj.entry("capabilities").or_insert_with(|| json!({}));
     if let Some(capabilities) = capabilities.as_object_mut() {
         capabilities.remove("tasks");
@@ -111,7 +112,7 @@ pub fn modern_discover_result(upstream: &Value) -> Value {
 /// 2026-07-28 `server/discover` result, for code that reads server information.
 pub fn server_info_of_discover(discover: &Value) -> Value {
     let mut info = json!({
-        "protocolVersion": MODERN_PROTOCOL_VERSION,
+        "protocolVersion": STATELESS_VERSION,
         "capabilities": discover.get("capabilities").cloned().unwrap_or_else(|| json!({})),
     });
     if let Some(server) = discover.get("_meta").and_then(|m| m.get(META_SERVER_INFO)) {

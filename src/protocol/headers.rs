@@ -1,20 +1,19 @@
 //! The standard request headers of 2026-07-28 (`MCP-Protocol-Version`, `Mcp-Method`,
 //! `Mcp-Name`) checked against the body. A mismatch is HTTP 400 with -32020.
 
+use super::names::method;
 use base64::Engine;
 use http::HeaderMap;
 use serde_json::Value;
 
 use super::jsonrpc::{ErrorObject, code};
 
-pub const MCP_METHOD: &str = "mcp-method";
-pub const MCP_NAME: &str = "mcp-name";
-pub const MCP_PROTOCOL_VERSION: &str = "mcp-protocol-version";
+pub use super::names::header::{MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
 
 /// Which body field `Mcp-Name` mirrors, for the methods that carry it.
 pub fn name_field(method: &str) -> Option<&'static str> {
     match method {
-        "tools/call" | "prompts/get" => Some("name"),
+        method::TOOLS_CALL | method::PROMPTS_GET => Some("name"),
         "resources/read" => Some("uri"),
         "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
         _ => None,

@@ -2,9 +2,8 @@
 
 use serde_json::{Map, Value};
 
-pub const MODERN_PROTOCOL_VERSION: &str = "2026-07-28";
-/// The version the gateway speaks to legacy (session-based) upstreams.
-pub const LEGACY_PROTOCOL_VERSION: &str = "2025-11-25";
+use super::names::{STATELESS_VERSION, gateway_info};
+
 pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
@@ -76,15 +75,12 @@ pub fn with_modern_meta(params: Option<Value>, capabilities: &Map<String, Value>
         *meta = Value::Object(Map::new());
     }
     if let Some(meta) = meta.as_object_mut() {
-        meta.insert(META_PROTOCOL_VERSION.into(), MODERN_PROTOCOL_VERSION.into());
+        meta.insert(META_PROTOCOL_VERSION.into(), STATELESS_VERSION.into());
         meta.insert(
             META_CLIENT_CAPABILITIES.into(),
             Value::Object(capabilities.clone()),
         );
-        meta.insert(
-            META_CLIENT_INFO.into(),
-            serde_json::json!({"name": "mcp-task-gateway", "version": env!("CARGO_PKG_VERSION")}),
-        );
+        meta.insert(META_CLIENT_INFO.into(), gateway_info());
     }
     Value::Object(params)
 }

@@ -5,5 +5,6 @@ pub mod headers;
 pub mod jsonrpc;
 pub mod meta;
 pub mod mrtr;
+pub mod names;
 pub mod param_headers;
 pub mod wire;

@@ -3,12 +3,13 @@
 mod accept;
 mod balance;
 mod coalesce;
-mod modern;
 mod passthrough;
 mod reply;
 mod sessions;
+mod stateless;
 pub mod workers;
 
+use crate::protocol::names::{SESSION_VERSION, STATELESS_VERSION};
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
@@ -28,7 +29,7 @@ use tracing::Instrument;
 use crate::config::Config;
 use crate::protocol::headers::{self, MCP_PROTOCOL_VERSION};
 use crate::protocol::jsonrpc::{ErrorObject, Message, code};
-use crate::protocol::meta::{self, MODERN_PROTOCOL_VERSION};
+use crate::protocol::meta;
 use crate::tasks::TaskService;
 use crate::tasks::policy::Policies;
 use crate::upstream::Upstream;
@@ -36,7 +37,8 @@ use crate::upstream::http::{Connector, HttpClient};
 use crate::upstream::lane::{self, Lane};
 use reply::Body;
 
-const SESSION_HEADER: &str = "mcp-session-id";
+use crate::protocol::names;
+use crate::protocol::names::header::MCP_SESSION_ID as SESSION_HEADER;
 /// How long in-flight requests may take to finish after shutdown begins.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
@@ -240,12 +242,12 @@ async fn mcp_endpoint(
         Err(e) => return reply::error(None, &e.to_error_object()),
     };
     match classify(&parts.headers, &message) {
-        Era::Legacy => {
+        Era::Session => {
             "legacy_passthrough".clone_into(method);
             passthrough(gateway, lane, parts, body).await
         }
         Era::Rejected(error) => reply::bad_request(message_id(&message), &error),
-        Era::Modern => {
+        Era::Stateless => {
             match &message {
                 Message::Request { method: m, .. } => m.clone_into(method),
                 Message::Notification { .. } => "notification".clone_into(method),
@@ -274,47 +276,48 @@ async fn passthrough(
     }
 }
 
+/// Which generation of client sent a request (`protocol::names` explains the two).
 enum Era {
-    Legacy,
-    Modern,
+    Session,
+    Stateless,
     Rejected(ErrorObject),
 }
 
-/// Modern requests carry their version in `_meta`; `initialize` and requests without
-/// any modern marker are legacy.
+/// Stateless requests carry their version in `_meta`; `initialize` and requests without
+/// any 2026-07-28 marker belong to sessions.
 fn classify(headers: &HeaderMap, message: &Message) -> Era {
     let (method, params) = match message {
         Message::Request { method, params, .. } | Message::Notification { method, params } => {
             (method.as_str(), params.as_ref())
         }
-        Message::Response { .. } => return Era::Legacy,
+        Message::Response { .. } => return Era::Session,
     };
-    if method == "initialize" {
-        return Era::Legacy;
+    if method == names::method::INITIALIZE {
+        return Era::Session;
     }
     let header_version = headers
         .get(MCP_PROTOCOL_VERSION)
         .and_then(|v| v.to_str().ok())
         .map(str::trim);
     match (meta::protocol_version(params), header_version) {
-        (Some(MODERN_PROTOCOL_VERSION), _) => Era::Modern,
+        (Some(STATELESS_VERSION), _) => Era::Stateless,
         (Some(other), _) => Era::Rejected(unsupported_version(other)),
-        (None, None) => Era::Legacy,
-        (None, Some(MODERN_PROTOCOL_VERSION)) => {
-            Era::Rejected(ErrorObject::invalid_params(format!(
-                "params._meta[\"{}\"] is required in {MODERN_PROTOCOL_VERSION} requests",
-                meta::META_PROTOCOL_VERSION
-            )))
-        }
-        (None, Some(v)) if v.starts_with("2024-") || v.starts_with("2025-") => Era::Legacy,
+        (None, None) => Era::Session,
+        (None, Some(STATELESS_VERSION)) => Era::Rejected(ErrorObject::invalid_params(format!(
+            "params._meta[\"{}\"] is required in {STATELESS_VERSION} requests",
+            meta::META_PROTOCOL_VERSION
+        ))),
+        (None, Some(v)) if v.starts_with("2024-") || v.starts_with("2025-") => Era::Session,
         (None, Some(other)) => Era::Rejected(unsupported_version(other)),
     }
 }
 
 fn unsupported_version(requested: &str) -> ErrorObject {
-    ErrorObject::new(code::UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version").with_data(
-        json!({"supported": [MODERN_PROTOCOL_VERSION, meta::LEGACY_PROTOCOL_VERSION], "requested": requested}),
+    ErrorObject::new(
+        code::UNSUPPORTED_PROTOCOL_VERSION,
+        "Unsupported protocol version",
     )
+    .with_data(json!({"supported": [STATELESS_VERSION, SESSION_VERSION], "requested": requested}))
 }
 
 async fn modern_message(gateway: &Gateway, parts: &Parts, message: Message) -> Response<Body> {
@@ -341,7 +344,7 @@ async fn modern_message(gateway: &Gateway, parts: &Parts, message: Message) -> R
         &parts.headers,
         &method,
         params.as_ref(),
-        MODERN_PROTOCOL_VERSION,
+        STATELESS_VERSION,
         gateway.strict_headers,
     ) {
         return reply::error(Some(&id), &error);
@@ -350,20 +353,20 @@ async fn modern_message(gateway: &Gateway, parts: &Parts, message: Message) -> R
         return reply::bad_request(
             Some(&id),
             &ErrorObject::invalid_params(format!(
-                "params._meta[\"{}\"] is required in {MODERN_PROTOCOL_VERSION} requests",
+                "params._meta[\"{}\"] is required in {STATELESS_VERSION} requests",
                 meta::META_CLIENT_CAPABILITIES
             )),
         );
     }
     let principal = gateway.principal(&parts.headers);
-    let request = modern::Request {
+    let request = stateless::Request {
         id,
         method,
         params,
         parts,
         principal,
     };
-    modern::handle(gateway, request).await
+    stateless::handle(gateway, request).await
 }
 
 fn message_id(message: &Message) -> Option<&Value> {
@@ -432,34 +435,37 @@ mod tests {
     fn rejected_code(era: Era) -> i64 {
         match era {
             Era::Rejected(error) => error.code,
-            Era::Legacy => panic!("legacy, expected a rejection"),
-            Era::Modern => panic!("modern, expected a rejection"),
+            Era::Session => panic!("legacy, expected a rejection"),
+            Era::Stateless => panic!("modern, expected a rejection"),
         }
     }
 
     #[test]
     fn the_version_in_meta_makes_a_request_modern() {
-        let message = request("tools/list", with_version(MODERN_PROTOCOL_VERSION));
-        assert!(matches!(classify(&headers(None), &message), Era::Modern));
-        let header = headers(Some(MODERN_PROTOCOL_VERSION));
-        assert!(matches!(classify(&header, &message), Era::Modern));
+        let message = request("tools/list", with_version(STATELESS_VERSION));
+        assert!(matches!(classify(&headers(None), &message), Era::Stateless));
+        let header = headers(Some(STATELESS_VERSION));
+        assert!(matches!(classify(&header, &message), Era::Stateless));
     }
 
     #[test]
     fn initialize_responses_and_unmarked_requests_are_legacy() {
-        let initialize = request("initialize", with_version(MODERN_PROTOCOL_VERSION));
-        assert!(matches!(classify(&headers(None), &initialize), Era::Legacy));
+        let initialize = request("initialize", with_version(STATELESS_VERSION));
+        assert!(matches!(
+            classify(&headers(None), &initialize),
+            Era::Session
+        ));
         let response = Message::Response {
             id: json!(1),
             outcome: Ok(json!({})),
         };
-        assert!(matches!(classify(&headers(None), &response), Era::Legacy));
+        assert!(matches!(classify(&headers(None), &response), Era::Session));
         let plain = request("tools/list", json!({}));
-        assert!(matches!(classify(&headers(None), &plain), Era::Legacy));
+        assert!(matches!(classify(&headers(None), &plain), Era::Session));
         for version in ["2025-11-25", "2025-03-26", "2024-11-05"] {
             assert!(matches!(
                 classify(&headers(Some(version)), &plain),
-                Era::Legacy
+                Era::Session
             ));
         }
     }
@@ -477,7 +483,7 @@ mod tests {
             code::UNSUPPORTED_PROTOCOL_VERSION
         );
         assert_eq!(
-            rejected_code(classify(&headers(Some(MODERN_PROTOCOL_VERSION)), &plain)),
+            rejected_code(classify(&headers(Some(STATELESS_VERSION)), &plain)),
             code::INVALID_PARAMS
         );
     }

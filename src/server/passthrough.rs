@@ -9,9 +9,9 @@ use http_body_util::{BodyExt, Full};
 use super::coalesce;
 use super::reply::{self, Body};
 use crate::protocol::jsonrpc::ErrorObject;
+use crate::upstream::http::describe_client_error;
 use crate::upstream::http::{HttpClient, prepare_to_send_on, remove_hop_by_hop};
 use crate::upstream::lane::{Lane, LaneError};
-use crate::upstream::legacy::describe_client_error;
 
 /// Sends a legacy client's request to `upstream` on the client connection's lane (through
 /// the pool when the lane is busy) and relays the answer.

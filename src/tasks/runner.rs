@@ -1,6 +1,7 @@
 //! The background half of a task: sends the `tools/call` upstream and records what
 //! comes back until the call ends, the client cancels, or the time limit passes.
 
+use crate::protocol::names::method;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -17,9 +18,6 @@ use crate::store::{Outcome, now_ms};
 use crate::telemetry;
 use crate::upstream::rounds::{self, Reply, RoundError, RoundTrip};
 use crate::upstream::{Caller, Exchange, UpstreamError, UpstreamEvent};
-
-/// Server-to-client requests that become the task's `inputRequests`.
-const INPUT_METHODS: [&str; 3] = ["elicitation/create", "sampling/createMessage", "roots/list"];
 
 pub(super) async fn run(
     service: &Arc<TaskService>,
@@ -139,7 +137,7 @@ impl RoundTrip for TaskTrip<'_> {
         let exchange = self
             .service
             .upstream
-            .open_call(&caller, "tools/call", Some(params))
+            .open_call(&caller, method::TOOLS_CALL, Some(params))
             .await
             .map_err(|e| Halt::Finish(upstream_failure(&e)))?;
         let mut attempt = Call {
@@ -208,7 +206,7 @@ impl Call<'_> {
             }
             UpstreamEvent::Response { .. } => {}
             UpstreamEvent::Notification { method, params } => match method.as_str() {
-                "notifications/progress" => {
+                method::PROGRESS => {
                     if let Some(message) = progress_message(params.as_ref())
                         && let Err(e) = self
                             .service
@@ -220,7 +218,7 @@ impl Call<'_> {
                     }
                 }
                 // The upstream gave up on one of its requests (e.g. its own timeout).
-                "notifications/cancelled" => {
+                method::CANCELLED => {
                     let request_id = params.as_ref().and_then(|p| p.get("requestId"));
                     let key = self
                         .pending
@@ -249,8 +247,8 @@ impl Call<'_> {
     }
 
     async fn on_request(&mut self, id: Value, method: String, params: Option<Value>) {
-        if !INPUT_METHODS.contains(&method.as_str()) {
-            let refusal = if method == "ping" {
+        if !method::INPUT_REQUESTS.contains(&method.as_str()) {
+            let refusal = if method == method::PING {
                 Ok(json!({}))
             } else {
                 Err(ErrorObject::new(

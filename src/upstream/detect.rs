@@ -3,6 +3,7 @@
 //! A discover result naming 2026-07-28 means a modern upstream; an answer that is not a
 //! recognised modern one means a legacy (2025-xx, session) upstream.
 
+use crate::protocol::names::STATELESS_VERSION;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,10 +13,10 @@ use serde_json::{Map, Value};
 use tokio::sync::OnceCell;
 
 use super::http::HttpClient;
-use super::modern::{ModernExchange, ModernUpstream, post};
-use super::{Caller, Exchange, LegacyUpstream, Upstream, UpstreamError};
+use super::stateless_http::{StatelessHttpExchange, StatelessHttpUpstream, post};
+use super::{Caller, Exchange, SessionHttpUpstream, Upstream, UpstreamError};
 use crate::protocol::jsonrpc::{self, ErrorObject, code};
-use crate::protocol::meta::{self, MODERN_PROTOCOL_VERSION};
+use crate::protocol::meta;
 
 /// A probe that gets no answer in this time is retried at the next use.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -55,7 +56,7 @@ pub async fn probe(
                 body: String::new(),
             });
         }
-        match ModernExchange::open(response, id).await {
+        match StatelessHttpExchange::open(response, id).await {
             Ok(mut exchange) => exchange.final_answer().await.map(Some),
             // A 4xx with no JSON-RPC error in it: not a modern server.
             Err(UpstreamError::Status { .. }) => Ok(None),
@@ -80,7 +81,7 @@ pub async fn probe(
 fn names_modern_version(versions: Option<&Value>) -> bool {
     versions
         .and_then(Value::as_array)
-        .is_some_and(|v| v.iter().any(|v| v == MODERN_PROTOCOL_VERSION))
+        .is_some_and(|v| v.iter().any(|v| v == STATELESS_VERSION))
 }
 
 /// A recognised modern error about the probe itself. An unsupported-version error that
@@ -121,7 +122,7 @@ impl AutoUpstream {
                     match probe(&self.client, &self.url, caller.auth).await? {
                         Generation::Modern(discovered) => {
                             tracing::info!(upstream = %self.url, "upstream speaks 2026-07-28");
-                            Arc::new(ModernUpstream::new(
+                            Arc::new(StatelessHttpUpstream::new(
                                 self.client.clone(),
                                 self.url.clone(),
                                 discovered,
@@ -129,7 +130,7 @@ impl AutoUpstream {
                         }
                         Generation::Legacy => {
                             tracing::info!(upstream = %self.url, "upstream speaks a 2025 (session) version");
-                            LegacyUpstream::new(self.client.clone(), self.url.clone(), &self.roots)
+                            SessionHttpUpstream::new(self.client.clone(), self.url.clone(), &self.roots)
                         }
                     };
                 Ok(upstream)

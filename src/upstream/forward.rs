@@ -1,6 +1,7 @@
 //! One request sent upstream and its final answer, for requests the gateway forwards
 //! without making a task of them.
 
+use crate::protocol::names::method;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -42,7 +43,7 @@ pub async fn forward(
 }
 
 fn refuse_request(method: &str) -> Result<Value, ErrorObject> {
-    if method == "ping" {
+    if method == method::PING {
         return Ok(json!({}));
     }
     Err(ErrorObject::new(

@@ -110,7 +110,7 @@ pub async fn probe_reachable(
     let response = tokio::time::timeout(LIMIT, client.request(request))
         .await
         .map_err(|_| UpstreamError::Timeout(LIMIT.as_millis() as u64))?
-        .map_err(|e| UpstreamError::Unreachable(super::legacy::describe_client_error(&e)))?;
+        .map_err(|e| UpstreamError::Unreachable(describe_client_error(&e)))?;
     if response.status().is_server_error() {
         return Err(UpstreamError::Status {
             status: response.status().as_u16(),
@@ -118,6 +118,29 @@ pub async fn probe_reachable(
         });
     }
     Ok(())
+}
+
+/// Cuts `text` to at most `max` bytes, on a character boundary.
+pub(super) fn truncate_on_char(text: &mut String, max: usize) {
+    if text.len() > max {
+        let cut = (0..=max)
+            .rev()
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(0);
+        text.truncate(cut);
+    }
+}
+
+/// hyper's client errors print as "client error (Connect)"; the source says why.
+pub fn describe_client_error(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use tower::ServiceExt;
 
 use super::http::Connector;
-use super::legacy::describe_client_error;
+use super::http::describe_client_error;
 
 /// Why a request did not go out on the lane.
 #[derive(Debug, thiserror::Error)]

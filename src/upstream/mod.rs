@@ -4,9 +4,9 @@ pub mod detect;
 pub mod forward;
 pub mod http;
 pub mod lane;
-pub mod legacy;
-pub mod modern;
 pub mod rounds;
+pub mod session_http;
+pub mod stateless_http;
 pub mod stdio;
 pub mod stream;
 pub mod tool_headers;
@@ -14,7 +14,7 @@ pub mod tool_headers;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-pub use legacy::LegacyUpstream;
+pub use session_http::SessionHttpUpstream;
 pub use stream::{CallStream, UpstreamEvent};
 
 use crate::protocol::jsonrpc::ErrorObject;

@@ -7,6 +7,7 @@
 //! 2026-07-28 upstream's MRTR rounds become such requests too, driven by
 //! `upstream::rounds`. Every other request gets its answer as JSON.
 
+use crate::protocol::names::method;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -29,9 +30,6 @@ use crate::server::reply::{self, Body};
 use crate::upstream::rounds::{self, Reply, RoundAnswers, RoundError, RoundTrip};
 use crate::upstream::{Caller, Exchange, Upstream, UpstreamError, UpstreamEvent, forward};
 
-/// Methods whose answer may come with requests for the client or MRTR rounds.
-const STREAMED_METHODS: [&str; 3] = ["tools/call", "prompts/get", "resources/read"];
-
 /// What one request needs besides the session.
 pub(super) struct CallContext {
     pub upstream: Arc<dyn Upstream>,
@@ -47,12 +45,12 @@ pub(super) async fn serve(
     method: String,
     params: Option<Value>,
 ) -> Response<Body> {
-    if method == "ping" {
+    if method == method::PING {
         return reply::json(StatusCode::OK, jsonrpc::success_body_of(&id, &json!({})));
     }
     // The 2025-11-25 task dialect's `task` param is not the upstream's to see.
     let params = params.map(without_task_param);
-    if STREAMED_METHODS.contains(&method.as_str()) {
+    if method::MAY_ASK_FOR_INPUT.contains(&method.as_str()) {
         return streamed(session, context, id, method, params);
     }
     let caller = Caller {

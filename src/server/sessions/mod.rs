@@ -11,6 +11,7 @@ mod call;
 mod session;
 mod sse;
 
+use crate::protocol::names::method;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -23,15 +24,14 @@ use serde_json::{Map, Value, json};
 use super::Gateway;
 use super::reply::{self, Body};
 use crate::protocol::jsonrpc::{self, ErrorObject, Message, code};
-use crate::protocol::meta::LEGACY_PROTOCOL_VERSION;
+use crate::protocol::names::SESSION_VERSION;
 use crate::telemetry;
 use crate::upstream::Caller;
 use call::CallContext;
 use session::ClientSession;
 
-const SESSION_HEADER: &str = "mcp-session-id";
-/// Session-era versions a client may negotiate; others get the newest.
-const SESSION_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+use crate::protocol::names::header::MCP_SESSION_ID as SESSION_HEADER;
+use crate::protocol::names::{SESSION_VERSIONS, gateway_info};
 /// Capabilities of the client that the upstream is told of with every request.
 const CLIENT_CAPABILITIES: [&str; 3] = ["elicitation", "sampling", "roots"];
 
@@ -88,7 +88,7 @@ impl GatewaySessions {
         };
         let Some(session_id) = session_id else {
             return match message {
-                Message::Request { id, method, params } if method == "initialize" => {
+                Message::Request { id, method, params } if method == method::INITIALIZE => {
                     self.initialize(gateway, &id, params.as_ref(), parts, principal)
                         .await
                 }
@@ -105,7 +105,7 @@ impl GatewaySessions {
             return session_not_found();
         };
         match message {
-            Message::Request { id, method, .. } if method == "initialize" => reply::error(
+            Message::Request { id, method, .. } if method == method::INITIALIZE => reply::error(
                 Some(&id),
                 &ErrorObject::new(
                     code::INVALID_REQUEST,
@@ -121,7 +121,7 @@ impl GatewaySessions {
                 call::serve(session, context, id, method, params).await
             }
             Message::Notification { method, params } => {
-                if method == "notifications/cancelled"
+                if method == method::CANCELLED
                     && let Some(request_id) = params.as_ref().and_then(|p| p.get("requestId"))
                 {
                     session.cancel_call(request_id);
@@ -160,7 +160,7 @@ impl GatewaySessions {
             .and_then(Value::as_str);
         let version = requested
             .filter(|v| SESSION_VERSIONS.contains(v))
-            .unwrap_or(LEGACY_PROTOCOL_VERSION);
+            .unwrap_or(SESSION_VERSION);
         let caller = Caller {
             capabilities: &capabilities,
             auth: parts.headers.get(header::AUTHORIZATION),
@@ -275,9 +275,10 @@ fn initialize_result(server: &Value, version: &str) -> Value {
         .cloned()
         .unwrap_or_default();
     capabilities.remove("extensions");
-    let server_info = server.get("serverInfo").cloned().unwrap_or_else(
-        || json!({"name": "mcp-task-gateway", "version": env!("CARGO_PKG_VERSION")}),
-    );
+    let server_info = server
+        .get("serverInfo")
+        .cloned()
+        .unwrap_or_else(gateway_info);
     let mut result = json!({
         "protocolVersion": version,
         "capabilities": capabilities,

@@ -6,6 +6,7 @@
 //! `Suspect` until one of their calls runs to its end without asking. Calls of both run
 //! on a process of their own, so their next request is attributed with certainty.
 
+use crate::protocol::names::method;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -55,7 +56,7 @@ impl Habits {
 /// The key habits are kept under: the tool for `tools/call`, else the method.
 pub fn key_of(method: &str, params: Option<&serde_json::Value>) -> String {
     match params.and_then(|p| p.get("name")).and_then(|n| n.as_str()) {
-        Some(name) if method == "tools/call" => format!("tools/call {name}"),
+        Some(name) if method == method::TOOLS_CALL => format!("tools/call {name}"),
         _ => method.to_owned(),
     }
 }

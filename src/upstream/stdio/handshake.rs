@@ -1,13 +1,15 @@
 //! Learning what a fresh process speaks: a `server/discover` probe (2026-07-28), and
 //! the `initialize` handshake for 2025-xx servers when the probe fails.
 
+use crate::protocol::names::method;
+use crate::protocol::names::{SESSION_VERSION, STATELESS_VERSION};
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use super::link::{Era, Grants, Link, Outgoing};
+use super::link::{Generation, Grants, Link, Outgoing};
 use crate::protocol::jsonrpc::{ErrorObject, code};
-use crate::protocol::meta::{self, LEGACY_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSION};
+use crate::protocol::meta;
 use crate::upstream::{UpstreamError, UpstreamEvent};
 
 /// A legacy server may ignore the probe instead of answering it.
@@ -27,7 +29,7 @@ pub fn declared_capabilities() -> Map<String, Value> {
 }
 
 pub fn client_info() -> Value {
-    json!({"name": "mcp-task-gateway", "version": env!("CARGO_PKG_VERSION")})
+    crate::protocol::names::gateway_info()
 }
 
 /// Runs the handshake; returns the server's description in `InitializeResult` shape
@@ -35,17 +37,17 @@ pub fn client_info() -> Value {
 pub async fn handshake(link: &Link) -> Result<Value, UpstreamError> {
     match discover(link).await? {
         Some(result) => {
-            link.set_era(Era::Modern);
+            link.set_generation(Generation::Stateless);
             tracing::info!(
                 slot = link.slot,
                 pid = link.pid,
-                "upstream process speaks {MODERN_PROTOCOL_VERSION}"
+                "upstream process speaks {STATELESS_VERSION}"
             );
             Ok(initialize_shape(&result))
         }
         None => {
             let server = initialize(link).await?;
-            link.set_era(Era::Legacy);
+            link.set_generation(Generation::Session);
             let version = server
                 .get("protocolVersion")
                 .and_then(Value::as_str)
@@ -66,7 +68,7 @@ pub async fn handshake(link: &Link) -> Result<Value, UpstreamError> {
 /// all, means legacy.
 async fn discover(link: &Link) -> Result<Option<Value>, UpstreamError> {
     let params = json!({"_meta": {
-        meta::META_PROTOCOL_VERSION: MODERN_PROTOCOL_VERSION,
+        meta::META_PROTOCOL_VERSION: STATELESS_VERSION,
         meta::META_CLIENT_CAPABILITIES: declared_capabilities(),
         meta::META_CLIENT_INFO: client_info(),
     }});
@@ -75,19 +77,19 @@ async fn discover(link: &Link) -> Result<Option<Value>, UpstreamError> {
             let supported = result
                 .get("supportedVersions")
                 .and_then(Value::as_array)
-                .is_some_and(|v| v.iter().any(|v| v == MODERN_PROTOCOL_VERSION));
+                .is_some_and(|v| v.iter().any(|v| v == STATELESS_VERSION));
             if supported {
                 Ok(Some(result))
             } else {
                 Err(UpstreamError::Protocol(format!(
-                    "the upstream answered server/discover without supporting {MODERN_PROTOCOL_VERSION}: {}",
+                    "the upstream answered server/discover without supporting {STATELESS_VERSION}: {}",
                     result.get("supportedVersions").unwrap_or(&Value::Null)
                 )))
             }
         }
         Ok(Err(error)) if error.code == code::UNSUPPORTED_PROTOCOL_VERSION => {
             Err(UpstreamError::Protocol(format!(
-                "the upstream speaks a 2026 protocol but not {MODERN_PROTOCOL_VERSION}: {}",
+                "the upstream speaks a 2026 protocol but not {STATELESS_VERSION}: {}",
                 error.data.as_ref().unwrap_or(&Value::Null)
             )))
         }
@@ -98,11 +100,11 @@ async fn discover(link: &Link) -> Result<Option<Value>, UpstreamError> {
 
 async fn initialize(link: &Link) -> Result<Value, UpstreamError> {
     let params = json!({
-        "protocolVersion": LEGACY_PROTOCOL_VERSION,
+        "protocolVersion": SESSION_VERSION,
         "capabilities": declared_capabilities(),
         "clientInfo": client_info(),
     });
-    let server = request(link, "initialize", params, INITIALIZE_TIMEOUT)
+    let server = request(link, method::INITIALIZE, params, INITIALIZE_TIMEOUT)
         .await?
         .map_err(|e| UpstreamError::Protocol(format!("initialize failed: {}", e.message)))?;
     // Only after the response: server-everything registers its capability-dependent
@@ -147,7 +149,7 @@ async fn request(
 /// of the gateway reads.
 fn initialize_shape(discover: &Value) -> Value {
     let mut server = json!({
-        "protocolVersion": MODERN_PROTOCOL_VERSION,
+        "protocolVersion": STATELESS_VERSION,
         "capabilities": discover.get("capabilities").cloned().unwrap_or_else(|| json!({})),
     });
     let info = discover

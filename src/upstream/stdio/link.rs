@@ -2,6 +2,7 @@
 //! gateway-assigned ids, and every line it writes on stdout routed back to the call it
 //! belongs to (or answered by the gateway when it belongs to none).
 
+use crate::protocol::names::method;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -50,14 +51,7 @@ impl LinkContext {
     }
 }
 
-/// The protocol generation the process speaks, learned by the handshake.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Era {
-    /// 2025-xx: one `initialize`d session for the process's lifetime.
-    Legacy,
-    /// 2026-07-28: stateless, `_meta` on every request.
-    Modern,
-}
+pub use crate::protocol::names::Generation;
 
 /// What the client behind a call declared it can be asked.
 #[derive(Debug, Clone, Copy, Default)]
@@ -160,7 +154,7 @@ pub struct Link {
     /// a server that stops reading cannot deadlock the gateway.
     writer: Mutex<Option<mpsc::UnboundedSender<Vec<u8>>>>,
     state: Mutex<LinkState>,
-    era: OnceLock<Era>,
+    generation: OnceLock<Generation>,
     /// The handshake's answer, in `InitializeResult` shape.
     server: OnceLock<Value>,
 }
@@ -178,17 +172,17 @@ impl Link {
             context,
             writer: Mutex::new(Some(writer)),
             state: Mutex::new(LinkState::default()),
-            era: OnceLock::new(),
+            generation: OnceLock::new(),
             server: OnceLock::new(),
         }
     }
 
-    pub fn era(&self) -> Option<Era> {
-        self.era.get().copied()
+    pub fn generation(&self) -> Option<Generation> {
+        self.generation.get().copied()
     }
 
-    pub fn set_era(&self, era: Era) {
-        let _ = self.era.set(era);
+    pub fn set_generation(&self, generation: Generation) {
+        let _ = self.generation.set(generation);
     }
 
     pub fn set_server(&self, server: Value) {
@@ -214,8 +208,8 @@ impl Link {
             let ours = Value::from(format!("mtg-{id}"));
             progress = Some((std::mem::replace(token, ours.clone()), ours));
         }
-        if self.era() == Some(Era::Modern) {
-            add_modern_meta(&mut params, outgoing.capabilities);
+        if self.generation() == Some(Generation::Stateless) {
+            params = Some(meta::with_modern_meta(params, outgoing.capabilities));
         }
         let (events, receiver) = mpsc::unbounded_channel();
         {
@@ -267,13 +261,17 @@ impl Link {
     pub fn cancel(&self, id: u64, reason: &str) -> Result<(), UpstreamError> {
         self.forget(id);
         let notice = jsonrpc::notification_value(
-            "notifications/cancelled",
+            method::CANCELLED,
             Some(json!({"requestId": id, "reason": reason})),
         );
         self.send(&notice)?;
         let barrier = self.context.next_id();
         self.lock().barriers.insert(barrier, id);
-        self.send(&jsonrpc::request_value(Value::from(barrier), "ping", None))
+        self.send(&jsonrpc::request_value(
+            Value::from(barrier),
+            method::PING,
+            None,
+        ))
     }
 
     /// The caller stopped listening: the call lingers as a ghost so its late requests
@@ -389,7 +387,7 @@ impl Link {
     }
 
     fn on_request(&self, id: Value, method: String, params: Option<Value>) {
-        if method == "ping" {
+        if method == method::PING {
             let _ = self.send(&jsonrpc::response_value(id, Ok(json!({}))));
             return;
         }
@@ -489,7 +487,7 @@ impl Link {
         let target = {
             let state = self.lock();
             match method.as_str() {
-                "notifications/progress" => {
+                method::PROGRESS => {
                     let token = params.as_ref().and_then(|p| p.get("progressToken"));
                     state.calls.values().find_map(|call| match &call.progress {
                         Some((theirs, ours)) if Some(ours) == token => {
@@ -499,7 +497,7 @@ impl Link {
                     })
                 }
                 // The upstream gave up on one of its own requests.
-                "notifications/cancelled" => {
+                method::CANCELLED => {
                     let request_id = params.as_ref().and_then(|p| p.get("requestId"));
                     state
                         .server_requests
@@ -544,29 +542,6 @@ impl Link {
 /// Gateway ids are numbers; some servers echo them as strings.
 fn id_number(id: &Value) -> Option<u64> {
     id.as_u64().or_else(|| id.as_str()?.parse().ok())
-}
-
-/// 2026-07-28 requests carry the protocol version and the caller's capabilities.
-fn add_modern_meta(params: &mut Option<Value>, capabilities: &Map<String, Value>) {
-    let params = params.get_or_insert_with(|| json!({}));
-    let Some(obj) = params.as_object_mut() else {
-        return;
-    };
-    let meta = obj.entry("_meta").or_insert_with(|| json!({}));
-    if let Some(meta) = meta.as_object_mut() {
-        meta.insert(
-            meta::META_PROTOCOL_VERSION.into(),
-            meta::MODERN_PROTOCOL_VERSION.into(),
-        );
-        meta.insert(
-            meta::META_CLIENT_CAPABILITIES.into(),
-            Value::Object(capabilities.clone()),
-        );
-        meta.insert(
-            meta::META_CLIENT_INFO.into(),
-            super::handshake::client_info(),
-        );
-    }
 }
 
 /// The start of a line, for logs.

@@ -5,6 +5,7 @@
 //! offer a tool only to sessions that declared elicitation), so sessions are keyed by
 //! the capabilities declared and by the caller's credentials.
 
+use crate::protocol::names::method;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,17 +21,18 @@ use tokio::task::AbortHandle;
 
 use async_trait::async_trait;
 
-use super::http::HttpClient;
+use super::http::{HttpClient, describe_client_error, truncate_on_char};
 use super::{CallStream, Caller, Exchange, Upstream, UpstreamError, UpstreamEvent};
 use crate::protocol::jsonrpc::{self, ErrorObject, code};
-use crate::protocol::meta::LEGACY_PROTOCOL_VERSION;
+use crate::protocol::names::SESSION_VERSION;
 
-const SESSION_HEADER: &str = "mcp-session-id";
-const PROTOCOL_HEADER: &str = "mcp-protocol-version";
+use crate::protocol::names::header::{
+    MCP_PROTOCOL_VERSION as PROTOCOL_HEADER, MCP_SESSION_ID as SESSION_HEADER,
+};
 const LISTENER_RETRY: Duration = Duration::from_secs(1);
 
 /// One upstream session and what its `initialize` returned.
-pub struct Session {
+pub struct UpstreamSession {
     /// `None` for upstreams that run without sessions.
     pub id: Option<HeaderValue>,
     pub protocol_version: HeaderValue,
@@ -41,7 +43,7 @@ pub struct Session {
     listener: Mutex<Option<AbortHandle>>,
 }
 
-impl Drop for Session {
+impl Drop for UpstreamSession {
     fn drop(&mut self) {
         if let Some(listener) = self
             .listener
@@ -54,11 +56,11 @@ impl Drop for Session {
     }
 }
 
-type SessionCell = Arc<OnceCell<Arc<Session>>>;
+type SessionCell = Arc<OnceCell<Arc<UpstreamSession>>>;
 
-pub struct LegacyUpstream {
+pub struct SessionHttpUpstream {
     /// Itself, for the background tasks and exchanges it starts.
-    me: std::sync::Weak<LegacyUpstream>,
+    me: std::sync::Weak<SessionHttpUpstream>,
     client: HttpClient,
     url: Uri,
     /// Answer to `roots/list` requests that belong to no call.
@@ -69,7 +71,7 @@ pub struct LegacyUpstream {
     sessions: Mutex<HashMap<String, SessionCell>>,
 }
 
-impl LegacyUpstream {
+impl SessionHttpUpstream {
     pub fn new(client: HttpClient, url: Uri, roots: &[String]) -> Arc<Self> {
         let roots = roots
             .iter()
@@ -94,7 +96,7 @@ impl LegacyUpstream {
         &self,
         capabilities: &Map<String, Value>,
         auth: Option<&HeaderValue>,
-    ) -> Result<Arc<Session>, UpstreamError> {
+    ) -> Result<Arc<UpstreamSession>, UpstreamError> {
         let key = session_key(capabilities, auth);
         let cell = {
             let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
@@ -111,7 +113,7 @@ impl LegacyUpstream {
     }
 
     /// Drops a session the upstream no longer knows, so the next call opens a new one.
-    fn invalidate(&self, session: &Session) {
+    fn invalidate(&self, session: &UpstreamSession) {
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(cell) = sessions.get(&session.key)
             && cell
@@ -134,14 +136,14 @@ impl LegacyUpstream {
         key: String,
         capabilities: &Map<String, Value>,
         auth: Option<HeaderValue>,
-    ) -> Result<Arc<Session>, UpstreamError> {
+    ) -> Result<Arc<UpstreamSession>, UpstreamError> {
         let id = self.next_request_id();
         let params = json!({
-            "protocolVersion": LEGACY_PROTOCOL_VERSION,
+            "protocolVersion": SESSION_VERSION,
             "capabilities": capabilities,
-            "clientInfo": {"name": "mcp-task-gateway", "version": env!("CARGO_PKG_VERSION")},
+            "clientInfo": crate::protocol::names::gateway_info(),
         });
-        let body = jsonrpc::request_value(id.clone(), "initialize", Some(params));
+        let body = jsonrpc::request_value(id.clone(), method::INITIALIZE, Some(params));
         let response = self.post(None, None, auth.as_ref(), &body).await?;
         let session_id = response.headers().get(SESSION_HEADER).cloned();
         let mut stream = call_stream(response);
@@ -161,8 +163,8 @@ impl LegacyUpstream {
             .get("protocolVersion")
             .and_then(Value::as_str)
             .and_then(|v| HeaderValue::from_str(v).ok())
-            .unwrap_or(HeaderValue::from_static(LEGACY_PROTOCOL_VERSION));
-        let session = Arc::new(Session {
+            .unwrap_or(HeaderValue::from_static(SESSION_VERSION));
+        let session = Arc::new(UpstreamSession {
             id: session_id,
             protocol_version: version,
             server,
@@ -195,7 +197,7 @@ impl LegacyUpstream {
     /// Sends a request on `session`; the returned stream yields what comes back.
     async fn call(
         &self,
-        session: &Session,
+        session: &UpstreamSession,
         id: Value,
         method: &str,
         params: Option<Value>,
@@ -206,7 +208,7 @@ impl LegacyUpstream {
     }
 
     /// Sends a notification or a response on `session`.
-    async fn send(&self, session: &Session, message: &Value) -> Result<(), UpstreamError> {
+    async fn send(&self, session: &UpstreamSession, message: &Value) -> Result<(), UpstreamError> {
         let response = self.post_on(session, message).await?;
         // Drain so the connection goes back to the pool.
         let _ = response.into_body().collect().await;
@@ -215,7 +217,7 @@ impl LegacyUpstream {
 
     async fn post_on(
         &self,
-        session: &Session,
+        session: &UpstreamSession,
         body: &Value,
     ) -> Result<hyper::Response<Incoming>, UpstreamError> {
         self.post(
@@ -266,7 +268,7 @@ impl LegacyUpstream {
     /// right after `initialize`) on the session's GET stream, reopening it when it ends.
     async fn listen(
         self: Arc<Self>,
-        session: std::sync::Weak<Session>,
+        session: std::sync::Weak<UpstreamSession>,
         mut stream: Option<CallStream>,
     ) {
         loop {
@@ -292,7 +294,7 @@ impl LegacyUpstream {
         }
     }
 
-    async fn open_listener(&self, session: &Session) -> Result<CallStream, UpstreamError> {
+    async fn open_listener(&self, session: &UpstreamSession) -> Result<CallStream, UpstreamError> {
         let mut request = Request::builder()
             .method(Method::GET)
             .uri(self.url.clone())
@@ -317,7 +319,7 @@ impl LegacyUpstream {
 
     async fn serve_listener(
         &self,
-        session: &Session,
+        session: &UpstreamSession,
         mut stream: CallStream,
     ) -> Result<(), UpstreamError> {
         while let Some(event) = stream.next().await {
@@ -346,7 +348,7 @@ impl LegacyUpstream {
 }
 
 #[async_trait]
-impl Upstream for LegacyUpstream {
+impl Upstream for SessionHttpUpstream {
     async fn open_call(
         &self,
         caller: &Caller<'_>,
@@ -362,7 +364,7 @@ impl Upstream for LegacyUpstream {
                 .await
             {
                 Ok(stream) => {
-                    return Ok(Box::new(LegacyExchange {
+                    return Ok(Box::new(SessionHttpExchange {
                         upstream: self
                             .me
                             .upgrade()
@@ -400,15 +402,15 @@ impl Upstream for LegacyUpstream {
 }
 
 /// A request on a legacy session: its SSE stream, and answers POSTed to the session.
-struct LegacyExchange {
-    upstream: Arc<LegacyUpstream>,
-    session: Arc<Session>,
+struct SessionHttpExchange {
+    upstream: Arc<SessionHttpUpstream>,
+    session: Arc<UpstreamSession>,
     stream: CallStream,
     id: Value,
 }
 
 #[async_trait]
-impl Exchange for LegacyExchange {
+impl Exchange for SessionHttpExchange {
     async fn next(&mut self) -> Option<Result<UpstreamEvent, UpstreamError>> {
         self.stream.next().await
     }
@@ -424,7 +426,7 @@ impl Exchange for LegacyExchange {
 
     async fn cancel(&self, reason: &str) -> Result<(), UpstreamError> {
         let notice = jsonrpc::notification_value(
-            "notifications/cancelled",
+            method::CANCELLED,
             Some(json!({"requestId": self.id, "reason": reason})),
         );
         self.upstream.send(&self.session, &notice).await
@@ -474,16 +476,6 @@ async fn check_status(
     })
 }
 
-pub(super) fn truncate_on_char(text: &mut String, max: usize) {
-    if text.len() > max {
-        let cut = (0..=max)
-            .rev()
-            .find(|&i| text.is_char_boundary(i))
-            .unwrap_or(0);
-        text.truncate(cut);
-    }
-}
-
 fn session_key(capabilities: &Map<String, Value>, auth: Option<&HeaderValue>) -> String {
     use sha2::{Digest, Sha256};
     let mut hasher = Sha256::new();
@@ -493,16 +485,4 @@ fn session_key(capabilities: &Map<String, Value>, auth: Option<&HeaderValue>) ->
         hasher.update(auth.as_bytes());
     }
     format!("{:x}", hasher.finalize())
-}
-
-/// hyper's client errors print as "client error (Connect)"; the source says why.
-pub fn describe_client_error(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -1,6 +1,7 @@
 //! 2026-07-28 (stateless) requests: the methods the gateway owns, and the bridge to the
 //! legacy upstream for everything else.
 
+use crate::protocol::names::method;
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Response, header};
 use serde::de::DeserializeOwned;
@@ -31,7 +32,7 @@ pub async fn handle(gateway: &Gateway, request: Request<'_>) -> Response<Body> {
     let id = request.id.clone();
     let outcome = match request.method.as_str() {
         "server/discover" => discover(gateway, &request).await,
-        "tools/call" => tools_call(gateway, request).await,
+        method::TOOLS_CALL => tools_call(gateway, request).await,
         "tasks/get" | "tasks/update" | "tasks/cancel" => tasks_method(gateway, &request).await,
         "subscriptions/listen" => Err(ErrorObject::new(
             code::METHOD_NOT_FOUND,

@@ -3,6 +3,8 @@
 //! headers; there are no sessions, and the upstream asks for input by returning an
 //! `InputRequiredResult` instead of sending requests (the task runner handles rounds).
 
+use crate::protocol::names::STATELESS_VERSION;
+use crate::protocol::names::method;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
@@ -13,18 +15,18 @@ use hyper::body::Incoming;
 use serde_json::Value;
 
 use super::http::HttpClient;
-use super::legacy::{describe_client_error, truncate_on_char};
+use super::http::{describe_client_error, truncate_on_char};
 use super::tool_headers::ToolHeaderCache;
 use super::{CallStream, Caller, Exchange, Upstream, UpstreamError, UpstreamEvent};
 use crate::protocol::bridge;
 use crate::protocol::headers::{self, MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
 use crate::protocol::jsonrpc::{self, ErrorObject, Message};
-use crate::protocol::meta::{self, MODERN_PROTOCOL_VERSION};
+use crate::protocol::meta;
 
 /// Error bodies are short; a longer one is not read whole.
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
-pub struct ModernUpstream {
+pub struct StatelessHttpUpstream {
     client: HttpClient,
     url: Uri,
     /// The upstream's `server/discover` answer when it was detected.
@@ -36,7 +38,7 @@ pub struct ModernUpstream {
 /// Pages of `tools/list` read at most, so a looping cursor cannot hold a call forever.
 const MAX_TOOL_PAGES: usize = 100;
 
-impl ModernUpstream {
+impl StatelessHttpUpstream {
     pub fn new(client: HttpClient, url: Uri, discovered: Value) -> Self {
         Self {
             client,
@@ -52,9 +54,9 @@ impl ModernUpstream {
         caller: &Caller<'_>,
         method: &str,
         params: Option<Value>,
-    ) -> Result<ModernExchange, UpstreamError> {
+    ) -> Result<StatelessHttpExchange, UpstreamError> {
         let mut extra_headers = Vec::new();
-        if method == "tools/call"
+        if method == method::TOOLS_CALL
             && let Some(tool) = params.as_ref().and_then(|p| p.get("name")?.as_str())
         {
             let arguments = params.as_ref().and_then(|p| p.get("arguments"));
@@ -72,7 +74,7 @@ impl ModernUpstream {
         method: &str,
         params: Option<Value>,
         extra_headers: &[(String, String)],
-    ) -> Result<ModernExchange, UpstreamError> {
+    ) -> Result<StatelessHttpExchange, UpstreamError> {
         let id = Value::from(self.next_id.fetch_add(1, Ordering::Relaxed));
         let params = meta::with_modern_meta(params, caller.capabilities);
         let body = jsonrpc::request_value(id.clone(), method, Some(params));
@@ -85,7 +87,7 @@ impl ModernUpstream {
             extra_headers,
         )
         .await?;
-        ModernExchange::open(response, id).await
+        StatelessHttpExchange::open(response, id).await
     }
 
     /// Every tool of the upstream, all pages.
@@ -114,7 +116,7 @@ impl ModernUpstream {
 }
 
 #[async_trait]
-impl Upstream for ModernUpstream {
+impl Upstream for StatelessHttpUpstream {
     async fn open_call(
         &self,
         caller: &Caller<'_>,
@@ -162,7 +164,7 @@ pub(super) async fn post(
         .uri(url.clone())
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::ACCEPT, "application/json, text/event-stream")
-        .header(MCP_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSION)
+        .header(MCP_PROTOCOL_VERSION, STATELESS_VERSION)
         .header(MCP_METHOD, method);
     let name =
         headers::name_field(method).and_then(|field| body.get("params")?.get(field)?.as_str());
@@ -186,14 +188,14 @@ pub(super) async fn post(
 }
 
 /// One request on a 2026-07-28 upstream: the response's JSON body or SSE stream.
-pub(super) struct ModernExchange {
+pub(super) struct StatelessHttpExchange {
     stream: Option<CallStream>,
     /// A JSON-RPC error the upstream sent with an HTTP error status.
     rejected: Option<UpstreamEvent>,
     id: Value,
 }
 
-impl ModernExchange {
+impl StatelessHttpExchange {
     /// Reads an error status's body: modern servers answer many errors (an invalid
     /// `requestState`, a header mismatch) with HTTP 400 and a JSON-RPC error, which is
     /// the request's answer, not a transport failure.
@@ -269,7 +271,7 @@ async fn error_body(response: hyper::Response<Incoming>) -> Bytes {
 }
 
 #[async_trait]
-impl Exchange for ModernExchange {
+impl Exchange for StatelessHttpExchange {
     async fn next(&mut self) -> Option<Result<UpstreamEvent, UpstreamError>> {
         if let Some(event) = self.rejected.take() {
             return Some(Ok(event));
