@@ -53,15 +53,18 @@ fn add_cache_hints(obj: &mut Map<String, Value>) {
     obj.entry("cacheScope").or_insert_with(|| "private".into());
 }
 
-/// The `server/discover` result for a legacy upstream, from its `InitializeResult`.
-/// Its 2025-11-25 `tasks` capability does not leak; the tasks extension is the
-/// gateway's own.
-pub fn discover_result(initialize: &Value) -> Value {
-    let mut capabilities = initialize
+/// A server description's `capabilities` (an `InitializeResult` or a discover result).
+pub fn capabilities_of(server: &Value) -> Map<String, Value> {
+    server
         .get("capabilities")
         .and_then(Value::as_object)
         .cloned()
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// The tasks extension is the gateway's own; an upstream's 2025-11-25 `tasks`
+/// capability never shows.
+fn offer_tasks_extension(capabilities: &mut Map<String, Value>) {
     capabilities.remove("tasks");
     let extensions = capabilities
         .entry("extensions")
@@ -69,6 +72,14 @@ pub fn discover_result(initialize: &Value) -> Value {
     if let Some(extensions) = extensions.as_object_mut() {
         extensions.insert(TASKS_EXTENSION.into(), json!({}));
     }
+}
+
+/// The `server/discover` result for a legacy upstream, from its `InitializeResult`.
+/// Its 2025-11-25 `tasks` capability does not leak; the tasks extension is the
+/// gateway's own.
+pub fn discover_result(initialize: &Value) -> Value {
+    let mut capabilities = capabilities_of(initialize);
+    offer_tasks_extension(&mut capabilities);
     let mut result = json!({
         "resultType": "complete",
         "supportedVersions": [STATELESS_VERSION],
@@ -96,13 +107,7 @@ pub fn modern_discover_result(upstream: &Value) -> Value {
     obj.insert("supportedVersions".into(), json!([STATELESS_VERSION]));
     let capabilities = obj.entry("capabilities").or_insert_with(|| json!({}));
     if let Some(capabilities) = capabilities.as_object_mut() {
-        capabilities.remove("tasks");
-        let extensions = capabilities
-            .entry("extensions")
-            .or_insert_with(|| json!({}));
-        if let Some(extensions) = extensions.as_object_mut() {
-            extensions.insert(TASKS_EXTENSION.into(), json!({}));
-        }
+        offer_tasks_extension(capabilities);
     }
     add_cache_hints(obj);
     result

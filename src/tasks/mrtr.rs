@@ -21,7 +21,7 @@ use super::runner::{Halt, sleep_until, timed_out};
 use crate::protocol::jsonrpc::ErrorObject;
 use crate::protocol::mrtr::{self, InputRequired};
 use crate::store::{Outcome, StoreError};
-use crate::upstream::rounds::RoundAnswers;
+use crate::upstream::rounds::{self, Round, RoundAnswers};
 
 /// How soon to read the task again after the store failed to answer.
 const STORE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
@@ -82,19 +82,15 @@ pub(super) struct TaskAnswers<'a> {
 impl RoundAnswers for TaskAnswers<'_> {
     type Stop = Halt;
 
-    async fn answer(
-        &mut self,
-        round: &InputRequired,
-        result: &Value,
-    ) -> Result<Map<String, Value>, Halt> {
+    async fn answer(&mut self, round: &Round<'_>) -> Result<rounds::Answers, Halt> {
         let service = self.service;
         // Input needed before the task is promoted goes to the client as it is (the
         // spec resolves such rounds synchronously, before CreateTaskResult).
-        if service.hand_over_early_input(self.task_id, result) {
+        if service.hand_over_early_input(self.task_id, round.result) {
             tracing::info!("input required within the promotion budget; answered inline");
             return Err(Halt::Ended);
         }
-        let keys = match record_round(service, self.task_id, round).await {
+        let keys = match record_round(service, self.task_id, &round.asked).await {
             Ok(Some(keys)) => keys,
             Ok(None) => return Err(Halt::Ended),
             Err(e) => return Err(Halt::Finish(store_failure(&e))),
@@ -111,7 +107,7 @@ impl RoundAnswers for TaskAnswers<'_> {
             look_again = None;
             match answers(service, self.task_id, self.principal, &keys).await {
                 Ok(Answers::Complete(responses)) => {
-                    let state = round.request_state.as_deref();
+                    let state = round.asked.request_state.as_deref();
                     if let Err(e) = start_retry(service, self.task_id, state, &responses).await {
                         return Err(Halt::Finish(store_failure(&e)));
                     }

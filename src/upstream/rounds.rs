@@ -38,17 +38,22 @@ pub trait RoundTrip: Send {
     async fn send(&mut self, params: Value) -> Result<Reply<Self::Done>, Self::Stop>;
 }
 
-/// Gets the answers to one round's input requests, under the upstream's keys.
+/// One round: what the upstream asked for, and its whole `InputRequiredResult`, for
+/// callers that pass it on as it is.
+pub struct Round<'a> {
+    pub asked: InputRequired,
+    pub result: &'a Value,
+}
+
+/// Answers by the upstream's keys.
+pub type Answers = Map<String, Value>;
+
+/// Gets the answers to one round's input requests.
 #[async_trait]
 pub trait RoundAnswers: Send {
     type Stop: Send;
 
-    /// `result` is the whole `InputRequiredResult`, for callers that pass it on as is.
-    async fn answer(
-        &mut self,
-        round: &InputRequired,
-        result: &Value,
-    ) -> Result<Map<String, Value>, Self::Stop>;
+    async fn answer(&mut self, round: &Round<'_>) -> Result<Answers, Self::Stop>;
 }
 
 /// Runs the call from `original` params until it is done or stopped.
@@ -64,9 +69,13 @@ where
             Reply::Done(done) => return Ok(done),
             Reply::InputRequired(result) => result,
         };
-        let round = InputRequired::parse(&result).map_err(RoundError::from)?;
+        let asked = InputRequired::parse(&result).map_err(RoundError::from)?;
+        let round = Round {
+            asked,
+            result: &result,
+        };
         // A round with only a requestState needs nobody's answer: retry at once.
-        let responses = if round.input_requests.is_empty() {
+        let responses = if round.asked.input_requests.is_empty() {
             asked_nothing += 1;
             if asked_nothing > MAX_ROUNDS_WITHOUT_INPUT {
                 return Err(RoundError::NoInputAsked.into());
@@ -74,9 +83,10 @@ where
             Map::new()
         } else {
             asked_nothing = 0;
-            answers.answer(&round, &result).await?
+            answers.answer(&round).await?
         };
-        params = mrtr::retry_params(&original, responses, round.request_state.as_deref());
+        let state = round.asked.request_state.as_deref();
+        params = mrtr::retry_params(&original, responses, state);
     }
 }
 
@@ -112,18 +122,15 @@ mod tests {
         }
     }
 
-    struct Answers(u32);
+    struct Counter(u32);
 
     #[async_trait]
-    impl RoundAnswers for Answers {
+    impl RoundAnswers for Counter {
         type Stop = String;
-        async fn answer(
-            &mut self,
-            round: &InputRequired,
-            _: &Value,
-        ) -> Result<Map<String, Value>, String> {
+        async fn answer(&mut self, round: &Round<'_>) -> Result<Answers, String> {
             self.0 += 1;
             Ok(round
+                .asked
                 .input_requests
                 .keys()
                 .map(|k| (k.clone(), json!({"answer": self.0})))
@@ -150,7 +157,7 @@ mod tests {
             sent: Vec::new(),
         };
         let original = json!({"name": "t"});
-        let done = drive(&mut script, &mut Answers(0), original).await.unwrap();
+        let done = drive(&mut script, &mut Counter(0), original).await.unwrap();
         assert_eq!(done, json!({"content": []}));
         assert_eq!(
             script.sent,
@@ -168,7 +175,7 @@ mod tests {
             replies: vec![input_required(&[], "again"); 20],
             sent: Vec::new(),
         };
-        let stop = drive(&mut script, &mut Answers(0), json!({}))
+        let stop = drive(&mut script, &mut Counter(0), json!({}))
             .await
             .unwrap_err();
         assert_eq!(stop, RoundError::NoInputAsked.to_string());
@@ -181,7 +188,7 @@ mod tests {
             replies: vec![json!({"resultType": "input_required"})],
             sent: Vec::new(),
         };
-        let stop = drive(&mut script, &mut Answers(0), json!({}))
+        let stop = drive(&mut script, &mut Counter(0), json!({}))
             .await
             .unwrap_err();
         assert!(

@@ -25,9 +25,9 @@ use tokio_util::sync::CancellationToken;
 use super::session::{Answer, ClientSession};
 use super::sse::{sse_event, sse_response};
 use crate::protocol::jsonrpc::{self, ErrorObject};
-use crate::protocol::mrtr::{self, InputRequired};
+use crate::protocol::mrtr;
 use crate::server::reply::{self, Body};
-use crate::upstream::rounds::{self, Reply, RoundAnswers, RoundError, RoundTrip};
+use crate::upstream::rounds::{self, Answers, Reply, Round, RoundAnswers, RoundError, RoundTrip};
 use crate::upstream::{Caller, Exchange, Upstream, UpstreamError, UpstreamEvent, forward};
 
 /// What one request needs besides the session.
@@ -38,20 +38,26 @@ pub(super) struct CallContext {
     pub timeout: Option<Duration>,
 }
 
+/// One JSON-RPC request of the session's client.
+pub(super) struct ClientRequest {
+    pub id: Value,
+    pub method: String,
+    pub params: Option<Value>,
+}
+
 pub(super) async fn serve(
     session: Arc<ClientSession>,
     context: CallContext,
-    id: Value,
-    method: String,
-    params: Option<Value>,
+    request: ClientRequest,
 ) -> Response<Body> {
+    let ClientRequest { id, method, params } = request;
     if method == method::PING {
         return reply::json(StatusCode::OK, jsonrpc::success_body_of(&id, &json!({})));
     }
     // The 2025-11-25 task dialect's `task` param is not the upstream's to see.
     let params = params.map(without_task_param);
     if method::MAY_ASK_FOR_INPUT.contains(&method.as_str()) {
-        return streamed(session, context, id, method, params);
+        return streamed(session, context, ClientRequest { id, method, params });
     }
     let caller = Caller {
         capabilities: &session.capabilities,
@@ -97,10 +103,9 @@ impl From<UpstreamError> for Stop {
 fn streamed(
     session: Arc<ClientSession>,
     context: CallContext,
-    id: Value,
-    method: String,
-    params: Option<Value>,
+    request: ClientRequest,
 ) -> Response<Body> {
+    let ClientRequest { id, method, params } = request;
     let (events, stream) = mpsc::channel::<Bytes>(16);
     let cancel = session.begin_call(&id);
     tokio::spawn(async move {
@@ -174,13 +179,9 @@ impl ClientStream<'_> {
 impl RoundAnswers for ClientStream<'_> {
     type Stop = Stop;
 
-    async fn answer(
-        &mut self,
-        round: &InputRequired,
-        _result: &Value,
-    ) -> Result<Map<String, Value>, Stop> {
-        let mut asked = Vec::with_capacity(round.input_requests.len());
-        for (key, request) in &round.input_requests {
+    async fn answer(&mut self, round: &Round<'_>) -> Result<Answers, Stop> {
+        let mut asked = Vec::with_capacity(round.asked.input_requests.len());
+        for (key, request) in &round.asked.input_requests {
             let (id, answer) = self.session.ask();
             let message = jsonrpc::request_value(id, &request.method, request.params.clone());
             self.send(&message).await?;

@@ -118,7 +118,8 @@ impl GatewaySessions {
                     auth: parts.headers.get(header::AUTHORIZATION).cloned(),
                     timeout: gateway.upstream_timeout,
                 };
-                call::serve(session, context, id, method, params).await
+                let request = call::ClientRequest { id, method, params };
+                call::serve(session, context, request).await
             }
             Message::Notification { method, params } => {
                 if method == method::CANCELLED
@@ -269,11 +270,7 @@ async fn sweep(table: Weak<GatewaySessions>) {
 /// The session-era `InitializeResult` for the upstream's server information; a
 /// 2026-07-28 upstream's extensions are not shown to a 2025-xx client.
 fn initialize_result(server: &Value, version: &str) -> Value {
-    let mut capabilities = server
-        .get("capabilities")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
+    let mut capabilities = crate::protocol::bridge::capabilities_of(server);
     capabilities.remove("extensions");
     let server_info = server
         .get("serverInfo")
