@@ -14,7 +14,7 @@ use tokio::sync::OnceCell;
 
 use super::http::HttpClient;
 use super::stateless_http::{StatelessHttpExchange, StatelessHttpUpstream, post};
-use super::{Caller, Exchange, SessionHttpUpstream, Upstream, UpstreamError};
+use super::{Caller, Opened, SessionHttpUpstream, Upstream, UpstreamError};
 use crate::protocol::jsonrpc::{self, ErrorObject, code};
 use crate::protocol::meta;
 
@@ -141,12 +141,7 @@ impl AutoUpstream {
 
 #[async_trait]
 impl Upstream for AutoUpstream {
-    async fn open_call(
-        &self,
-        caller: &Caller<'_>,
-        method: &str,
-        params: Option<Value>,
-    ) -> Result<Box<dyn Exchange>, UpstreamError> {
+    async fn open_call(&self, caller: &Caller<'_>, method: &str, params: Option<Value>) -> Opened {
         self.chosen(caller)
             .await?
             .open_call(caller, method, params)

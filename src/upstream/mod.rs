@@ -62,16 +62,14 @@ pub struct Caller<'a> {
     pub auth: Option<&'a ::http::HeaderValue>,
 }
 
+/// A request sent upstream, or why it could not be.
+pub type Opened = Result<Box<dyn Exchange>, UpstreamError>;
+
 /// A plain MCP server.
 #[async_trait]
 pub trait Upstream: Send + Sync + 'static {
     /// Sends a request; the exchange yields what comes back for it.
-    async fn open_call(
-        &self,
-        caller: &Caller<'_>,
-        method: &str,
-        params: Option<Value>,
-    ) -> Result<Box<dyn Exchange>, UpstreamError>;
+    async fn open_call(&self, caller: &Caller<'_>, method: &str, params: Option<Value>) -> Opened;
 
     /// The server's `InitializeResult` (capabilities, serverInfo, instructions).
     async fn server_info(&self, caller: &Caller<'_>) -> Result<Value, UpstreamError>;

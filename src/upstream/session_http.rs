@@ -22,7 +22,7 @@ use tokio::task::AbortHandle;
 use async_trait::async_trait;
 
 use super::http::{HttpClient, describe_client_error, truncate_on_char};
-use super::{CallStream, Caller, Exchange, Upstream, UpstreamError, UpstreamEvent};
+use super::{CallStream, Caller, Exchange, Opened, Upstream, UpstreamError, UpstreamEvent};
 use crate::protocol::jsonrpc::{self, ErrorObject, code};
 use crate::protocol::names::SESSION_VERSION;
 
@@ -253,14 +253,7 @@ impl SessionHttpUpstream {
             crate::telemetry::traces::inject_into(headers);
         }
         let bytes = Bytes::from(serde_json::to_vec(body).expect("JSON values serialize"));
-        let request = request
-            .body(Full::new(bytes))
-            .map_err(|e| UpstreamError::Unreachable(e.to_string()))?;
-        let response = self
-            .client
-            .request(request)
-            .await
-            .map_err(|e| UpstreamError::Unreachable(describe_client_error(&e)))?;
+        let response = self.send_built(request, bytes).await?;
         check_status(response, session_id.is_some()).await
     }
 
@@ -306,15 +299,23 @@ impl SessionHttpUpstream {
         if let Some(auth) = &session.auth {
             request = request.header(header::AUTHORIZATION, auth);
         }
+        let response = self.send_built(request, Bytes::new()).await?;
+        Ok(call_stream(check_status(response, true).await?))
+    }
+
+    /// Sends a request built elsewhere; the connection failing is `Unreachable`.
+    async fn send_built(
+        &self,
+        request: http::request::Builder,
+        body: Bytes,
+    ) -> Result<hyper::Response<Incoming>, UpstreamError> {
         let request = request
-            .body(Full::new(Bytes::new()))
+            .body(Full::new(body))
             .map_err(|e| UpstreamError::Unreachable(e.to_string()))?;
-        let response = self
-            .client
+        self.client
             .request(request)
             .await
-            .map_err(|e| UpstreamError::Unreachable(describe_client_error(&e)))?;
-        Ok(call_stream(check_status(response, true).await?))
+            .map_err(|e| UpstreamError::Unreachable(describe_client_error(&e)))
     }
 
     async fn serve_listener(
@@ -349,12 +350,7 @@ impl SessionHttpUpstream {
 
 #[async_trait]
 impl Upstream for SessionHttpUpstream {
-    async fn open_call(
-        &self,
-        caller: &Caller<'_>,
-        method: &str,
-        params: Option<Value>,
-    ) -> Result<Box<dyn Exchange>, UpstreamError> {
+    async fn open_call(&self, caller: &Caller<'_>, method: &str, params: Option<Value>) -> Opened {
         let mut retried = false;
         loop {
             let session = self.session(caller.capabilities, caller.auth).await?;

@@ -17,7 +17,7 @@ use serde_json::Value;
 use super::http::HttpClient;
 use super::http::{describe_client_error, truncate_on_char};
 use super::tool_headers::ToolHeaderCache;
-use super::{CallStream, Caller, Exchange, Upstream, UpstreamError, UpstreamEvent};
+use super::{CallStream, Caller, Exchange, Opened, Upstream, UpstreamError, UpstreamEvent};
 use crate::protocol::bridge;
 use crate::protocol::headers::{self, MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
 use crate::protocol::jsonrpc::{self, ErrorObject, Message};
@@ -117,12 +117,7 @@ impl StatelessHttpUpstream {
 
 #[async_trait]
 impl Upstream for StatelessHttpUpstream {
-    async fn open_call(
-        &self,
-        caller: &Caller<'_>,
-        method: &str,
-        params: Option<Value>,
-    ) -> Result<Box<dyn Exchange>, UpstreamError> {
+    async fn open_call(&self, caller: &Caller<'_>, method: &str, params: Option<Value>) -> Opened {
         Ok(Box::new(self.call(caller, method, params).await?))
     }
 

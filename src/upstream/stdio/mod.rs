@@ -28,7 +28,7 @@ pub use command::StdioCommand;
 use exchange::StdioExchange;
 pub use pool::Health;
 
-use super::{Caller, Exchange, Upstream, UpstreamError};
+use super::{Caller, Opened, Upstream, UpstreamError};
 use link::{Grants, Outgoing};
 use pool::{Kind, Pool};
 
@@ -61,14 +61,18 @@ impl StdioUpstream {
     pub fn health(&self) -> Health {
         self.pool.health()
     }
+}
 
+impl Drop for StdioUpstream {
+    fn drop(&mut self) {
+        self.pool.shutdown.cancel();
+    }
+}
+
+#[async_trait]
+impl Upstream for StdioUpstream {
     /// Sends a request on the process the pool picks for it.
-    async fn open(
-        &self,
-        caller: &Caller<'_>,
-        method: &str,
-        params: Option<Value>,
-    ) -> Result<StdioExchange, UpstreamError> {
+    async fn open_call(&self, caller: &Caller<'_>, method: &str, params: Option<Value>) -> Opened {
         let grants = Grants::from_capabilities(caller.capabilities);
         let kind = if QUIET_METHODS.contains(&method) {
             Kind::Quiet
@@ -99,25 +103,7 @@ impl StdioUpstream {
             method,
             "sent upstream"
         );
-        Ok(StdioExchange::new(lease, id, events))
-    }
-}
-
-impl Drop for StdioUpstream {
-    fn drop(&mut self) {
-        self.pool.shutdown.cancel();
-    }
-}
-
-#[async_trait]
-impl Upstream for StdioUpstream {
-    async fn open_call(
-        &self,
-        caller: &Caller<'_>,
-        method: &str,
-        params: Option<Value>,
-    ) -> Result<Box<dyn Exchange>, UpstreamError> {
-        Ok(Box::new(self.open(caller, method, params).await?))
+        Ok(Box::new(StdioExchange::new(lease, id, events)))
     }
 
     async fn server_info(&self, _caller: &Caller<'_>) -> Result<Value, UpstreamError> {
