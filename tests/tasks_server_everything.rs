@@ -1,20 +1,47 @@
 //! Tasks in front of the third-party `@modelcontextprotocol/server-everything` (pinned in
-//! tests/package-lock.json), a 2025-11-25 stateful Streamable HTTP server.
+//! tests/package-lock.json), a 2025-11-25 server: every scenario written once and run
+//! over both of its transports, Streamable HTTP and stdio (the gateway starts it).
 
 mod common;
 
+use common::stdio::{everything_cmd, start_stdio_gateway};
 use common::*;
-use serde_json::json;
+use serde_json::{Value, json};
 
-fn setup() -> (Proc, Proc, Client) {
-    let (upstream, upstream_url) = start_everything();
-    let (gateway, url) = start_gateway(&upstream_url, &[]);
-    (upstream, gateway, Client::with_tasks(&url))
+#[derive(Clone, Copy)]
+enum Transport {
+    Http,
+    Stdio,
 }
 
-#[tokio::test]
-async fn echo_runs_as_a_task() {
-    let (_upstream, _gateway, client) = setup();
+/// The processes of one scenario (killed when dropped) and a client of the gateway.
+struct Setup {
+    _processes: Box<dyn std::any::Any>,
+    client: Client,
+}
+
+fn setup(transport: Transport) -> Setup {
+    match transport {
+        Transport::Http => {
+            let (upstream, upstream_url) = start_everything();
+            let (gateway, url) = start_gateway(&upstream_url, &[]);
+            Setup {
+                _processes: Box::new((upstream, gateway)),
+                client: Client::with_tasks(&url),
+            }
+        }
+        Transport::Stdio => {
+            let gateway = start_stdio_gateway(&everything_cmd(), &[]);
+            let client = Client::with_tasks(&gateway.url);
+            Setup {
+                _processes: Box::new(gateway),
+                client,
+            }
+        }
+    }
+}
+
+async fn echo_runs_as_a_task(client: &Client) {
     let task_id = client
         .start_task("echo", json!({"message": "hello everything"}))
         .await;
@@ -22,9 +49,7 @@ async fn echo_runs_as_a_task() {
     assert_eq!(first_text(&done["result"]), "Echo: hello everything");
 }
 
-#[tokio::test]
-async fn long_running_operation_reports_progress() {
-    let (_upstream, _gateway, client) = setup();
+async fn long_running_operation_reports_progress(client: &Client) {
     let task_id = client
         .start_task(
             "trigger-long-running-operation",
@@ -45,19 +70,12 @@ async fn long_running_operation_reports_progress() {
     );
 }
 
-#[tokio::test]
-async fn elicitation_answered_with_tasks_update_completes() {
-    let (_upstream, _gateway, client) = setup();
+async fn elicitation_answered_with_tasks_update_completes(client: &Client) {
     let task_id = client
         .start_task("trigger-elicitation-request", json!({}))
         .await;
     let waiting = client.wait_status(&task_id, "input_required").await;
-    let (key, request) = waiting["inputRequests"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .next()
-        .unwrap();
+    let (key, request) = only_input_request(&waiting);
     assert_eq!(request["method"], "elicitation/create");
     assert!(request["params"]["requestedSchema"]["properties"]["name"].is_object());
     let answer = json!({key.as_str(): {"action": "accept", "content": {"name": "Ada Lovelace", "check": true}}});
@@ -71,19 +89,12 @@ async fn elicitation_answered_with_tasks_update_completes() {
     assert!(texts.contains("Ada Lovelace"), "{done}");
 }
 
-#[tokio::test]
-async fn sampling_answered_with_tasks_update_completes() {
-    let (_upstream, _gateway, client) = setup();
+async fn sampling_answered_with_tasks_update_completes(client: &Client) {
     let task_id = client
         .start_task("trigger-sampling-request", json!({"prompt": "Say hi"}))
         .await;
     let waiting = client.wait_status(&task_id, "input_required").await;
-    let (key, request) = waiting["inputRequests"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .next()
-        .unwrap();
+    let (key, request) = only_input_request(&waiting);
     assert_eq!(request["method"], "sampling/createMessage");
     let answer = json!({"role": "assistant", "content": {"type": "text", "text": "hi there"}, "model": "fake-model", "stopReason": "endTurn"});
     client
@@ -94,27 +105,40 @@ async fn sampling_answered_with_tasks_update_completes() {
     assert!(first_text(&done["result"]).contains("hi there"), "{done}");
 }
 
-#[tokio::test]
-async fn cancel_ends_a_long_running_operation() {
-    let (_upstream, _gateway, client) = setup();
-    let task_id = client
-        .start_task(
-            "trigger-long-running-operation",
-            json!({"duration": 60, "steps": 60}),
-        )
-        .await;
-    client.cancel(&task_id).await.result();
-    // server-everything never answers a cancelled call; the gateway ends the task itself.
-    client.wait_status(&task_id, "cancelled").await;
+/// server-everything never answers a cancelled call; the gateway ends the task itself,
+/// and the upstream keeps serving.
+async fn cancel(client: &Client, task_id: &str) {
+    client.cancel(task_id).await.result();
+    client.wait_status(task_id, "cancelled").await;
     let next = client
         .start_task("echo", json!({"message": "after cancel"}))
         .await;
-    client.wait_status(&next, "completed").await;
+    let done = client.wait_status(&next, "completed").await;
+    assert_eq!(first_text(&done["result"]), "Echo: after cancel");
 }
 
-#[tokio::test]
-async fn discover_does_not_leak_the_legacy_tasks_capability() {
-    let (_upstream, _gateway, client) = setup();
+fn long_operation() -> Value {
+    json!({"duration": 60, "steps": 60})
+}
+
+async fn cancel_right_after_the_start(client: &Client) {
+    let task_id = client
+        .start_task("trigger-long-running-operation", long_operation())
+        .await;
+    cancel(client, &task_id).await;
+}
+
+async fn cancel_while_the_operation_reports_progress(client: &Client) {
+    let task_id = client
+        .start_task("trigger-long-running-operation", long_operation())
+        .await;
+    client
+        .poll_until(&task_id, |t| t["statusMessage"].is_string())
+        .await;
+    cancel(client, &task_id).await;
+}
+
+async fn discover_does_not_leak_the_legacy_tasks_capability(client: &Client) {
     let discover = client.request("server/discover", json!({})).await;
     let capabilities = &discover.result()["capabilities"];
     assert!(capabilities.get("tasks").is_none(), "{capabilities}");
@@ -124,3 +148,33 @@ async fn discover_does_not_leak_the_legacy_tasks_capability() {
         assert!(tool.get("execution").is_none(), "{tool}");
     }
 }
+
+/// Each scenario as a test per transport: `http::NAME` and `stdio::NAME`.
+macro_rules! over_both_transports {
+    ($($scenario:ident),* $(,)?) => {
+        mod http {
+            $(#[tokio::test]
+            async fn $scenario() {
+                let setup = super::setup(super::Transport::Http);
+                super::$scenario(&setup.client).await;
+            })*
+        }
+        mod stdio {
+            $(#[tokio::test]
+            async fn $scenario() {
+                let setup = super::setup(super::Transport::Stdio);
+                super::$scenario(&setup.client).await;
+            })*
+        }
+    };
+}
+
+over_both_transports!(
+    echo_runs_as_a_task,
+    long_running_operation_reports_progress,
+    elicitation_answered_with_tasks_update_completes,
+    sampling_answered_with_tasks_update_completes,
+    cancel_right_after_the_start,
+    cancel_while_the_operation_reports_progress,
+    discover_does_not_leak_the_legacy_tasks_capability,
+);

@@ -410,6 +410,14 @@ pub fn metric_sample(metrics: &str, series: &str) -> Option<f64> {
     })
 }
 
+/// The one outstanding input request of a task, as (key, request).
+pub fn only_input_request(task: &Value) -> (String, Value) {
+    let requests = task["inputRequests"].as_object().expect("inputRequests");
+    assert_eq!(requests.len(), 1, "{task}");
+    let (key, request) = requests.iter().next().unwrap();
+    (key.clone(), request.clone())
+}
+
 /// Polls `probe` until it returns `Some`, failing after the deadline.
 pub async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
 where
