@@ -516,7 +516,7 @@ async fn an_unreachable_upstream_is_detected_once_it_answers() {
 /// With Redis, two instances: the task is created on A, every answer goes to B, and the
 /// rounds still complete (B stores the answers; A, the owner, is woken and retries).
 async fn rounds_answered_on_another_instance(upstream: MrtrUpstream) {
-    let redis = common::redis::RedisServer::start();
+    let redis = test_support::RedisServer::start();
     let redis_url = redis.url();
     let (_upstream, upstream_url) = upstream.start();
     let (_a, url_a) = start_gateway(&upstream_url, &["--redis", &redis_url]);

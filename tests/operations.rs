@@ -117,7 +117,7 @@ fn gateway_with_log(upstream: &str, extra: &[&str]) -> (Proc, String, std::path:
         .args(extra)
         .env("RUST_LOG", "info")
         .stderr(Stdio::from(std::fs::File::create(&log).unwrap()));
-    let (proc, url) = spawn_with_stderr(command);
+    let (proc, url) = spawn_announcing("mcp-task-gateway", command);
     (proc, url, log)
 }
 
@@ -201,7 +201,7 @@ async fn config_file_settings_apply() {
         "--config",
         path.to_str().unwrap(),
     ]);
-    let (_gateway, url) = spawn_with_stderr(command);
+    let (_gateway, url) = spawn_announcing("mcp-task-gateway", command);
     let client = Client::with_tasks(&url);
     let inline = client
         .call_tool("echo", json!({"text": "from config"}))
@@ -214,7 +214,7 @@ async fn config_file_settings_apply() {
 
 #[tokio::test]
 async fn readyz_flips_when_redis_stops_and_recovers_when_it_returns() {
-    let mut redis = common::redis::RedisServer::start();
+    let mut redis = test_support::RedisServer::start();
     let (_upstream, upstream_url) = start_plain_server();
     let redis_url = redis.url();
     let (_gateway, url) = start_gateway(
@@ -354,7 +354,7 @@ async fn out_of_descriptors_the_gateway_pauses_accepting_and_recovers() {
         .args(["--worker-threads", "1", "--metrics-listen", &metrics_addr])
         .env("RUST_LOG", "info")
         .stderr(Stdio::from(std::fs::File::create(&log_path).unwrap()));
-    let (gateway, url) = spawn_with_stderr(command);
+    let (gateway, url) = spawn_announcing("mcp-task-gateway", command);
     let addr = url
         .trim_start_matches("http://")
         .trim_end_matches("/mcp")

@@ -6,9 +6,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::redis::{RedisCluster, RedisServer};
 use common::*;
 use serde_json::{Value, json};
+use test_support::{RedisCluster, RedisServer};
 
 const LEASE_TIMEOUT_MS: u64 = 2000;
 

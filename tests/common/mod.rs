@@ -3,93 +3,34 @@
 //! client. Every wait polls against a deadline; nothing sleeps to synchronise.
 #![allow(dead_code)]
 
-pub mod redis;
 pub mod stdio;
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+pub use test_support::{DEADLINE, Proc, free_port};
 
 pub mod mrtr;
 
 pub const MODERN: &str = "2026-07-28";
 pub const TASKS_EXT: &str = "io.modelcontextprotocol/tasks";
-pub const DEADLINE: Duration = Duration::from_secs(20);
-
-/// A child process that is killed (by its PID) when the test ends.
-pub struct Proc {
-    pub child: Child,
-    pub name: &'static str,
-}
-
-impl Proc {
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Spawns `command` and waits for the stdout line starting with "listening on "; returns
-/// the rest of that line (the URL). Output after it is drained in the background.
-fn spawn_announcing(name: &'static str, mut command: Command) -> (Proc, String) {
-    command.stderr(Stdio::inherit());
-    spawn_announcing_keep_stderr(name, command)
+/// Spawns `command` and waits for its `listening on URL` line; stderr as the caller set
+/// it (inherited by default).
+pub fn spawn_announcing(name: &str, command: Command) -> (Proc, String) {
+    test_support::spawn_announcing(name, command, DEADLINE)
 }
 
-/// Like the gateway start, but with stderr as the caller set it up.
-pub fn spawn_with_stderr(command: Command) -> (Proc, String) {
-    spawn_announcing_keep_stderr("mcp-task-gateway", command)
-}
-
-fn spawn_announcing_keep_stderr(name: &'static str, mut command: Command) -> (Proc, String) {
-    command.stdout(Stdio::piped()).stdin(Stdio::null());
-    let mut child = command
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(stdout).lines();
-        for line in lines.by_ref() {
-            let Ok(line) = line else { return };
-            if let Some(url) = line.strip_prefix("listening on ") {
-                let _ = tx.send(url.trim().to_owned());
-                break;
-            }
-        }
-        for _ in lines {}
-    });
-    let url = rx
-        .recv_timeout(DEADLINE)
-        .unwrap_or_else(|_| panic!("{name} did not announce its address within {DEADLINE:?}"));
-    (Proc { child, name }, url)
+/// Waits until something listens on the loopback `port`.
+pub fn wait_for_port(port: u16) {
+    test_support::wait_for_port(port, DEADLINE).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// The fixture binary. `cargo test` and `cargo nextest run` build examples with the
@@ -162,30 +103,18 @@ pub fn start_everything() -> (Proc, String) {
         entry.display()
     );
     let port = free_port();
-    let child = Command::new("node")
+    let mut command = Command::new("node");
+    command
         .arg(&entry)
         .arg("streamableHttp")
         .env("PORT", port.to_string())
         .current_dir(&tests)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("node");
-    let proc = Proc {
-        child,
-        name: "server-everything",
-    };
+        .stderr(Stdio::null());
+    let proc = Proc::spawn(command, "server-everything").expect("node");
     wait_for_port(port);
     (proc, format!("http://127.0.0.1:{port}/mcp"))
-}
-
-pub fn wait_for_port(port: u16) {
-    let start = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(start.elapsed() < DEADLINE, "nothing listens on port {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Starts the gateway binary in front of `upstream`; returns it and its `/mcp` URL.

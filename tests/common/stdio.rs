@@ -7,7 +7,8 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{DEADLINE, Proc};
+use super::{DEADLINE, Proc, spawn_announcing};
+use test_support::children_of;
 
 /// A gateway whose stderr (its log) is kept, and echoed for failing tests.
 pub struct StdioGateway {
@@ -95,7 +96,8 @@ pub fn junk_server_cmd(args: &str) -> String {
 /// Starts the gateway with `--upstream-cmd command` and `extra` flags; returns once it
 /// listens (the upstream may still be starting).
 pub fn start_stdio_gateway(command: &str, extra: &[&str]) -> StdioGateway {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-task-gateway"))
+    let mut gateway = Command::new(env!("CARGO_BIN_EXE_mcp-task-gateway"));
+    gateway
         .args(["--listen", "127.0.0.1:0", "--upstream-cmd", command])
         .args(extra)
         .env(
@@ -103,13 +105,10 @@ pub fn start_stdio_gateway(command: &str, extra: &[&str]) -> StdioGateway {
             std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
         )
         .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the gateway");
+        .stderr(Stdio::piped());
+    let (mut proc, url) = spawn_announcing("mcp-task-gateway", gateway);
     let log = Arc::new(Mutex::new(Vec::new()));
-    let stderr = child.stderr.take().unwrap();
+    let stderr = proc.child.stderr.take().expect("stderr is piped");
     let kept = log.clone();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines() {
@@ -118,55 +117,7 @@ pub fn start_stdio_gateway(command: &str, extra: &[&str]) -> StdioGateway {
             kept.lock().unwrap().push(line);
         }
     });
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(stdout).lines();
-        for line in lines.by_ref() {
-            let Ok(line) = line else { return };
-            if let Some(url) = line.strip_prefix("listening on ") {
-                let _ = tx.send(url.trim().to_owned());
-                break;
-            }
-        }
-        for _ in lines {}
-    });
-    let proc = Proc {
-        child,
-        name: "mcp-task-gateway",
-    };
-    let url = rx
-        .recv_timeout(DEADLINE)
-        .expect("the gateway did not announce its address");
     StdioGateway { proc, url, log }
-}
-
-/// Direct children of `parent`, from /proc.
-pub fn children_of(parent: u32) -> Vec<u32> {
-    let mut children = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return children;
-    };
-    for entry in entries.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // Fields after the parenthesised command: state, ppid, ...
-        let Some(rest) = stat.rsplit_once(')').map(|(_, rest)| rest) else {
-            continue;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next();
-        let ppid = fields.next().and_then(|p| p.parse::<u32>().ok());
-        if ppid == Some(parent) && state != Some("Z") {
-            children.push(pid);
-        }
-    }
-    children.sort_unstable();
-    children
 }
 
 /// Sends SIGKILL to one process, by PID.

@@ -1,15 +1,18 @@
-//! Real `redis-server` processes for the tests, on free loopback ports (never 6379),
-//! killed by PID when the test ends, with their files in a directory of their own.
+//! `redis-server` processes of a run's own, on free loopback ports (never 6379), killed
+//! when dropped, with their files in a directory of their own.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{DEADLINE, Proc, free_port};
+use crate::{DEADLINE, Proc, free_port};
+
+const NO_PERSISTENCE: [&str; 4] = ["--save", "", "--appendonly", "no"];
 
 pub struct RedisServer {
     proc: Option<Proc>,
     pub port: u16,
+    binary: String,
     dir: PathBuf,
     args: Vec<String>,
 }
@@ -17,32 +20,37 @@ pub struct RedisServer {
 impl RedisServer {
     /// A throwaway server: no persistence.
     pub fn start() -> Self {
-        Self::launch(&["--save", "", "--appendonly", "no"])
+        Self::start_binary("redis-server")
+    }
+
+    /// A throwaway server from the given `redis-server` binary.
+    pub fn start_binary(binary: &str) -> Self {
+        Self::launch_on(binary, free_port(), &NO_PERSISTENCE)
     }
 
     /// A server that survives `kill -9`: every write is in the append-only file before
     /// Redis answers it.
     pub fn start_durable() -> Self {
-        Self::launch(&[
-            "--save",
-            "",
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "always",
-        ])
+        Self::launch_on(
+            "redis-server",
+            free_port(),
+            &[
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ],
+        )
     }
 
     /// A throwaway server on a given port (e.g. one a gateway already points at).
     pub fn start_on(port: u16) -> Self {
-        Self::launch_on(port, &["--save", "", "--appendonly", "no"])
+        Self::launch_on("redis-server", port, &NO_PERSISTENCE)
     }
 
-    fn launch(extra: &[&str]) -> Self {
-        Self::launch_on(free_port(), extra)
-    }
-
-    fn launch_on(port: u16, extra: &[&str]) -> Self {
+    fn launch_on(binary: &str, port: u16, extra: &[&str]) -> Self {
         let dir = std::env::temp_dir().join(format!("mtg-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut args: Vec<String> = vec![
@@ -57,6 +65,7 @@ impl RedisServer {
         let mut server = Self {
             proc: None,
             port,
+            binary: binary.to_owned(),
             dir,
             args,
         };
@@ -65,17 +74,18 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
+        let mut command = Command::new(&self.binary);
+        command
             .args(&self.args)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("redis-server (Debian: apt-get install redis-server)");
-        self.proc = Some(Proc {
-            child,
-            name: "redis-server",
+            .stdout(Stdio::null());
+        let proc = Proc::spawn(command, "redis-server").unwrap_or_else(|e| {
+            panic!(
+                "cannot start {} (Debian: apt-get install redis-server): {e}",
+                self.binary
+            )
         });
+        self.proc = Some(proc);
         self.wait_ready();
     }
 
@@ -233,6 +243,7 @@ impl RedisServer {
         let mut server = Self {
             proc: None,
             port,
+            binary: "redis-server".to_owned(),
             dir,
             args,
         };
