@@ -1220,6 +1220,7 @@ impl Proc {
 
     fn signal_group(&self, signal: libc::c_int) {
         // SAFETY: kill(2) on the process group this child leads (created at spawn).
+        #[allow(unsafe_code)]
         unsafe {
             libc::kill(-(self.child.id() as libc::pid_t), signal);
         }
@@ -1540,6 +1541,7 @@ fn spawn_announcing(name: &str, mut command: Command) -> (Proc, String) {
 /// the gateway and as many in the fixture.
 fn raise_fd_limit() {
     // SAFETY: getrlimit/setrlimit with a valid pointer to an rlimit.
+    #[allow(unsafe_code)]
     unsafe {
         let mut limit = libc::rlimit {
             rlim_cur: 0,
@@ -1566,6 +1568,7 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
     let utime: f64 = fields.get(11)?.parse().ok()?;
     let stime: f64 = fields.get(12)?.parse().ok()?;
     // SAFETY: sysconf has no preconditions.
+    #[allow(unsafe_code)]
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     Some((utime + stime) / ticks)
 }

@@ -1,3 +1,6 @@
+// A panic in the gateway is a bug (as in the library).
+#![deny(clippy::unwrap_used)]
+
 use std::process::ExitCode;
 
 use mcp_task_gateway::config::Config;
