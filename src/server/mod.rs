@@ -269,10 +269,7 @@ async fn passthrough(
         Ok(Some(url)) => passthrough::forward(&gateway.client, lane, url, parts, body).await,
         // No upstream session to pass through to: the gateway serves the session.
         Ok(None) => gateway.sessions.serve(gateway, &parts, body).await,
-        Err(e) => reply::error_with_status(
-            StatusCode::BAD_GATEWAY,
-            &ErrorObject::internal(e.to_string()),
-        ),
+        Err(e) => reply::error_with_status(StatusCode::BAD_GATEWAY, &ErrorObject::from(e)),
     }
 }
 

@@ -54,11 +54,7 @@ async fn discover(gateway: &Gateway, request: &Request<'_>) -> Outcome {
         capabilities: &capabilities,
         auth: auth.as_ref(),
     };
-    let result = gateway
-        .upstream
-        .discover_result(&caller)
-        .await
-        .map_err(|e| ErrorObject::internal(e.to_string()))?;
+    let result = gateway.upstream.discover_result(&caller).await?;
     Ok(jsonrpc::success_body_of(&request.id, &result))
 }
 
@@ -149,8 +145,7 @@ async fn bridged(gateway: &Gateway, request: Request<'_>) -> Outcome {
         params,
         gateway.upstream_timeout,
     )
-    .await
-    .map_err(|e| ErrorObject::internal(e.to_string()))?;
+    .await?;
     let mut result = answer?;
     bridge::complete_result(&request.method, &mut result);
     let raw: Box<RawValue> = serde_json::value::to_raw_value(&result)

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use super::{Outcome, TaskRecord};
+use crate::protocol::jsonrpc::ErrorObject;
 use crate::protocol::wire::InputRequest;
 
 #[derive(Debug, thiserror::Error)]
@@ -19,6 +20,13 @@ pub enum StoreError {
     /// The store answered something the gateway cannot use (a bug or a foreign key).
     #[error("task store error: {0}")]
     Corrupt(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// What a client sees when the store failed its request.
+impl From<StoreError> for ErrorObject {
+    fn from(error: StoreError) -> Self {
+        ErrorObject::internal(error.to_string())
+    }
 }
 
 /// What a `tasks/update` did.

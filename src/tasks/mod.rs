@@ -18,9 +18,7 @@ use tokio::sync::{Notify, oneshot};
 
 use crate::protocol::jsonrpc::ErrorObject;
 use crate::protocol::wire::TaskStatus;
-use crate::store::{
-    CancelOutcome, Store, StoreError, TaskRecord, TaskStore, UpdateOutcome, WakeUps, now_ms,
-};
+use crate::store::{CancelOutcome, Store, TaskRecord, TaskStore, UpdateOutcome, WakeUps, now_ms};
 use crate::telemetry;
 use crate::upstream::Upstream;
 
@@ -136,7 +134,7 @@ impl TaskService {
         let principal = call.principal.clone();
         // The reply is the seed state just stored: no read back (one store round trip).
         let seed = Arc::new(record.clone());
-        self.store.create(record).await.map_err(store_error)?;
+        self.store.create(record).await?;
         telemetry::task_created();
 
         let budget = self.settings.promote_after;
@@ -252,8 +250,7 @@ impl TaskService {
     ) -> Result<Arc<TaskRecord>, ErrorObject> {
         self.store
             .get(task_id, principal)
-            .await
-            .map_err(store_error)?
+            .await?
             .ok_or_else(|| not_found(task_id))
     }
 
@@ -266,18 +263,14 @@ impl TaskService {
         match self
             .store
             .accept_input_responses(task_id, principal, responses)
-            .await
-            .map_err(store_error)?
+            .await?
         {
             UpdateOutcome::NotFound => Err(not_found(task_id)),
             UpdateOutcome::Accepted { keys, owner } => {
                 if !keys.is_empty() {
                     telemetry::input_requests_answered(keys.len());
                     tracing::debug!(task_id, ?keys, "accepted input responses");
-                    self.wakeups
-                        .wake(&owner, task_id)
-                        .await
-                        .map_err(store_error)?;
+                    self.wakeups.wake(&owner, task_id).await?;
                 }
                 Ok(())
             }
@@ -285,12 +278,7 @@ impl TaskService {
     }
 
     pub async fn cancel(&self, task_id: &str, principal: &str) -> Result<(), ErrorObject> {
-        match self
-            .store
-            .cancel(task_id, principal)
-            .await
-            .map_err(store_error)?
-        {
+        match self.store.cancel(task_id, principal).await? {
             CancelOutcome::NotFound => Err(not_found(task_id)),
             CancelOutcome::AlreadyTerminal => Ok(()),
             CancelOutcome::Cancelled { owner } => {
@@ -298,7 +286,7 @@ impl TaskService {
                 self.wakeups
                     .wake(&owner, task_id)
                     .await
-                    .map_err(store_error)
+                    .map_err(ErrorObject::from)
             }
         }
     }
@@ -360,8 +348,4 @@ fn not_found(task_id: &str) -> ErrorObject {
     ErrorObject::invalid_params(format!(
         "Failed to retrieve task: no task {task_id:?} (unknown, expired, or not yours)"
     ))
-}
-
-fn store_error(e: StoreError) -> ErrorObject {
-    ErrorObject::internal(e.to_string())
 }

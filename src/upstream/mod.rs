@@ -40,6 +40,13 @@ pub enum UpstreamError {
     Exited(String),
 }
 
+/// What a client sees when its request failed upstream: an internal error that says why.
+impl From<UpstreamError> for ErrorObject {
+    fn from(error: UpstreamError) -> Self {
+        ErrorObject::internal(error.to_string())
+    }
+}
+
 impl UpstreamError {
     /// A short label for metrics.
     pub fn kind(&self) -> &'static str {

@@ -9,6 +9,7 @@
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
+use crate::protocol::jsonrpc::ErrorObject;
 use crate::protocol::mrtr::{self, InputRequired, InputRequiredError, MAX_ROUNDS_WITHOUT_INPUT};
 
 /// What one upstream request of the call came back with.
@@ -26,6 +27,12 @@ pub enum RoundError {
     Malformed(#[from] InputRequiredError),
     #[error("{MAX_ROUNDS_WITHOUT_INPUT} InputRequiredResults in a row asked for no input")]
     NoInputAsked,
+}
+
+impl From<RoundError> for ErrorObject {
+    fn from(error: RoundError) -> Self {
+        ErrorObject::internal(error.to_string())
+    }
 }
 
 /// Sends the call upstream once, with the params of this round.

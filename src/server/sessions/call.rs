@@ -75,7 +75,7 @@ pub(super) async fn serve(
     let body = match answer {
         Ok(Ok(result)) => jsonrpc::success_body_of(&id, &result),
         Ok(Err(error)) => jsonrpc::error_body(Some(&id), &error),
-        Err(e) => jsonrpc::error_body(Some(&id), &ErrorObject::internal(e.to_string())),
+        Err(e) => jsonrpc::error_body(Some(&id), &ErrorObject::from(e)),
     };
     reply::json(StatusCode::OK, body)
 }
@@ -90,13 +90,13 @@ enum Stop {
 
 impl From<RoundError> for Stop {
     fn from(error: RoundError) -> Self {
-        Stop::Error(ErrorObject::internal(error.to_string()))
+        Stop::Error(error.into())
     }
 }
 
 impl From<UpstreamError> for Stop {
     fn from(error: UpstreamError) -> Self {
-        Stop::Error(ErrorObject::internal(error.to_string()))
+        Stop::Error(error.into())
     }
 }
 

@@ -168,7 +168,7 @@ impl GatewaySessions {
         };
         let server = match gateway.upstream.server_info(&caller).await {
             Ok(server) => server,
-            Err(e) => return reply::error(Some(id), &ErrorObject::internal(e.to_string())),
+            Err(e) => return reply::error(Some(id), &ErrorObject::from(e)),
         };
         let result = initialize_result(&server, version);
         let Some(session_id) = self.open(capabilities, principal) else {
