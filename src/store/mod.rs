@@ -24,7 +24,9 @@ use std::sync::Arc;
 
 pub use membership::{INSTANCE_LOST, INSTANCE_STOPPED, Lease, MembershipStore};
 pub use record::{Outcome, TaskRecord};
-pub use task_state::{CancelOutcome, StoreError, TaskStore, UpdateOutcome, finish_with_retry};
+pub use task_state::{
+    CancelOutcome, StoreError, TaskStore, Unavailable, UpdateOutcome, finish_with_retry,
+};
 pub use wakeups::{WAKE_ALL, WakeReceiver, WakeUps};
 
 /// One store seen through its three contracts, as the rest of the gateway holds it.

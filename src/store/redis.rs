@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 pub use conn::Target;
 
 use super::{
-    CancelOutcome, Lease, MembershipStore, Outcome, StoreError, TaskRecord, TaskStore,
+    CancelOutcome, Lease, MembershipStore, Outcome, StoreError, TaskRecord, TaskStore, Unavailable,
     UpdateOutcome, WakeReceiver, WakeUps, metrics, now_ms,
 };
 use crate::protocol::wire::{InputRequest, TaskStatus};
@@ -106,8 +106,8 @@ impl RedisStore {
     /// A store for `settings.target`. Fails only on a malformed URL: Redis itself may be
     /// down at start; requests get clear errors until it is up.
     pub fn connect(settings: RedisSettings) -> Result<Arc<Self>, StoreError> {
-        let conn = Conn::new(&settings.target, settings.timeout)
-            .map_err(|e| StoreError::Unavailable(format!("bad Redis address: {e}")))?;
+        let conn =
+            Conn::new(&settings.target, settings.timeout).map_err(Unavailable::BadAddress)?;
         Ok(Arc::new(Self {
             conn,
             settings,
@@ -173,10 +173,11 @@ impl TaskStore for RedisStore {
             if acked < i64::from(self.settings.wait_replicas) {
                 // Not durable as asked: take it back, the client never sees the id.
                 let _ = self.delete(&task.task_id).await;
-                return Err(StoreError::Unavailable(format!(
-                    "only {acked} of {} Redis replicas acknowledged the task",
-                    self.settings.wait_replicas
-                )));
+                return Err(Unavailable::NotReplicated {
+                    acked,
+                    wanted: self.settings.wait_replicas,
+                }
+                .into());
             }
         }
         metrics::task_reached(task.status);

@@ -14,12 +14,40 @@ use crate::protocol::wire::InputRequest;
 pub enum StoreError {
     /// The store could not be reached or did not answer in time; retrying may help.
     #[error("task store unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(#[from] Unavailable),
     #[error("task {0} already exists")]
     Duplicate(String),
     /// The store answered something the gateway cannot use (a bug or a foreign key).
     #[error("task store error: {0}")]
     Corrupt(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Why the store could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum Unavailable {
+    #[error("Redis did not answer within {0} ms")]
+    TimedOut(u128),
+    #[error("Redis lost the gateway's scripts; retry")]
+    ScriptsLost,
+    #[error("{}", describe_redis(.0))]
+    Redis(#[source] redis::RedisError),
+    #[error("bad Redis address: {0}")]
+    BadAddress(#[source] redis::RedisError),
+    #[error("only {acked} of {wanted} Redis replicas acknowledged the task")]
+    NotReplicated { acked: i64, wanted: u32 },
+}
+
+/// Redis's own text says little about the cases an operator meets most.
+fn describe_redis(e: &redis::RedisError) -> String {
+    if e.is_connection_refusal() {
+        "cannot connect to Redis (connection refused)".into()
+    } else if e.is_timeout() {
+        "Redis did not answer in time".into()
+    } else if e.is_connection_dropped() || e.is_io_error() {
+        format!("connection to Redis lost: {e}")
+    } else {
+        format!("Redis: {e}")
+    }
 }
 
 /// What a client sees when the store failed its request.

@@ -11,7 +11,7 @@ use redis::{Cmd, Pipeline, RedisError, Value};
 use tracing::Instrument;
 
 use super::scripts::Scripts;
-use crate::store::{StoreError, metrics};
+use crate::store::{StoreError, Unavailable, metrics};
 
 /// Where the store lives.
 #[derive(Debug, Clone)]
@@ -212,29 +212,12 @@ enum Failure {
 impl Failure {
     fn into_store_error(self, timeout: Duration) -> StoreError {
         match self {
-            Failure::Timeout => StoreError::Unavailable(format!(
-                "Redis did not answer within {} ms",
-                timeout.as_millis()
-            )),
-            Failure::NoScript => {
-                StoreError::Unavailable("Redis lost the gateway's scripts; retry".into())
-            }
-            Failure::Redis(e) => StoreError::Unavailable(describe(&e)),
+            Failure::Timeout => Unavailable::TimedOut(timeout.as_millis()).into(),
+            Failure::NoScript => Unavailable::ScriptsLost.into(),
+            Failure::Redis(e) => Unavailable::Redis(e).into(),
             Failure::Server(e) => {
                 StoreError::Corrupt(format!("Redis answered an error: {e}").into())
             }
         }
-    }
-}
-
-fn describe(e: &RedisError) -> String {
-    if e.is_connection_refusal() {
-        "cannot connect to Redis (connection refused)".into()
-    } else if e.is_timeout() {
-        "Redis did not answer in time".into()
-    } else if e.is_connection_dropped() || e.is_io_error() {
-        format!("connection to Redis lost: {e}")
-    } else {
-        format!("Redis: {e}")
     }
 }
