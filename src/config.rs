@@ -194,10 +194,9 @@ pub struct Config {
 
 impl Config {
     /// Flags, environment and `--config` file, in that order of precedence.
-    pub fn load() -> Result<Self, String> {
-        let args = crate::config_file::merge_into_args(std::env::args_os().collect())
-            .map_err(|e| e.to_string())?;
-        Self::try_parse_from(args).map_err(|e| e.render().to_string())
+    pub fn load() -> Result<Self, ConfigError> {
+        let args = crate::config_file::merge_into_args(std::env::args_os().collect())?;
+        Ok(Self::try_parse_from(args)?)
     }
 
     /// The TTL given to new tasks: the default, capped by the maximum.
@@ -231,6 +230,40 @@ impl Config {
     }
 }
 
+/// Why the gateway cannot start with the configuration it was given.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(transparent)]
+    File(#[from] crate::config_file::ConfigFileError),
+    /// Also `--help` and `--version`, which clap reports as errors; [`clap::Error::exit`]
+    /// prints them where they belong.
+    #[error(transparent)]
+    Flags(#[from] clap::Error),
+}
+
+/// Why a flag's value was refused; clap names the flag before it.
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidValue {
+    #[error("not a URL: {0}")]
+    NotUrl(#[source] http::uri::InvalidUri),
+    #[error("expected an http:// or https:// URL with a host")]
+    NotHttpUrl,
+    #[error("expected a redis:// or rediss:// URL")]
+    NotRedisUrl,
+    #[error("cannot split {0:?} into words: unbalanced quotes or a trailing backslash")]
+    Unsplittable(String),
+    #[error("the command is empty")]
+    EmptyCommand,
+    #[error("expected {expected}, got {got:?}")]
+    NotPair { expected: &'static str, got: String },
+    #[error("tool name is empty in {0:?}")]
+    EmptyToolName(String),
+    #[error(transparent)]
+    Policy(#[from] crate::tasks::policy::UnknownPolicy),
+    #[error("expected 1-200 characters, without braces or whitespace")]
+    BadInstanceId,
+}
+
 /// A program and its arguments, as split from `--upstream-cmd`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommandLine(pub Vec<String>);
@@ -243,58 +276,60 @@ fn default_instance_id() -> String {
     format!("{host}-{}", &suffix[..8])
 }
 
-fn parse_upstream_url(raw: &str) -> Result<http::Uri, String> {
-    let uri: http::Uri = raw.parse().map_err(|e| format!("not a URL: {e}"))?;
+fn parse_upstream_url(raw: &str) -> Result<http::Uri, InvalidValue> {
+    let uri: http::Uri = raw.parse().map_err(InvalidValue::NotUrl)?;
     match uri.scheme_str() {
         Some("http" | "https") if uri.host().is_some() => Ok(uri),
-        _ => Err("expected an http:// or https:// URL with a host".to_owned()),
+        _ => Err(InvalidValue::NotHttpUrl),
     }
 }
 
 /// The command line split into program and arguments; `shlex` follows POSIX shell
 /// quoting, so paths with spaces can be quoted.
-fn parse_upstream_cmd(raw: &str) -> Result<CommandLine, String> {
-    let words = shlex::split(raw).ok_or_else(|| {
-        format!("cannot split {raw:?} into words: unbalanced quotes or a trailing backslash")
-    })?;
+fn parse_upstream_cmd(raw: &str) -> Result<CommandLine, InvalidValue> {
+    let words = shlex::split(raw).ok_or_else(|| InvalidValue::Unsplittable(raw.to_owned()))?;
     if words.is_empty() {
-        return Err("the command is empty".to_owned());
+        return Err(InvalidValue::EmptyCommand);
     }
     Ok(CommandLine(words))
 }
 
-fn parse_env_pair(raw: &str) -> Result<(String, String), String> {
+fn parse_env_pair(raw: &str) -> Result<(String, String), InvalidValue> {
     match raw.split_once('=') {
         Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
-        _ => Err(format!("expected KEY=VALUE, got {raw:?}")),
+        _ => Err(InvalidValue::NotPair {
+            expected: "KEY=VALUE",
+            got: raw.to_owned(),
+        }),
     }
 }
 
-fn parse_redis_url(raw: &str) -> Result<String, String> {
+fn parse_redis_url(raw: &str) -> Result<String, InvalidValue> {
     match raw.split_once("://") {
         Some(("redis" | "rediss", rest)) if !rest.is_empty() => Ok(raw.to_owned()),
-        _ => Err("expected a redis:// or rediss:// URL".to_owned()),
+        _ => Err(InvalidValue::NotRedisUrl),
     }
 }
 
 /// Instance ids become part of Redis key names (as hash tags), so braces are out.
-fn parse_instance_id(raw: &str) -> Result<String, String> {
+fn parse_instance_id(raw: &str) -> Result<String, InvalidValue> {
     if raw.is_empty()
         || raw.len() > 200
         || raw.contains(['{', '}'])
         || raw.chars().any(char::is_whitespace)
     {
-        return Err("expected 1-200 characters, without braces or whitespace".to_owned());
+        return Err(InvalidValue::BadInstanceId);
     }
     Ok(raw.to_owned())
 }
 
-fn parse_tool_policy(raw: &str) -> Result<(String, TaskPolicy), String> {
-    let (name, policy) = raw
-        .split_once('=')
-        .ok_or_else(|| format!("expected NAME=required|optional|forbidden, got {raw:?}"))?;
+fn parse_tool_policy(raw: &str) -> Result<(String, TaskPolicy), InvalidValue> {
+    let (name, policy) = raw.split_once('=').ok_or_else(|| InvalidValue::NotPair {
+        expected: "NAME=required|optional|forbidden",
+        got: raw.to_owned(),
+    })?;
     if name.is_empty() {
-        return Err(format!("tool name is empty in {raw:?}"));
+        return Err(InvalidValue::EmptyToolName(raw.to_owned()));
     }
     Ok((name.to_owned(), policy.parse()?))
 }

@@ -17,14 +17,28 @@ pub enum ConfigFileError {
         path: String,
         source: std::io::Error,
     },
-    #[error("config file {path} is not valid {format}: {detail}")]
-    Parse {
-        path: String,
-        format: &'static str,
-        detail: String,
-    },
+    #[error("config file {path} is not valid {}: {source}", source.format())]
+    Parse { path: String, source: SyntaxError },
     #[error("config file {path}: {detail}")]
     Content { path: String, detail: String },
+}
+
+/// The file's own parser's complaint.
+#[derive(Debug, thiserror::Error)]
+pub enum SyntaxError {
+    #[error(transparent)]
+    Yaml(#[from] serde_yaml_ng::Error),
+    #[error(transparent)]
+    Toml(#[from] toml::de::Error),
+}
+
+impl SyntaxError {
+    fn format(&self) -> &'static str {
+        match self {
+            Self::Yaml(_) => "YAML",
+            Self::Toml(_) => "TOML",
+        }
+    }
 }
 
 /// The command line with the file's settings added for every flag that neither the
@@ -98,12 +112,11 @@ fn read(path: &str) -> Result<serde_json::Map<String, Value>, ConfigFileError> {
         Path::new(path).extension().and_then(|e| e.to_str()),
         Some("yaml" | "yml")
     );
-    let parsed: Result<Value, String> = if yaml {
-        serde_yaml_ng::from_str(&text).map_err(|e| e.to_string())
+    let parsed: Result<Value, SyntaxError> = if yaml {
+        serde_yaml_ng::from_str(&text).map_err(SyntaxError::from)
     } else {
-        toml::from_str(&text).map_err(|e| e.to_string())
+        toml::from_str(&text).map_err(SyntaxError::from)
     };
-    let format = if yaml { "YAML" } else { "TOML" };
     match parsed {
         Ok(Value::Object(map)) => Ok(map),
         Ok(Value::Null) => Ok(Default::default()),
@@ -111,10 +124,9 @@ fn read(path: &str) -> Result<serde_json::Map<String, Value>, ConfigFileError> {
             path: path.to_owned(),
             detail: "expected a table of settings at the top level".into(),
         }),
-        Err(detail) => Err(ConfigFileError::Parse {
+        Err(source) => Err(ConfigFileError::Parse {
             path: path.to_owned(),
-            format,
-            detail,
+            source,
         }),
     }
 }

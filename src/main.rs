@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use mcp_task_gateway::config::Config;
+use mcp_task_gateway::config::{Config, ConfigError};
 
 // glibc's malloc slows down once many tasks' allocations interleave with the requests'
 // (BENCHMARKS.md, run 6); jemalloc does not.
@@ -14,8 +14,10 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 fn main() -> ExitCode {
     let config = match Config::load() {
         Ok(config) => config,
-        Err(message) => {
-            eprintln!("{message}");
+        // Help and version go to stdout with status 0, usage errors to stderr with 2.
+        Err(ConfigError::Flags(e)) => e.exit(),
+        Err(e) => {
+            eprintln!("mcp-task-gateway: {e}");
             return ExitCode::from(2);
         }
     };

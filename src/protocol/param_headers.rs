@@ -14,15 +14,29 @@ pub struct ParamHeader {
     pub token: String,
 }
 
+/// Why a tool's `x-mcp-header` annotations make its definition invalid (a client must
+/// then not use the tool). `at` is the property's dotted path.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidAnnotation {
+    #[error("x-mcp-header {0:?} is not unique")]
+    Duplicate(String),
+    #[error("x-mcp-header on {at} is not reachable through properties alone")]
+    Unreachable { at: String },
+    #[error("x-mcp-header on {at} is not an HTTP field-name token")]
+    NotAToken { at: String },
+    #[error("x-mcp-header on {at} needs type string, integer or boolean")]
+    NotPrimitive { at: String },
+}
+
 /// The annotated properties of a tool's `inputSchema`, or why the annotations make the
-/// tool definition invalid (a client must then not use the tool).
-pub fn annotations(input_schema: &Value) -> Result<Vec<ParamHeader>, String> {
+/// tool definition invalid.
+pub fn annotations(input_schema: &Value) -> Result<Vec<ParamHeader>, InvalidAnnotation> {
     let mut found = Vec::new();
     walk(input_schema, &mut Vec::new(), true, &mut found)?;
     let mut seen = std::collections::HashSet::new();
     for header in &found {
         if !seen.insert(header.token.to_ascii_lowercase()) {
-            return Err(format!("x-mcp-header {:?} is not unique", header.token));
+            return Err(InvalidAnnotation::Duplicate(header.token.clone()));
         }
     }
     Ok(found)
@@ -34,7 +48,7 @@ fn walk(
     path: &mut Vec<String>,
     static_path: bool,
     found: &mut Vec<ParamHeader>,
-) -> Result<(), String> {
+) -> Result<(), InvalidAnnotation> {
     match node {
         Value::Object(schema) => {
             if let Some(token) = schema.get(X_MCP_HEADER) {
@@ -70,33 +84,27 @@ fn check(
     token: &Value,
     path: &[String],
     static_path: bool,
-) -> Result<ParamHeader, String> {
-    let where_ = if path.is_empty() {
+) -> Result<ParamHeader, InvalidAnnotation> {
+    let at = if path.is_empty() {
         "the schema root".to_owned()
     } else {
         path.join(".")
     };
     if !static_path || path.is_empty() {
-        return Err(format!(
-            "x-mcp-header on {where_} is not reachable through properties alone"
-        ));
+        return Err(InvalidAnnotation::Unreachable { at });
     }
     let Some(token) = token
         .as_str()
         .filter(|t| !t.is_empty() && t.bytes().all(is_tchar))
     else {
-        return Err(format!(
-            "x-mcp-header on {where_} is not an HTTP field-name token"
-        ));
+        return Err(InvalidAnnotation::NotAToken { at });
     };
     let primitive = matches!(
         schema.get("type").and_then(Value::as_str),
         Some("string" | "integer" | "boolean")
     );
     if !primitive {
-        return Err(format!(
-            "x-mcp-header on {where_} needs type string, integer or boolean"
-        ));
+        return Err(InvalidAnnotation::NotPrimitive { at });
     }
     Ok(ParamHeader {
         path: path.to_vec(),

@@ -14,17 +14,19 @@ pub enum TaskPolicy {
     Forbidden,
 }
 
+#[derive(Debug, thiserror::Error)]
+#[error("unknown task policy {0:?}: expected required, optional or forbidden")]
+pub struct UnknownPolicy(String);
+
 impl FromStr for TaskPolicy {
-    type Err = String;
+    type Err = UnknownPolicy;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "required" => Ok(Self::Required),
             "optional" => Ok(Self::Optional),
             "forbidden" => Ok(Self::Forbidden),
-            other => Err(format!(
-                "unknown task policy {other:?}: expected required, optional or forbidden"
-            )),
+            other => Err(UnknownPolicy(other.to_owned())),
         }
     }
 }

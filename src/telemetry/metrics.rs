@@ -4,18 +4,26 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{BuildError, PrometheusBuilder};
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot serve metrics on {addr}: {source}")]
+pub struct MetricsError {
+    addr: SocketAddr,
+    #[source]
+    source: BuildError,
+}
 
 /// Starts the Prometheus exporter on `addr` (`GET /metrics`).
-pub fn install_metrics(addr: SocketAddr) -> Result<(), String> {
-    metrics_exporter_prometheus::PrometheusBuilder::new()
+pub fn install_metrics(addr: SocketAddr) -> Result<(), MetricsError> {
+    PrometheusBuilder::new()
         .with_http_listener(addr)
         .set_buckets(&[
             0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
             30.0, 60.0, 300.0,
         ])
-        .map_err(|e| e.to_string())?
-        .install()
-        .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))
+        .and_then(PrometheusBuilder::install)
+        .map_err(|source| MetricsError { addr, source })
 }
 
 /// Methods get their own label; anything else is `other`, so clients cannot grow the

@@ -72,7 +72,15 @@ pub fn init(log_format: &str) -> TracingGuard {
     TracingGuard { provider }
 }
 
-fn otlp_provider() -> Result<Option<SdkTracerProvider>, String> {
+#[derive(Debug, thiserror::Error)]
+enum OtlpError {
+    #[error("OTLP protocol {0:?} is not supported; use http/protobuf or http/json")]
+    UnsupportedProtocol(String),
+    #[error(transparent)]
+    Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
+}
+
+fn otlp_provider() -> Result<Option<SdkTracerProvider>, OtlpError> {
     let configured = [
         "OTEL_EXPORTER_OTLP_ENDPOINT",
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
@@ -88,18 +96,13 @@ fn otlp_provider() -> Result<Option<SdkTracerProvider>, String> {
     let protocol = match protocol.as_str() {
         "http/protobuf" => Protocol::HttpBinary,
         "http/json" => Protocol::HttpJson,
-        other => {
-            return Err(format!(
-                "OTLP protocol {other:?} is not supported; use http/protobuf or http/json"
-            ));
-        }
+        other => return Err(OtlpError::UnsupportedProtocol(other.to_owned())),
     };
     // Endpoint, headers and timeout come from the standard OTEL_* variables.
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(protocol)
-        .build()
-        .map_err(|e| e.to_string())?;
+        .build()?;
     let mut resource = opentelemetry_sdk::Resource::builder();
     if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
         resource = resource.with_service_name("mcp-task-gateway");
