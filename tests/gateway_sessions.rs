@@ -5,54 +5,26 @@ mod common;
 
 use std::time::Duration;
 
+use common::session::*;
 use common::stdio::*;
 use common::*;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-fn initialize_body() -> Value {
-    json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "session-limits-test", "version": "0"}
-    }})
-}
-
-async fn post(
-    http: &reqwest::Client,
-    url: &str,
-    session: Option<&str>,
-    auth: Option<&str>,
-    body: &Value,
-) -> reqwest::Response {
-    let mut request = http
-        .post(url)
-        .header("accept", "application/json, text/event-stream")
-        .json(body);
-    if let Some(session) = session {
-        request = request.header("mcp-session-id", session);
-    }
-    if let Some(auth) = auth {
-        request = request.header("authorization", auth);
-    }
-    request.send().await.expect("gateway reachable")
-}
-
-/// Opens a session; its id, or the refusal's status and body.
+/// Opens a session; the client, or the refusal's status and body.
 async fn open(
     http: &reqwest::Client,
     url: &str,
     auth: Option<&str>,
-) -> Result<String, (u16, String)> {
-    let response = post(http, url, None, auth, &initialize_body()).await;
+) -> Result<SessionClient, (u16, String)> {
+    let mut client = SessionClient::new(url);
+    client.http = http.clone();
+    client.authorization = auth.map(str::to_owned);
+    let response = client.try_initialize("2025-11-25", json!({})).await;
     let status = response.status().as_u16();
-    let id = response
-        .headers()
-        .get("mcp-session-id")
-        .map(|v| v.to_str().unwrap().to_owned());
-    match id {
-        Some(id) if status == 200 => Ok(id),
-        _ => Err((status, response.text().await.unwrap_or_default())),
+    match client.session {
+        Some(_) => Ok(client),
+        None => Err((status, response.text().await.unwrap_or_default())),
     }
 }
 
@@ -105,9 +77,9 @@ async fn ten_thousand_abandoned_sessions_expire_and_make_room() {
     );
     assert!(opened_ok >= 10_000, "only {opened_ok} sessions were opened");
     let fresh = open(&http, &gateway.url, None).await.expect("room again");
-    let old = post(&http, &gateway.url, Some(&first), None, &tools_list()).await;
+    let old = first.post(tools_list()).await;
     assert_eq!(old.status(), 404);
-    let new = post(&http, &gateway.url, Some(&fresh), None, &tools_list()).await;
+    let new = fresh.post(tools_list()).await;
     assert_eq!(new.status(), 200);
 }
 
@@ -121,13 +93,7 @@ async fn a_full_table_refuses_initialize_until_a_session_ends() {
     assert_eq!(status, 503);
     let body: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(body["error"]["code"], -32603, "{body}");
-    let delete = http
-        .delete(&gateway.url)
-        .header("mcp-session-id", &first)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(delete.status(), 200);
+    assert_eq!(first.delete().await.status(), 200);
     open(&http, &gateway.url, None)
         .await
         .expect("room after DELETE");
@@ -137,20 +103,13 @@ async fn a_full_table_refuses_initialize_until_a_session_ends() {
 async fn a_session_belongs_to_the_credentials_that_opened_it() {
     let gateway = start_stdio_gateway(&everything_cmd(), &[]);
     let http = reqwest::Client::new();
-    let alice = Some("Bearer alice");
-    let session = open(&http, &gateway.url, alice).await.expect("a session");
-    let other = Some("Bearer mallory");
-    let stolen = post(&http, &gateway.url, Some(&session), other, &tools_list()).await;
-    assert_eq!(stolen.status(), 404);
-    let delete = http
-        .delete(&gateway.url)
-        .header("mcp-session-id", &session)
-        .header("authorization", "Bearer mallory")
-        .send()
+    let alice = open(&http, &gateway.url, Some("Bearer alice"))
         .await
-        .unwrap();
-    assert_eq!(delete.status(), 404);
-    let own = post(&http, &gateway.url, Some(&session), alice, &tools_list()).await;
+        .expect("a session");
+    let mallory = alice.clone().with_authorization("Bearer mallory");
+    assert_eq!(mallory.post(tools_list()).await.status(), 404);
+    assert_eq!(mallory.delete().await.status(), 404);
+    let own = alice.post(tools_list()).await;
     assert_eq!(own.status(), 200);
     let tools: Value = own.json().await.unwrap();
     assert!(tools["result"]["tools"].is_array(), "{tools}");
@@ -166,7 +125,7 @@ async fn a_call_in_flight_keeps_its_session_past_the_idle_timeout() {
         "arguments": {"duration": 2, "steps": 2},
         "_meta": {"progressToken": "p"}
     }});
-    let response = post(&http, &gateway.url, Some(&session), None, &call).await;
+    let response = session.post(call).await;
     assert_eq!(response.headers()["content-type"], "text/event-stream");
     let body = tokio::time::timeout(DEADLINE, response.text())
         .await
@@ -187,12 +146,10 @@ async fn a_call_in_flight_keeps_its_session_past_the_idle_timeout() {
     assert_eq!(last["id"], 5, "{body}");
     assert!(last["result"]["content"].is_array(), "{body}");
     // The session outlived the call's 2 s; idle afterwards, it is forgotten.
-    let after = post(&http, &gateway.url, Some(&session), None, &tools_list()).await;
+    let after = session.post(tools_list()).await;
     assert_eq!(after.status(), 200);
     eventually("the idle session to expire", || async {
-        let status = post(&http, &gateway.url, Some(&session), None, &tools_list())
-            .await
-            .status();
+        let status = session.post(tools_list()).await.status();
         // Each probe touches the session: wait longer than the timeout between them.
         tokio::time::sleep(Duration::from_millis(600)).await;
         (status == 404).then_some(())

@@ -3,75 +3,26 @@
 
 mod common;
 
+use common::session::*;
 use common::*;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use sse_stream::SseStream;
 
-struct LegacyClient {
-    http: reqwest::Client,
-    url: String,
-    session: Option<String>,
-}
-
-impl LegacyClient {
-    fn new(url: String) -> Self {
-        Self {
-            http: reqwest::Client::new(),
-            url,
-            session: None,
-        }
-    }
-
-    async fn post(&self, body: Value) -> reqwest::Response {
-        let mut request = self
-            .http
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25")
-            .json(&body);
-        if let Some(session) = &self.session {
-            request = request.header("mcp-session-id", session);
-        }
-        request.send().await.unwrap()
-    }
-
-    async fn initialize(&mut self) {
-        let response = self
-            .post(
-                json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {"elicitation": {"form": {}}},
-                    "clientInfo": {"name": "legacy-test", "version": "0"}
-                }}),
-            )
-            .await;
-        assert_eq!(response.status(), 200);
-        self.session = Some(
-            response.headers()["mcp-session-id"]
-                .to_str()
-                .unwrap()
-                .to_owned(),
-        );
-        let messages = read_messages(response).await;
-        assert_eq!(
-            messages.last().unwrap()["result"]["serverInfo"]["name"],
-            "plain-server"
-        );
-        let ack = self
-            .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-            .await;
-        assert_eq!(ack.status(), 202);
-    }
+/// Opens a session the way a 2025-11-25 client with elicitation does.
+async fn initialize(client: &mut SessionClient) {
+    let result = client
+        .initialize("2025-11-25", json!({"elicitation": {"form": {}}}))
+        .await;
+    assert_eq!(result["serverInfo"]["name"], "plain-server");
 }
 
 /// The fixture, the gateway in front of it, and an initialized legacy session through it.
-async fn session_through_gateway() -> ([Proc; 2], LegacyClient) {
+async fn session_through_gateway() -> ([Proc; 2], SessionClient) {
     let (upstream, upstream_url) = start_plain_server();
     let (gateway, url) = start_gateway(&upstream_url, &[]);
-    let mut client = LegacyClient::new(url);
-    client.initialize().await;
+    let mut client = SessionClient::new(&url);
+    initialize(&mut client).await;
     ([gateway, upstream], client)
 }
 
@@ -82,17 +33,6 @@ fn sleep_with_progress(id: u64, ms: u64, token: &str) -> Value {
         "name": "sleep", "arguments": {"ms": ms, "steps": 3},
         "_meta": {"progressToken": token}
     }})
-}
-
-async fn read_messages(response: reqwest::Response) -> Vec<Value> {
-    let mut stream = SseStream::from_bytes_stream(response.bytes_stream());
-    let mut out = Vec::new();
-    while let Some(event) = stream.next().await {
-        if let Some(data) = event.unwrap().data.filter(|d| !d.trim().is_empty()) {
-            out.push(serde_json::from_str(&data).unwrap());
-        }
-    }
-    out
 }
 
 #[tokio::test]
@@ -137,24 +77,11 @@ async fn a_legacy_session_works_through_the_gateway() {
     assert_eq!(result["result"]["content"][0]["text"], "Hello, Grace!");
 
     // GET opens the standalone stream; DELETE ends the session.
-    let get = client
-        .http
-        .get(&client.url)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", client.session.as_deref().unwrap())
-        .send()
-        .await
-        .unwrap();
+    let get = client.get().await;
     assert_eq!(get.status(), 200);
     assert_eq!(get.headers()["content-type"], "text/event-stream");
     drop(get);
-    let delete = client
-        .http
-        .delete(&client.url)
-        .header("mcp-session-id", client.session.as_deref().unwrap())
-        .send()
-        .await
-        .unwrap();
+    let delete = client.delete().await;
     assert_eq!(delete.status(), 200);
     let after = client
         .post(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}))
@@ -166,22 +93,9 @@ async fn a_legacy_session_works_through_the_gateway() {
 async fn legacy_session_against_server_everything() {
     let (_upstream, upstream_url) = start_everything();
     let (_gateway, url) = start_gateway(&upstream_url, &[]);
-    let mut client = LegacyClient::new(url);
-    let response = client
-        .post(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}
-        }}))
-        .await;
-    client.session = Some(
-        response.headers()["mcp-session-id"]
-            .to_str()
-            .unwrap()
-            .to_owned(),
-    );
-    read_messages(response).await;
-    client
-        .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-        .await;
+    let mut client = SessionClient::new(&url);
+    let result = client.initialize("2025-11-25", json!({})).await;
+    assert_eq!(result["serverInfo"]["name"], "mcp-servers/everything");
     let echo = read_messages(
         client
             .post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "pass"}}}))
@@ -239,8 +153,8 @@ async fn progress_of_a_legacy_call_streams_through_as_it_happens() {
 async fn a_client_connection_outlives_an_upstream_restart() {
     let (mut upstream, upstream_url) = start_plain_server();
     let (_gateway, url) = start_gateway(&upstream_url, &[]);
-    let mut client = LegacyClient::new(url);
-    client.initialize().await;
+    let mut client = SessionClient::new(&url);
+    initialize(&mut client).await;
     let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
     assert_eq!(client.post(list.clone()).await.status(), 200);
 
@@ -263,7 +177,7 @@ async fn a_client_connection_outlives_an_upstream_restart() {
     // The new process does not know the old session, and says so itself.
     assert_eq!(client.post(list.clone()).await.status(), 404);
     client.session = None;
-    client.initialize().await;
+    initialize(&mut client).await;
     let tools = read_messages(client.post(list).await).await;
     assert!(tools.last().unwrap()["result"]["tools"].is_array());
 }
@@ -274,12 +188,12 @@ async fn a_client_connection_outlives_an_upstream_restart() {
 async fn an_http2_client_is_not_held_up_by_its_own_slow_call() {
     let (_upstream, upstream_url) = start_plain_server();
     let (_gateway, url) = start_gateway(&upstream_url, &[]);
-    let mut client = LegacyClient::new(url);
+    let mut client = SessionClient::new(&url);
     client.http = reqwest::Client::builder()
         .http2_prior_knowledge()
         .build()
         .unwrap();
-    client.initialize().await;
+    initialize(&mut client).await;
 
     // Progress every second: the response (and the upstream connection under it) is
     // open from the first event to the result at 3 s.

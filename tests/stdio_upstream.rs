@@ -6,6 +6,7 @@ mod common;
 
 use std::time::Instant;
 
+use common::session::*;
 use common::stdio::*;
 use common::*;
 use serde_json::{Value, json};
@@ -265,75 +266,15 @@ async fn a_modern_stdio_server_is_spoken_to_statelessly() {
     gateway.wait_for_log(&["speaks 2026-07-28"]);
 }
 
-/// A 2025-11-25 session client, for the sessions the gateway serves itself.
-struct SessionClient {
-    http: reqwest::Client,
-    url: String,
-    session: Option<String>,
-}
-
-impl SessionClient {
-    async fn post(&self, body: Value) -> reqwest::Response {
-        let mut request = self
-            .http
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25")
-            .json(&body);
-        if let Some(session) = &self.session {
-            request = request.header("mcp-session-id", session);
-        }
-        request.send().await.unwrap()
-    }
-}
-
-async fn next_message<E: std::fmt::Debug>(
-    stream: &mut (impl futures_util::Stream<Item = Result<sse_stream::Sse, E>> + Unpin),
-) -> Value {
-    use futures_util::StreamExt;
-    loop {
-        let event = stream.next().await.expect("another message").unwrap();
-        if let Some(data) = event.data.filter(|d| !d.trim().is_empty()) {
-            return serde_json::from_str(&data).unwrap();
-        }
-    }
-}
-
 #[tokio::test]
 async fn legacy_session_clients_are_served_by_the_gateway() {
     let (gateway, _) = everything(&[]);
-    let mut client = SessionClient {
-        http: reqwest::Client::new(),
-        url: gateway.url.clone(),
-        session: None,
-    };
+    let mut client = SessionClient::new(&gateway.url);
     let init = client
-        .post(
-            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {"elicitation": {}},
-                "clientInfo": {"name": "session-test", "version": "0"}
-            }}),
-        )
+        .initialize("2025-06-18", json!({"elicitation": {}}))
         .await;
-    assert_eq!(init.status(), 200);
-    client.session = Some(
-        init.headers()["mcp-session-id"]
-            .to_str()
-            .unwrap()
-            .to_owned(),
-    );
-    let init: Value = init.json().await.unwrap();
-    assert_eq!(
-        init["result"]["serverInfo"]["name"],
-        "mcp-servers/everything"
-    );
-    assert_eq!(init["result"]["protocolVersion"], "2025-06-18");
-    let ack = client
-        .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-        .await;
-    assert_eq!(ack.status(), 202);
+    assert_eq!(init["serverInfo"]["name"], "mcp-servers/everything");
+    assert_eq!(init["protocolVersion"], "2025-06-18");
 
     // Requests are multiplexed onto the process; the answer carries the client's id.
     let echo = client
@@ -372,14 +313,7 @@ async fn legacy_session_clients_are_served_by_the_gateway() {
     assert_eq!(result["id"], 8, "{result}");
     assert_eq!(result["result"]["isError"], true, "{result}");
 
-    let session = client.session.clone().unwrap();
-    let delete = client
-        .http
-        .delete(&client.url)
-        .header("mcp-session-id", &session)
-        .send()
-        .await
-        .unwrap();
+    let delete = client.delete().await;
     assert_eq!(delete.status(), 200);
     let after = client
         .post(json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list"}))
