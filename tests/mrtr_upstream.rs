@@ -151,14 +151,11 @@ async fn a_forged_request_state_fails_the_task(upstream: MrtrUpstream, args: &[&
     let s = setup(upstream, args);
     let reply = s
         .client
-        .request(
-            "tools/call",
-            json!({
-                "name": "two_rounds",
-                "arguments": {},
-                "inputResponses": {"name": accept(json!({"name": "Eve"}))},
-                "requestState": "forged-by-the-client",
-            }),
+        .retry_tool(
+            "two_rounds",
+            json!({}),
+            json!({"name": accept(json!({"name": "Eve"}))}),
+            &json!("forged-by-the-client"),
         )
         .await;
     assert_eq!(reply.result()["resultType"], "task");
@@ -209,14 +206,11 @@ async fn a_client_without_tasks_gets_input_required_untouched(
 
     // The client retries itself, through the gateway, with the state as it got it.
     let retry = client
-        .request(
-            "tools/call",
-            json!({
-                "name": "confirm_delete",
-                "arguments": arguments,
-                "inputResponses": {"confirm": accept(json!({"confirm": true}))},
-                "requestState": state,
-            }),
+        .retry_tool(
+            "confirm_delete",
+            arguments,
+            json!({"confirm": accept(json!({"confirm": true}))}),
+            &json!(state),
         )
         .await;
     assert_eq!(first_text(retry.result()), "deleted /srv/data");
@@ -239,33 +233,23 @@ async fn input_before_promotion_is_answered_inline(upstream: MrtrUpstream, args:
         first["inputRequests"]["name"].is_object(),
         "upstream keys: {first}"
     );
+    let answers = json!({
+        "name": accept(json!({"name": "Bo"})),
+        "color": accept(json!({"color": "red"})),
+    });
     let second = s
         .client
-        .request(
-            "tools/call",
-            json!({
-                "name": "two_rounds",
-                "arguments": {},
-                "inputResponses": {
-                    "name": accept(json!({"name": "Bo"})),
-                    "color": accept(json!({"color": "red"})),
-                },
-                "requestState": first["requestState"],
-            }),
-        )
+        .retry_tool("two_rounds", json!({}), answers, &first["requestState"])
         .await;
     let second = second.result();
     assert_eq!(second["resultType"], "input_required", "{second}");
     let third = s
         .client
-        .request(
-            "tools/call",
-            json!({
-                "name": "two_rounds",
-                "arguments": {},
-                "inputResponses": {"confirm": accept(json!({"ok": true}))},
-                "requestState": second["requestState"],
-            }),
+        .retry_tool(
+            "two_rounds",
+            json!({}),
+            json!({"confirm": accept(json!({"ok": true}))}),
+            &second["requestState"],
         )
         .await;
     assert_eq!(first_text(third.result()), "Bo likes red");
@@ -280,14 +264,11 @@ async fn input_before_promotion_is_answered_inline(upstream: MrtrUpstream, args:
     assert_eq!(asked["resultType"], "input_required", "{asked}");
     let retry = s
         .client
-        .request(
-            "tools/call",
-            json!({
-                "name": "confirm_delete",
-                "arguments": arguments,
-                "inputResponses": {"confirm": accept(json!({"confirm": true}))},
-                "requestState": asked["requestState"],
-            }),
+        .retry_tool(
+            "confirm_delete",
+            arguments,
+            json!({"confirm": accept(json!({"confirm": true}))}),
+            &asked["requestState"],
         )
         .await;
     let created = retry.result();

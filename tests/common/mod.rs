@@ -261,6 +261,24 @@ impl Client {
             .await
     }
 
+    /// An MRTR retry of a tool call: the same call with `inputResponses` and the
+    /// `requestState` as the client got it.
+    pub async fn retry_tool(
+        &self,
+        name: &str,
+        arguments: Value,
+        input_responses: Value,
+        request_state: &Value,
+    ) -> Reply {
+        let params = json!({
+            "name": name,
+            "arguments": arguments,
+            "inputResponses": input_responses,
+            "requestState": request_state,
+        });
+        self.request("tools/call", params).await
+    }
+
     /// Calls a tool and expects a `CreateTaskResult`; returns the task id.
     pub async fn start_task(&self, name: &str, arguments: Value) -> String {
         let reply = self.call_tool(name, arguments).await;
