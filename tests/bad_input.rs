@@ -19,12 +19,7 @@ async fn malformed_bodies_get_parse_and_invalid_request_errors() {
         .send_raw(b"{\"jsonrpc\": \"2.0\", \"id\": 1, ".to_vec(), &[])
         .await;
     assert_eq!((reply.status, reply.error_code()), (400, -32700));
-    assert!(
-        reply.body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("invalid JSON")
-    );
+    reply.assert_message_mentions("invalid JSON");
     assert_eq!(reply.body["id"], json!(null));
 
     for body in [
@@ -53,14 +48,7 @@ async fn unknown_task_ids_get_invalid_params() {
     }
     let reply = client.request("tasks/get", json!({})).await;
     assert_eq!(reply.error_code(), -32602);
-    assert!(
-        reply.body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("taskId"),
-        "{}",
-        reply.body
-    );
+    reply.assert_message_mentions("taskId");
 }
 
 #[tokio::test]
@@ -117,12 +105,7 @@ async fn strict_headers_require_mcp_name_on_tasks() {
         )
         .await;
     assert_eq!((reply.status, reply.error_code()), (400, -32020));
-    assert!(
-        reply.body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("mcp-name")
-    );
+    reply.assert_message_mentions("mcp-name");
     // With the header, the same request is fine.
     client.get_task(&task_id).await;
 }

@@ -55,8 +55,8 @@ fn outstanding_keys(task: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-async fn one_round_of_elicitation_completes_the_task(upstream: MrtrUpstream, args: &[&str]) {
-    let s = setup(upstream, args);
+async fn one_round_of_elicitation_completes_the_task(upstream: MrtrUpstream) {
+    let s = setup(upstream, &[]);
     let task_id = s
         .client
         .start_task("confirm_delete", json!({"path": "/tmp/x"}))
@@ -86,8 +86,8 @@ async fn one_round_of_elicitation_completes_the_task(upstream: MrtrUpstream, arg
     assert_eq!(upstream_calls(&s.upstream_url, "confirm_delete").await, 2);
 }
 
-async fn two_rounds_wait_for_every_answer(upstream: MrtrUpstream, args: &[&str]) {
-    let s = setup(upstream, args);
+async fn two_rounds_wait_for_every_answer(upstream: MrtrUpstream) {
+    let s = setup(upstream, &[]);
     let task_id = s.client.start_task("two_rounds", json!({})).await;
     let round_1 = s.client.wait_status(&task_id, "input_required").await;
     let name_key = key_of(&round_1, "Your name?");
@@ -147,8 +147,8 @@ async fn two_rounds_wait_for_every_answer(upstream: MrtrUpstream, args: &[&str])
     assert_eq!(upstream_calls(&s.upstream_url, "two_rounds").await, 3);
 }
 
-async fn a_forged_request_state_fails_the_task(upstream: MrtrUpstream, args: &[&str]) {
-    let s = setup(upstream, args);
+async fn a_forged_request_state_fails_the_task(upstream: MrtrUpstream) {
+    let s = setup(upstream, &[]);
     let reply = s
         .client
         .retry_tool(
@@ -163,19 +163,11 @@ async fn a_forged_request_state_fails_the_task(upstream: MrtrUpstream, args: &[&
     let task = s.client.wait_status(&task_id, "failed").await;
     assert_eq!(task["error"]["code"], -32602, "{task}");
     assert_eq!(task["error"]["message"], "Invalid or expired requestState");
-    assert!(
-        task["statusMessage"]
-            .as_str()
-            .is_some_and(|m| m.contains("requestState")),
-        "{task}"
-    );
+    assert!(status_message(&task).contains("requestState"), "{task}");
 }
 
-async fn a_client_without_tasks_gets_input_required_untouched(
-    upstream: MrtrUpstream,
-    args: &[&str],
-) {
-    let s = setup(upstream, args);
+async fn a_client_without_tasks_gets_input_required_untouched(upstream: MrtrUpstream) {
+    let s = setup(upstream, &[]);
     let capabilities = json!({"elicitation": {"form": {}}});
     let client = Client::new(&s.client.url, capabilities.clone());
     let direct = Client::new(&s.upstream_url, capabilities);
@@ -217,13 +209,8 @@ async fn a_client_without_tasks_gets_input_required_untouched(
     assert_eq!(retry.result()["resultType"], "complete");
 }
 
-async fn input_before_promotion_is_answered_inline(upstream: MrtrUpstream, args: &[&str]) {
-    let args: Vec<&str> = args
-        .iter()
-        .copied()
-        .chain(["--promote-after-ms", "1500"])
-        .collect();
-    let s = setup(upstream, &args);
+async fn input_before_promotion_is_answered_inline(upstream: MrtrUpstream) {
+    let s = setup(upstream, &["--promote-after-ms", "1500"]);
 
     // Both rounds and the result come back within the budget: no task at all.
     let first = s.client.call_tool("two_rounds", json!({})).await;
@@ -278,8 +265,8 @@ async fn input_before_promotion_is_answered_inline(upstream: MrtrUpstream, args:
     assert_eq!(first_text(&task["result"]), "deleted /slow");
 }
 
-async fn cancel_while_waiting_for_input(upstream: MrtrUpstream, args: &[&str]) {
-    let s = setup(upstream, args);
+async fn cancel_while_waiting_for_input(upstream: MrtrUpstream) {
+    let s = setup(upstream, &[]);
     let task_id = s
         .client
         .start_task("confirm_delete", json!({"path": "/keep"}))
@@ -300,8 +287,8 @@ async fn cancel_while_waiting_for_input(upstream: MrtrUpstream, args: &[&str]) {
     assert_eq!(upstream_calls(&s.upstream_url, "confirm_delete").await, 1);
 }
 
-async fn discover_is_the_upstreams_with_the_tasks_extension(upstream: MrtrUpstream, args: &[&str]) {
-    let s = setup(upstream, args);
+async fn discover_is_the_upstreams_with_the_tasks_extension(upstream: MrtrUpstream) {
+    let s = setup(upstream, &[]);
     let reply = s.client.request("server/discover", json!({})).await;
     let result = reply.result();
     assert_eq!(result["supportedVersions"], json!([MODERN]));
@@ -316,11 +303,8 @@ async fn discover_is_the_upstreams_with_the_tasks_extension(upstream: MrtrUpstre
     assert!(result["ttlMs"].is_u64() && result["cacheScope"].is_string());
 }
 
-async fn a_legacy_client_gets_input_requests_as_server_requests(
-    upstream: MrtrUpstream,
-    args: &[&str],
-) {
-    let s = setup(upstream, args);
+async fn a_legacy_client_gets_input_requests_as_server_requests(upstream: MrtrUpstream) {
+    let s = setup(upstream, &[]);
     let (session, init) =
         LegacySession::initialize(&s.client.url, json!({"elicitation": {}})).await;
     assert_eq!(init["result"]["protocolVersion"], "2025-11-25");
@@ -390,8 +374,8 @@ async fn a_legacy_client_gets_input_requests_as_server_requests(
     assert_eq!(after.status(), 404);
 }
 
-async fn a_legacy_client_cancels_a_bridged_call(upstream: MrtrUpstream, args: &[&str]) {
-    let s = setup(upstream, args);
+async fn a_legacy_client_cancels_a_bridged_call(upstream: MrtrUpstream) {
+    let s = setup(upstream, &[]);
     let (session, _) = LegacySession::initialize(&s.client.url, json!({"elicitation": {}})).await;
     let mut stream = session
         .request(
@@ -418,11 +402,8 @@ async fn a_legacy_client_cancels_a_bridged_call(upstream: MrtrUpstream, args: &[
     assert_eq!(upstream_calls(&s.upstream_url, "confirm_delete").await, 1);
 }
 
-async fn annotated_arguments_are_mirrored_into_param_headers(
-    upstream: MrtrUpstream,
-    args: &[&str],
-) {
-    let s = setup(upstream, args);
+async fn annotated_arguments_are_mirrored_into_param_headers(upstream: MrtrUpstream) {
+    let s = setup(upstream, &[]);
     // Both SDKs reject a call whose Mcp-Param-Region does not mirror `region`; a
     // non-ASCII value travels Base64-encoded.
     let arguments = json!({"region": "z\u{fc}rich", "text": "hi"});
@@ -439,27 +420,8 @@ async fn annotated_arguments_are_mirrored_into_param_headers(
     assert_eq!(upstream_calls(&s.upstream_url, "regional_echo").await, 2);
 }
 
-/// One test per flow and upstream, all with the gateway's default (in-memory) store.
-macro_rules! flows {
-    ($($flow:ident),* $(,)?) => {
-        mod python {
-            use super::*;
-            $(#[tokio::test]
-            async fn $flow() {
-                super::$flow(MrtrUpstream::Python, &[]).await;
-            })*
-        }
-        mod rmcp {
-            use super::*;
-            $(#[tokio::test]
-            async fn $flow() {
-                super::$flow(MrtrUpstream::Rmcp, &[]).await;
-            })*
-        }
-    };
-}
-
-flows!(
+// One test per flow and upstream.
+over_both_upstreams!(
     one_round_of_elicitation_completes_the_task,
     two_rounds_wait_for_every_answer,
     a_forged_request_state_fails_the_task,
@@ -470,6 +432,7 @@ flows!(
     a_legacy_client_gets_input_requests_as_server_requests,
     a_legacy_client_cancels_a_bridged_call,
     annotated_arguments_are_mirrored_into_param_headers,
+    rounds_answered_on_another_instance,
 );
 
 /// An upstream that is down at first use is asked again later, not taken for legacy.
@@ -534,14 +497,4 @@ async fn rounds_answered_on_another_instance(upstream: MrtrUpstream) {
     let done = a.wait_status(&task_id, "completed").await;
     assert_eq!(first_text(&done["result"]), "Ann likes blue");
     assert_eq!(upstream_calls(&upstream_url, "two_rounds").await, 3);
-}
-
-#[tokio::test]
-async fn python_rounds_answered_on_another_instance_with_redis() {
-    rounds_answered_on_another_instance(MrtrUpstream::Python).await;
-}
-
-#[tokio::test]
-async fn rmcp_rounds_answered_on_another_instance_with_redis() {
-    rounds_answered_on_another_instance(MrtrUpstream::Rmcp).await;
 }

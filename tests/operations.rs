@@ -19,13 +19,7 @@ async fn metrics_count_one_task_lifecycle() {
 
     let task_id = client.start_task("ask_name", json!({})).await;
     let waiting = client.wait_status(&task_id, "input_required").await;
-    let key = waiting["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let (key, _) = only_input_request(&waiting);
     client
         .update(
             &task_id,

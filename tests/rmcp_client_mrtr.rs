@@ -114,22 +114,7 @@ async fn legacy_rmcp_client_is_asked_on_its_session(upstream: MrtrUpstream) {
     assert_eq!(upstream_calls(&upstream_url, "two_rounds").await, 3);
 }
 
-#[tokio::test]
-async fn python_upstream_modern_rmcp_client() {
-    modern_rmcp_client_retries_itself(MrtrUpstream::Python).await;
-}
-
-#[tokio::test]
-async fn rmcp_upstream_modern_rmcp_client() {
-    modern_rmcp_client_retries_itself(MrtrUpstream::Rmcp).await;
-}
-
-#[tokio::test]
-async fn python_upstream_legacy_rmcp_client() {
-    legacy_rmcp_client_is_asked_on_its_session(MrtrUpstream::Python).await;
-}
-
-#[tokio::test]
-async fn rmcp_upstream_legacy_rmcp_client() {
-    legacy_rmcp_client_is_asked_on_its_session(MrtrUpstream::Rmcp).await;
-}
+over_both_upstreams!(
+    modern_rmcp_client_retries_itself,
+    legacy_rmcp_client_is_asked_on_its_session,
+);

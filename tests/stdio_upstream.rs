@@ -123,15 +123,7 @@ async fn concurrent_elicitations_each_reach_their_own_task() {
 async fn an_unattributable_request_is_refused_never_guessed() {
     // One process: the elicitation arrives while another call is in flight.
     let (_gateway, client) = everything(&["--upstream-pool", "1"]);
-    let busy = client
-        .start_task(
-            "trigger-long-running-operation",
-            json!({"duration": 3, "steps": 3}),
-        )
-        .await;
-    client
-        .poll_until(&busy, |t| t["statusMessage"].is_string())
-        .await;
+    let busy = client.start_reporting_operation(3).await;
     let asking = client
         .start_task("trigger-elicitation-request", json!({}))
         .await;
@@ -164,15 +156,7 @@ async fn an_unattributable_request_is_refused_never_guessed() {
 #[tokio::test]
 async fn a_killed_process_fails_its_calls_and_is_restarted() {
     let (gateway, client) = everything(&[]);
-    let task_id = client
-        .start_task(
-            "trigger-long-running-operation",
-            json!({"duration": 30, "steps": 30}),
-        )
-        .await;
-    client
-        .poll_until(&task_id, |t| t["statusMessage"].is_string())
-        .await;
+    let task_id = client.start_reporting_operation(30).await;
     let children = gateway.wait_children(1);
     kill_pid(children[0]);
     let failed = client.wait_status(&task_id, "failed").await;
@@ -206,10 +190,7 @@ async fn a_crash_loop_shows_in_readyz_and_fails_calls_clearly() {
     let task_id = client.start_task("echo", json!({"message": "x"})).await;
     let failed = client.wait_status(&task_id, "failed").await;
     assert!(
-        failed["statusMessage"]
-            .as_str()
-            .unwrap()
-            .contains("exited with status 3"),
+        status_message(&failed).contains("exited with status 3"),
         "{failed}"
     );
 }

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use serde_json::{Value, json};
+use serde_json::json;
 
 struct Setup {
     _upstream: Proc,
@@ -22,16 +22,6 @@ fn setup(extra: &[&str]) -> Setup {
         _gateway: gateway,
         client: Client::with_tasks(&url),
     }
-}
-
-/// Total responses the upstream received for server-to-client requests.
-fn responses_received(stats: &Value) -> Vec<u64> {
-    stats["responsesReceived"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|v| v.as_u64().unwrap())
-        .collect()
 }
 
 #[tokio::test]
@@ -163,12 +153,7 @@ async fn sampling_and_roots_become_input_requests() {
         .start_task("sample", json!({"prompt": "Say hi"}))
         .await;
     let waiting = s.client.wait_status(&sample, "input_required").await;
-    let (key, request) = waiting["inputRequests"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .next()
-        .unwrap();
+    let (key, request) = only_input_request(&waiting);
     assert_eq!(request["method"], "sampling/createMessage");
     let answer = json!({"role": "assistant", "content": {"type": "text", "text": "hi!"}, "model": "test-model"});
     s.client
@@ -180,12 +165,7 @@ async fn sampling_and_roots_become_input_requests() {
 
     let roots = s.client.start_task("list_roots", json!({})).await;
     let waiting = s.client.wait_status(&roots, "input_required").await;
-    let (key, request) = waiting["inputRequests"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .next()
-        .unwrap();
+    let (key, request) = only_input_request(&waiting);
     assert_eq!(request["method"], "roots/list");
     s.client
         .update(
@@ -212,13 +192,7 @@ async fn tool_errors_complete_and_protocol_errors_fail() {
     let failed = s.client.wait_status(&protocol_error, "failed").await;
     assert_eq!(failed["error"]["code"], -32603);
     assert_eq!(failed["error"]["data"]["tool"], "protocol_error");
-    assert!(
-        failed["statusMessage"]
-            .as_str()
-            .unwrap()
-            .contains("deliberate"),
-        "{failed}"
-    );
+    assert!(status_message(&failed).contains("deliberate"), "{failed}");
     assert!(failed.get("result").is_none());
 }
 
@@ -383,10 +357,7 @@ async fn upstream_timeout_fails_the_task() {
     let failed = s.client.wait_status(&task_id, "failed").await;
     assert_eq!(failed["error"]["code"], -32603);
     assert!(
-        failed["statusMessage"]
-            .as_str()
-            .unwrap()
-            .contains("within 300 ms"),
+        status_message(&failed).contains("within 300 ms"),
         "{failed}"
     );
 }
@@ -458,10 +429,7 @@ async fn upstream_down_at_start_fails_tasks_clearly() {
     let failed = client.wait_status(&task_id, "failed").await;
     assert_eq!(failed["error"]["code"], -32603);
     assert!(
-        failed["statusMessage"]
-            .as_str()
-            .unwrap()
-            .contains("upstream unreachable"),
+        status_message(&failed).contains("upstream unreachable"),
         "{failed}"
     );
     let health = reqwest::get(url.replace("/mcp", "/healthz")).await.unwrap();
@@ -479,20 +447,8 @@ async fn upstream_lost_mid_call_fails_the_task() {
         .await;
     upstream.kill();
     let failed = client.wait_status(&task_id, "failed").await;
-    assert!(
-        failed["statusMessage"]
-            .as_str()
-            .unwrap()
-            .contains("upstream"),
-        "{failed}"
-    );
+    assert!(status_message(&failed).contains("upstream"), "{failed}");
     let next = client.start_task("echo", json!({"text": "x"})).await;
     let failed = client.wait_status(&next, "failed").await;
-    assert!(
-        failed["statusMessage"]
-            .as_str()
-            .unwrap()
-            .contains("unreachable"),
-        "{failed}"
-    );
+    assert!(status_message(&failed).contains("unreachable"), "{failed}");
 }

@@ -6,7 +6,7 @@ mod common;
 
 use common::stdio::{everything_cmd, start_stdio_gateway};
 use common::*;
-use serde_json::{Value, json};
+use serde_json::json;
 
 #[derive(Clone, Copy)]
 enum Transport {
@@ -117,24 +117,16 @@ async fn cancel(client: &Client, task_id: &str) {
     assert_eq!(first_text(&done["result"]), "Echo: after cancel");
 }
 
-fn long_operation() -> Value {
-    json!({"duration": 60, "steps": 60})
-}
-
 async fn cancel_right_after_the_start(client: &Client) {
+    let operation = json!({"duration": 60, "steps": 60});
     let task_id = client
-        .start_task("trigger-long-running-operation", long_operation())
+        .start_task("trigger-long-running-operation", operation)
         .await;
     cancel(client, &task_id).await;
 }
 
 async fn cancel_while_the_operation_reports_progress(client: &Client) {
-    let task_id = client
-        .start_task("trigger-long-running-operation", long_operation())
-        .await;
-    client
-        .poll_until(&task_id, |t| t["statusMessage"].is_string())
-        .await;
+    let task_id = client.start_reporting_operation(60).await;
     cancel(client, &task_id).await;
 }
 

@@ -129,16 +129,22 @@ pub fn start_gateway_with_env(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> (Proc, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-task-gateway"));
-    command
-        .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
-        .args(extra)
-        .env(
-            "RUST_LOG",
-            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .envs(env.iter().copied());
+    let mut command = gateway_command(&["--upstream", upstream], extra, "warn");
+    command.envs(env.iter().copied());
     spawn_announcing("mcp-task-gateway", command)
+}
+
+/// The gateway binary on a free port with `upstream` and `extra` flags; its log level
+/// is `RUST_LOG`, else `log_level`.
+pub fn gateway_command(upstream: &[&str], extra: &[&str], log_level: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-task-gateway"));
+    let log = std::env::var("RUST_LOG").unwrap_or_else(|_| log_level.to_owned());
+    command
+        .args(["--listen", "127.0.0.1:0"])
+        .args(upstream)
+        .args(extra)
+        .env("RUST_LOG", log);
+    command
 }
 
 /// A 2026-07-28 client written for the tests: sets `_meta` and the standard headers.
@@ -170,6 +176,19 @@ impl Reply {
             .as_i64()
             .unwrap_or_else(|| panic!("not an error: {}", self.body))
     }
+}
+
+impl Reply {
+    /// Asserts that the error's message mentions `text`.
+    pub fn assert_message_mentions(&self, text: &str) {
+        let message = self.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(text), "no {text:?} in {}", self.body);
+    }
+}
+
+/// A task's `statusMessage` (empty when it has none).
+pub fn status_message(task: &Value) -> &str {
+    task["statusMessage"].as_str().unwrap_or_default()
 }
 
 impl Client {
@@ -279,6 +298,18 @@ impl Client {
         self.request("tools/call", params).await
     }
 
+    /// Starts server-everything's `trigger-long-running-operation` for `seconds` (a step
+    /// a second) and waits for its first progress; returns the task id.
+    pub async fn start_reporting_operation(&self, seconds: u32) -> String {
+        let arguments = json!({"duration": seconds, "steps": seconds});
+        let task_id = self
+            .start_task("trigger-long-running-operation", arguments)
+            .await;
+        self.poll_until(&task_id, |t| t["statusMessage"].is_string())
+            .await;
+        task_id
+    }
+
     /// Calls a tool and expects a `CreateTaskResult`; returns the task id.
     pub async fn start_task(&self, name: &str, arguments: Value) -> String {
         let reply = self.call_tool(name, arguments).await;
@@ -337,6 +368,16 @@ pub fn first_text(result: &Value) -> &str {
 pub async fn upstream_stats(upstream_url: &str) -> Value {
     let url = upstream_url.replace("/mcp", "/stats");
     reqwest::get(url).await.unwrap().json().await.unwrap()
+}
+
+/// How many answers to its server-to-client requests the fixture received, per request.
+pub fn responses_received(stats: &Value) -> Vec<u64> {
+    stats["responsesReceived"]
+        .as_object()
+        .expect("responsesReceived")
+        .values()
+        .map(|v| v.as_u64().expect("a count"))
+        .collect()
 }
 
 /// The gateway's Prometheus page, from `--metrics-listen 127.0.0.1:PORT`.

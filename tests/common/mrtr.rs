@@ -202,3 +202,23 @@ impl LegacySession {
             .as_u16()
     }
 }
+
+/// Each flow `async fn NAME(upstream: MrtrUpstream)` as a test per upstream:
+/// `python_upstream::NAME` and `rmcp_upstream::NAME`.
+#[macro_export]
+macro_rules! over_both_upstreams {
+    ($($flow:ident),* $(,)?) => {
+        mod python_upstream {
+            $(#[tokio::test]
+            async fn $flow() {
+                super::$flow($crate::common::mrtr::MrtrUpstream::Python).await;
+            })*
+        }
+        mod rmcp_upstream {
+            $(#[tokio::test]
+            async fn $flow() {
+                super::$flow($crate::common::mrtr::MrtrUpstream::Rmcp).await;
+            })*
+        }
+    };
+}

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{DEADLINE, Proc, spawn_announcing};
+use super::{DEADLINE, Proc, gateway_command, spawn_announcing};
 use test_support::children_of;
 
 /// A gateway whose stderr (its log) is kept, and echoed for failing tests.
@@ -96,16 +96,8 @@ pub fn junk_server_cmd(args: &str) -> String {
 /// Starts the gateway with `--upstream-cmd command` and `extra` flags; returns once it
 /// listens (the upstream may still be starting).
 pub fn start_stdio_gateway(command: &str, extra: &[&str]) -> StdioGateway {
-    let mut gateway = Command::new(env!("CARGO_BIN_EXE_mcp-task-gateway"));
-    gateway
-        .args(["--listen", "127.0.0.1:0", "--upstream-cmd", command])
-        .args(extra)
-        .env(
-            "RUST_LOG",
-            std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
-        )
-        .env("NO_COLOR", "1")
-        .stderr(Stdio::piped());
+    let mut gateway = gateway_command(&["--upstream-cmd", command], extra, "info");
+    gateway.env("NO_COLOR", "1").stderr(Stdio::piped());
     let (mut proc, url) = spawn_announcing("mcp-task-gateway", gateway);
     let log = Arc::new(Mutex::new(Vec::new()));
     let stderr = proc.child.stderr.take().expect("stderr is piped");
