@@ -552,3 +552,6 @@ fn preview(line: &[u8]) -> String {
         None => text.into_owned(),
     }
 }
+
+#[cfg(test)]
+mod tests;
