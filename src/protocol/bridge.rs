@@ -16,7 +16,7 @@ const CACHEABLE: [&str; 5] = [
     "resources/read",
 ];
 
-/// Adds the fields a 2026-07-28 result requires and a legacy upstream leaves out.
+/// Adds the fields a 2026-07-28 result requires and a 2025-xx session upstream leaves out.
 pub fn complete_result(method: &str, result: &mut Value) {
     let Some(obj) = result.as_object_mut() else {
         return;
@@ -47,7 +47,7 @@ pub fn complete_result(method: &str, result: &mut Value) {
     }
 }
 
-/// A legacy answer may depend on who asks, so it is private and not cached.
+/// A 2025-xx upstream's answer may depend on who asks, so it is private and not cached.
 fn add_cache_hints(obj: &mut Map<String, Value>) {
     obj.entry("ttlMs").or_insert_with(|| 0.into());
     obj.entry("cacheScope").or_insert_with(|| "private".into());
@@ -74,7 +74,7 @@ fn offer_tasks_extension(capabilities: &mut Map<String, Value>) {
     }
 }
 
-/// The `server/discover` result for a legacy upstream, from its `InitializeResult`.
+/// The `server/discover` result for a 2025-xx session upstream, from its `InitializeResult`.
 /// Its 2025-11-25 `tasks` capability does not leak; the tasks extension is the
 /// gateway's own.
 pub fn discover_result(initialize: &Value) -> Value {
@@ -180,7 +180,7 @@ mod tests {
     }
 
     #[test]
-    fn discover_hides_legacy_tasks_and_adds_the_extension() {
+    fn discover_hides_the_2025_tasks_capability_and_adds_the_extension() {
         let init = json!({
             "protocolVersion": "2025-11-25",
             "capabilities": {"tools": {}, "tasks": {"list": {}}},

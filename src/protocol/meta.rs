@@ -11,7 +11,7 @@ pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabi
 pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 
-/// Client capabilities that change what a legacy upstream does within a session.
+/// Client capabilities that change what a 2025-xx session upstream does within a session.
 const SESSION_CAPABILITIES: [&str; 3] = ["elicitation", "sampling", "roots"];
 
 fn meta(params: Option<&Value>) -> Option<&Map<String, Value>> {
@@ -34,7 +34,7 @@ pub fn declares_tasks(params: Option<&Value>) -> bool {
         .is_some_and(Value::is_object)
 }
 
-/// The capabilities a legacy upstream session must be opened with to serve this request:
+/// The capabilities a 2025-xx session upstream session must be opened with to serve this request:
 /// elicitation, sampling and roots as the client declared them, nothing else.
 pub fn session_capabilities(params: Option<&Value>) -> Map<String, Value> {
     let mut out = Map::new();
@@ -48,7 +48,7 @@ pub fn session_capabilities(params: Option<&Value>) -> Map<String, Value> {
     out
 }
 
-/// Params as a legacy upstream should see them: without the 2026-07-28 `_meta` keys,
+/// Params as a 2025-xx session upstream should see them: without the 2026-07-28 `_meta` keys,
 /// which belong to the hop between client and gateway.
 pub fn strip_modern_meta(params: &mut Value) {
     if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {

@@ -226,7 +226,8 @@ async fn mcp_endpoint(
             );
         }
     };
-    // Legacy sessions are the upstream's: the gateway does not read their traffic.
+    // Session traffic goes where its session lives (`passthrough` decides): the
+    // gateway does not read it. The metric label keeps its old name for dashboards.
     if parts.headers.contains_key(SESSION_HEADER) {
         "legacy_passthrough".clone_into(method);
         return passthrough(gateway, lane, parts, body).await;
@@ -234,7 +235,7 @@ async fn mcp_endpoint(
     if parts.method != Method::POST {
         return reply::plain(
             StatusCode::METHOD_NOT_ALLOWED,
-            "GET and DELETE belong to legacy sessions; send Mcp-Session-Id\n",
+            "GET and DELETE belong to 2025-xx sessions; send Mcp-Session-Id\n",
         );
     }
     let message = match Message::parse(&body) {
@@ -265,7 +266,7 @@ async fn passthrough(
     body: bytes::Bytes,
 ) -> Response<Body> {
     let auth = parts.headers.get(header::AUTHORIZATION);
-    match gateway.upstream.legacy_passthrough(auth).await {
+    match gateway.upstream.session_passthrough(auth).await {
         Ok(Some(url)) => passthrough::forward(&gateway.client, lane, url, parts, body).await,
         // No upstream session to pass through to: the gateway serves the session.
         Ok(None) => gateway.sessions.serve(gateway, &parts, body).await,
@@ -432,7 +433,7 @@ mod tests {
     fn rejected_code(era: Era) -> i64 {
         match era {
             Era::Rejected(error) => error.code,
-            Era::Session => panic!("legacy, expected a rejection"),
+            Era::Session => panic!("a session request, expected a rejection"),
             Era::Stateless => panic!("modern, expected a rejection"),
         }
     }
@@ -446,7 +447,7 @@ mod tests {
     }
 
     #[test]
-    fn initialize_responses_and_unmarked_requests_are_legacy() {
+    fn initialize_responses_and_unmarked_requests_are_session_traffic() {
         let initialize = request("initialize", with_version(STATELESS_VERSION));
         assert!(matches!(
             classify(&headers(None), &initialize),

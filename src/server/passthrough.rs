@@ -13,7 +13,7 @@ use crate::upstream::http::describe_client_error;
 use crate::upstream::http::{HttpClient, prepare_to_send_on, remove_hop_by_hop};
 use crate::upstream::lane::{Lane, LaneError};
 
-/// Sends a legacy client's request to `upstream` on the client connection's lane (through
+/// Sends a 2025-xx session client's request to `upstream` on the client connection's lane (through
 /// the pool when the lane is busy) and relays the answer.
 pub async fn forward(
     client: &HttpClient,

@@ -1,5 +1,5 @@
 //! 2026-07-28 (stateless) requests: the methods the gateway owns, and the bridge to the
-//! legacy upstream for everything else.
+//! 2025-xx session upstream for everything else.
 
 use crate::protocol::names::method;
 use http::request::Parts;

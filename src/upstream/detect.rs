@@ -1,7 +1,7 @@
 //! Which generation an HTTP upstream speaks, found out at first use and remembered:
 //! a `server/discover` probe, read per the 2026-07-28 HTTP backward-compatibility rules.
 //! A discover result naming 2026-07-28 means a modern upstream; an answer that is not a
-//! recognised modern one means a legacy (2025-xx, session) upstream.
+//! recognised modern one means a 2025-xx (session) upstream.
 
 use crate::protocol::names::STATELESS_VERSION;
 use std::sync::Arc;
@@ -85,7 +85,7 @@ fn names_modern_version(versions: Option<&Value>) -> bool {
 }
 
 /// A recognised modern error about the probe itself. An unsupported-version error that
-/// does not list 2026-07-28 is not one: such a server may still speak a legacy version.
+/// does not list 2026-07-28 is not one: such a server may still speak a 2025-xx version.
 fn is_modern_rejection(error: &ErrorObject) -> bool {
     match error.code {
         code::HEADER_MISMATCH | code::MISSING_REQUIRED_CLIENT_CAPABILITY => true,
@@ -170,7 +170,7 @@ impl Upstream for AutoUpstream {
         }
     }
 
-    async fn legacy_passthrough(
+    async fn session_passthrough(
         &self,
         auth: Option<&HeaderValue>,
     ) -> Result<Option<&Uri>, UpstreamError> {

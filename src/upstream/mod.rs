@@ -89,15 +89,15 @@ pub trait Upstream: Send + Sync + 'static {
         ))
     }
 
-    /// Where legacy session clients are passed through to, for HTTP upstreams.
+    /// Where 2025-xx session clients are passed through to, for HTTP upstreams.
     fn passthrough_url(&self) -> Option<&::http::Uri>;
 
     /// Whether the upstream can be reached now, for `/readyz`.
     async fn ready(&self) -> Result<(), UpstreamError>;
-    /// Whether legacy session clients go through to the upstream as they are (its URL),
+    /// Whether 2025-xx session clients go through to the upstream as they are (its URL),
     /// or the gateway serves their sessions itself (`None`: a 2026-07-28 upstream has
     /// no sessions). May ask the upstream first, with the caller's credentials.
-    async fn legacy_passthrough(
+    async fn session_passthrough(
         &self,
         _auth: Option<&::http::HeaderValue>,
     ) -> Result<Option<&::http::Uri>, UpstreamError> {

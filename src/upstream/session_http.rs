@@ -397,7 +397,7 @@ impl Upstream for SessionHttpUpstream {
     }
 }
 
-/// A request on a legacy session: its SSE stream, and answers POSTed to the session.
+/// A request on a 2025-xx session: its SSE stream, and answers POSTed to the session.
 struct SessionHttpExchange {
     upstream: Arc<SessionHttpUpstream>,
     session: Arc<UpstreamSession>,

@@ -134,7 +134,7 @@ impl Upstream for StatelessHttpUpstream {
         Ok(bridge::modern_discover_result(&upstream))
     }
 
-    /// No sessions to pass through to: the gateway serves legacy clients itself.
+    /// No sessions to pass through to: the gateway serves 2025-xx session clients itself.
     async fn ready(&self) -> Result<(), UpstreamError> {
         super::http::probe_reachable(&self.client, &self.url).await
     }

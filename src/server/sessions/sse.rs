@@ -1,4 +1,4 @@
-//! Server-Sent Events answers for legacy clients.
+//! Server-Sent Events answers for 2025-xx session clients.
 
 use std::convert::Infallible;
 use std::time::Duration;

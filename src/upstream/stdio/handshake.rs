@@ -12,7 +12,7 @@ use crate::protocol::jsonrpc::{ErrorObject, code};
 use crate::protocol::meta;
 use crate::upstream::{UpstreamError, UpstreamEvent};
 
-/// A legacy server may ignore the probe instead of answering it.
+/// A 2025-xx server may ignore the probe instead of answering it.
 const DISCOVER_TIMEOUT: Duration = Duration::from_secs(5);
 const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -63,9 +63,9 @@ pub async fn handshake(link: &Link) -> Result<Value, UpstreamError> {
     }
 }
 
-/// `Some(result)` for a 2026-07-28 server, `None` for a legacy one. As the stdio
+/// `Some(result)` for a 2026-07-28 server, `None` for a 2025-xx one. As the stdio
 /// transport says, any error other than a recognised modern one, or no answer at
-/// all, means legacy.
+/// all, means 2025-xx.
 async fn discover(link: &Link) -> Result<Option<Value>, UpstreamError> {
     let params = json!({"_meta": {
         meta::META_PROTOCOL_VERSION: STATELESS_VERSION,
