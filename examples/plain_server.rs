@@ -989,6 +989,14 @@ impl RequestCtx {
         }
     }
 
+    /// A log message on the request's stream.
+    fn log(&self, level: &str, data: &str) {
+        self.sink.send(&notification(
+            "notifications/message",
+            json!({"level": level, "logger": "plain-server", "data": data}),
+        ));
+    }
+
     fn require_capability(&self, capability: &str, tool: &str) -> Result<(), RpcError> {
         if self.session().has_capability(capability) {
             return Ok(());
@@ -1120,12 +1128,13 @@ fn tool_definitions() -> Value {
         },
         {
             "name": "sleep",
-            "description": "Sleeps `ms` milliseconds, sending `steps` (default 5) progress notifications.",
+            "description": "Sleeps `ms` milliseconds, sending `steps` (default 5) progress notifications; with `log: true` also a log message (info) per step and one (warning) at the end.",
             "inputSchema": {
                 "type": "object",
                 "properties": {
                     "ms": {"type": "integer", "minimum": 0},
                     "steps": {"type": "integer", "minimum": 0, "maximum": MAX_SLEEP_STEPS},
+                    "log": {"type": "boolean"},
                 },
                 "required": ["ms"],
             },
@@ -1238,10 +1247,17 @@ async fn sleep(ctx: &RequestCtx, args: &Value) -> Outcome {
     if steps == 0 {
         tokio::time::sleep(total).await;
     }
+    let log = args.get("log").and_then(Value::as_bool).unwrap_or(false);
     // Progress is reported after each slice, so the last one means "done".
     for step in 1..=steps {
         tokio::time::sleep(total / steps as u32).await;
         ctx.progress(step, steps, format!("step {step} of {steps}"));
+        if log {
+            ctx.log("info", &format!("slept step {step} of {steps}"));
+        }
+    }
+    if log {
+        ctx.log("warning", "woke up");
     }
     Ok(text_result(format!("slept {ms} ms")))
 }

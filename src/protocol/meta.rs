@@ -11,6 +11,22 @@ pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabi
 pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 
+/// The minimum level of `notifications/message` a 2026-07-28 client wants for a request;
+/// without it a server must send none.
+pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+
+/// `LoggingLevel`s, least severe first (RFC 5424 severities).
+const LOG_LEVELS: [&str; 8] = [
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+
 /// Client capabilities that change what a 2025-xx session upstream does within a session.
 const SESSION_CAPABILITIES: [&str; 3] = ["elicitation", "sampling", "roots"];
 
@@ -24,6 +40,24 @@ pub fn protocol_version(params: Option<&Value>) -> Option<&str> {
 
 pub fn client_capabilities(params: Option<&Value>) -> Option<&Map<String, Value>> {
     meta(params)?.get(META_CLIENT_CAPABILITIES)?.as_object()
+}
+
+/// The request's `_meta.progressToken`.
+pub fn progress_token(params: Option<&Value>) -> Option<&Value> {
+    meta(params)?.get("progressToken")
+}
+
+/// The log level the request opted in to, if it is a known one.
+pub fn log_level(params: Option<&Value>) -> Option<&str> {
+    let level = meta(params)?.get(META_LOG_LEVEL)?.as_str()?;
+    LOG_LEVELS.contains(&level).then_some(level)
+}
+
+/// Whether a message at `level` is at least as severe as `minimum`; unknown levels
+/// are not.
+pub fn log_level_reaches(level: &str, minimum: &str) -> bool {
+    let rank = |l: &str| LOG_LEVELS.iter().position(|known| *known == l);
+    matches!((rank(level), rank(minimum)), (Some(level), Some(minimum)) if level >= minimum)
 }
 
 /// Whether the request's own capabilities declare the tasks extension.
@@ -104,6 +138,21 @@ mod tests {
         );
         assert!(!declares_tasks(Some(&json!({}))));
         assert!(!declares_tasks(None));
+    }
+
+    #[test]
+    fn log_levels_compare_by_severity() {
+        let params = json!({"_meta": {META_LOG_LEVEL: "warning", "progressToken": 7}});
+        assert_eq!(log_level(Some(&params)), Some("warning"));
+        assert_eq!(progress_token(Some(&params)), Some(&json!(7)));
+        assert!(log_level_reaches("error", "warning"));
+        assert!(log_level_reaches("warning", "warning"));
+        assert!(!log_level_reaches("info", "warning"));
+        assert!(!log_level_reaches("loud", "debug"));
+        assert_eq!(
+            log_level(Some(&json!({"_meta": {META_LOG_LEVEL: "chatty"}}))),
+            None
+        );
     }
 
     #[test]

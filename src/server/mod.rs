@@ -4,8 +4,10 @@ mod accept;
 mod balance;
 mod coalesce;
 mod passthrough;
+mod relayed;
 mod reply;
 mod sessions;
+mod sse;
 mod stateless;
 pub mod workers;
 

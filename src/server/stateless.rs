@@ -9,6 +9,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::Gateway;
+use super::relayed::{self, RelayedCall, Wanted};
 use super::reply::{self, Body};
 use crate::protocol::bridge;
 use crate::protocol::jsonrpc::{self, ErrorObject, code};
@@ -41,12 +42,25 @@ pub async fn handle(gateway: &Gateway, request: Request<'_>) -> Response<Body> {
         _ => bridged(gateway, request).await,
     };
     match outcome {
-        Ok(body) => reply::json(http::StatusCode::OK, body),
+        Ok(Answer::Json(body)) => reply::json(http::StatusCode::OK, body),
+        Ok(Answer::Stream(response)) => response,
         Err(error) => reply::error(Some(&id), &error),
     }
 }
 
-type Outcome = Result<Vec<u8>, ErrorObject>;
+/// A JSON-RPC response body, or an SSE stream that ends with one.
+enum Answer {
+    Json(Vec<u8>),
+    Stream(Response<Body>),
+}
+
+impl From<Vec<u8>> for Answer {
+    fn from(body: Vec<u8>) -> Self {
+        Answer::Json(body)
+    }
+}
+
+type Outcome = Result<Answer, ErrorObject>;
 
 async fn discover(gateway: &Gateway, request: &Request<'_>) -> Outcome {
     let (capabilities, auth) = caller_of(request);
@@ -55,7 +69,7 @@ async fn discover(gateway: &Gateway, request: &Request<'_>) -> Outcome {
         auth: auth.as_ref(),
     };
     let result = gateway.upstream.discover_result(&caller).await?;
-    Ok(jsonrpc::success_body_of(&request.id, &result))
+    Ok(jsonrpc::success_body_of(&request.id, &result).into())
 }
 
 async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
@@ -87,8 +101,8 @@ async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
                 Started::Task(task) => Ok(jsonrpc::success_body_of(
                     &request.id,
                     &render::task_result(&task, ResultType::Task),
-                )),
-                Started::Inline(Ok(result)) => Ok(jsonrpc::success_body(&request.id, &result)),
+                ).into()),
+                Started::Inline(Ok(result)) => Ok(jsonrpc::success_body(&request.id, &result).into()),
                 Started::Inline(Err(error)) => Err(error),
             }
         }
@@ -112,19 +126,20 @@ async fn tasks_method(gateway: &Gateway, request: &Request<'_>) -> Outcome {
             Ok(jsonrpc::success_body_of(
                 &request.id,
                 &render::task_result(&task, ResultType::Complete),
-            ))
+            )
+            .into())
         }
         "tasks/update" => {
             let params: UpdateTaskParams = parse_params(request)?;
             tasks
                 .update(&params.task_id, principal, params.input_responses)
                 .await?;
-            Ok(jsonrpc::success_body_of(&request.id, &wire::ACK))
+            Ok(jsonrpc::success_body_of(&request.id, &wire::ACK).into())
         }
         _ => {
             let params: TaskIdParams = parse_params(request)?;
             tasks.cancel(&params.task_id, principal).await?;
-            Ok(jsonrpc::success_body_of(&request.id, &wire::ACK))
+            Ok(jsonrpc::success_body_of(&request.id, &wire::ACK).into())
         }
     }
 }
@@ -133,6 +148,22 @@ async fn tasks_method(gateway: &Gateway, request: &Request<'_>) -> Outcome {
 /// result for a 2026-07-28 client.
 async fn bridged(gateway: &Gateway, request: Request<'_>) -> Outcome {
     let (capabilities, auth) = caller_of(&request);
+    if let Some(wanted) = Wanted::of(request.params.as_ref()) {
+        let call = RelayedCall {
+            id: request.id,
+            method: request.method,
+            params: request.params.map(upstream_params),
+            capabilities,
+            auth,
+            wanted,
+        };
+        let timeout = gateway.upstream_timeout;
+        return Ok(Answer::Stream(relayed::serve(
+            gateway.upstream.clone(),
+            timeout,
+            call,
+        )));
+    }
     let caller = Caller {
         capabilities: &capabilities,
         auth: auth.as_ref(),
@@ -150,7 +181,7 @@ async fn bridged(gateway: &Gateway, request: Request<'_>) -> Outcome {
     bridge::complete_result(&request.method, &mut result);
     let raw: Box<RawValue> = serde_json::value::to_raw_value(&result)
         .map_err(|e| ErrorObject::internal(e.to_string()))?;
-    Ok(jsonrpc::success_body(&request.id, &raw))
+    Ok(jsonrpc::success_body(&request.id, &raw).into())
 }
 
 fn parse_params<T: DeserializeOwned>(request: &Request<'_>) -> Result<T, ErrorObject> {

@@ -45,7 +45,7 @@ impl MrtrUpstream {
 }
 
 /// The test venv's python (scripts/test.sh builds it from tests/requirements.txt).
-fn python() -> PathBuf {
+pub fn python() -> PathBuf {
     let venv = repo_root().join("tests/.venv/bin/python");
     if venv.exists() {
         venv

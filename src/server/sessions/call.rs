@@ -23,10 +23,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::session::{Answer, ClientSession};
-use super::sse::{sse_event, sse_response};
 use crate::protocol::jsonrpc::{self, ErrorObject};
 use crate::protocol::mrtr;
 use crate::server::reply::{self, Body};
+use crate::server::sse::{sse_event, sse_response};
 use crate::upstream::rounds::{self, Answers, Reply, Round, RoundAnswers, RoundError, RoundTrip};
 use crate::upstream::{Caller, Exchange, Upstream, UpstreamError, UpstreamEvent, forward};
 

@@ -9,7 +9,6 @@
 
 mod call;
 mod session;
-mod sse;
 
 use crate::protocol::names::method;
 use std::collections::HashMap;

@@ -1,4 +1,5 @@
-//! Server-Sent Events answers for 2025-xx session clients.
+//! Server-Sent Events answers: a gateway-served session's streamed calls, and the
+//! notifications of a bridged 2026-07-28 call.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -12,7 +13,7 @@ use tokio::sync::mpsc;
 use crate::server::reply::Body;
 
 /// One JSON-RPC message as an SSE event.
-pub(super) fn sse_event(json: &[u8]) -> Bytes {
+pub(crate) fn sse_event(json: &[u8]) -> Bytes {
     let mut frame = Vec::with_capacity(json.len() + 24);
     frame.extend_from_slice(b"event: message\ndata: ");
     frame.extend_from_slice(json);
@@ -26,7 +27,7 @@ const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(15);
 const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 
 /// A response streaming `events` until their sender is dropped.
-pub(super) fn sse_response(events: mpsc::Receiver<Bytes>) -> Response<Body> {
+pub(crate) fn sse_response(events: mpsc::Receiver<Bytes>) -> Response<Body> {
     let frames = futures_util::stream::unfold(events, |mut events| async move {
         let event = match tokio::time::timeout(KEEP_ALIVE_EVERY, events.recv()).await {
             Ok(event) => event?,
