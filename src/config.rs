@@ -69,6 +69,21 @@ pub struct Config {
     #[arg(long = "tool-policy", env = "MTG_TOOL_POLICY", value_delimiter = ',', value_parser = parse_tool_policy)]
     pub tool_policies: Vec<(String, TaskPolicy)>,
 
+    /// How long a bridged call held for a 2026-07-28 client's answers (MRTR bridge) waits
+    /// for the client's retry; then it is cancelled upstream and a late retry is refused.
+    #[arg(long, env = "MTG_INPUT_WAIT_TIMEOUT_MS", default_value_t = 300_000, value_parser = clap::value_parser!(u64).range(100..))]
+    pub input_wait_timeout_ms: u64,
+
+    /// The secret that seals the `requestState` of held calls (at least 32 bytes), the
+    /// same on every instance. Unset: a random key of this process, so retries must come
+    /// back to the instance that held the call.
+    #[arg(long, env = "MTG_REQUEST_STATE_KEY", hide_env_values = true, value_parser = parse_state_key)]
+    pub request_state_key: Option<String>,
+
+    /// The key before the current one, accepted (not used to seal) during a rotation.
+    #[arg(long, env = "MTG_REQUEST_STATE_PREVIOUS_KEY", hide_env_values = true, value_parser = parse_state_key)]
+    pub request_state_previous_key: Option<String>,
+
     /// With N > 0, wait up to N ms for the upstream and answer inline when it finished;
     /// 0 turns every eligible call into a task at once.
     #[arg(long, env = "MTG_PROMOTE_AFTER_MS", default_value_t = 0)]
@@ -220,6 +235,19 @@ impl Config {
         self.tool_policies.iter().cloned().collect()
     }
 
+    /// The keys that seal held calls' `requestState`.
+    pub fn state_keys(&self) -> crate::tasks::held::StateKeys {
+        match &self.request_state_key {
+            Some(key) => crate::tasks::held::StateKeys::new(
+                key.as_bytes().to_vec(),
+                self.request_state_previous_key
+                    .as_ref()
+                    .map(|k| k.as_bytes().to_vec()),
+            ),
+            None => crate::tasks::held::StateKeys::random(),
+        }
+    }
+
     /// The shared store, if one is configured.
     pub fn redis_target(&self) -> Option<Target> {
         match (&self.redis, self.redis_cluster.is_empty()) {
@@ -262,6 +290,8 @@ pub enum InvalidValue {
     Policy(#[from] crate::tasks::policy::UnknownPolicy),
     #[error("expected 1-200 characters, without braces or whitespace")]
     BadInstanceId,
+    #[error("a key needs at least 32 bytes")]
+    ShortKey,
 }
 
 /// A program and its arguments, as split from `--upstream-cmd`.
@@ -302,6 +332,13 @@ fn parse_env_pair(raw: &str) -> Result<(String, String), InvalidValue> {
             got: raw.to_owned(),
         }),
     }
+}
+
+fn parse_state_key(raw: &str) -> Result<String, InvalidValue> {
+    if raw.len() < 32 {
+        return Err(InvalidValue::ShortKey);
+    }
+    Ok(raw.to_owned())
 }
 
 fn parse_redis_url(raw: &str) -> Result<String, InvalidValue> {

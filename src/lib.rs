@@ -71,7 +71,15 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         upstream_timeout: config.upstream_timeout(),
         promote_after: std::time::Duration::from_millis(config.promote_after_ms),
         max_running_per_principal: config.max_running_tasks_per_principal,
+        input_wait: std::time::Duration::from_millis(config.input_wait_timeout_ms),
+        state_keys: config.state_keys(),
     };
+    if config.request_state_key.is_none() && config.redis_target().is_some() {
+        tracing::warn!(
+            "no --request-state-key: held calls can be resumed only on the instance that \
+             holds them; set the same key on every instance"
+        );
+    }
     let tasks = TaskService::start(&store, upstream.clone(), settings);
     let gateway = Arc::new(server::Gateway::new(
         &config,

@@ -2,9 +2,9 @@
 
 mod accept;
 mod balance;
+mod bridged;
 mod coalesce;
 mod passthrough;
-mod relayed;
 mod reply;
 mod sessions;
 mod sse;

@@ -9,16 +9,14 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::Gateway;
-use super::relayed::{self, RelayedCall, Wanted};
+use super::bridged::{self, Answered, Bridged, Route};
 use super::reply::{self, Body};
-use crate::protocol::bridge;
 use crate::protocol::jsonrpc::{self, ErrorObject, code};
 use crate::protocol::meta;
 use crate::protocol::wire::{self, ResultType, TaskIdParams, UpdateTaskParams};
 use crate::tasks::policy::CallPlan;
 use crate::tasks::{Started, ToolCall, render};
 use crate::upstream::Caller;
-use crate::upstream::forward;
 
 /// One modern request, parsed and with its headers checked.
 pub struct Request<'a> {
@@ -144,44 +142,31 @@ async fn tasks_method(gateway: &Gateway, request: &Request<'_>) -> Outcome {
     }
 }
 
-/// Forwards a request the gateway does not own to the upstream and completes its
-/// result for a 2026-07-28 client.
+/// Forwards a request the gateway does not own to the upstream (`bridged.rs`).
 async fn bridged(gateway: &Gateway, request: Request<'_>) -> Outcome {
     let (capabilities, auth) = caller_of(&request);
-    if let Some(wanted) = Wanted::of(request.params.as_ref()) {
-        let call = RelayedCall {
-            id: request.id,
-            method: request.method,
-            params: request.params.map(upstream_params),
-            capabilities,
-            auth,
-            wanted,
-        };
-        let timeout = gateway.upstream_timeout;
-        return Ok(Answer::Stream(relayed::serve(
-            gateway.upstream.clone(),
-            timeout,
-            call,
-        )));
-    }
-    let caller = Caller {
-        capabilities: &capabilities,
-        auth: auth.as_ref(),
+    let route = Route {
+        upstream: gateway.upstream.clone(),
+        tasks: gateway.tasks.clone(),
+        timeout: gateway.upstream_timeout,
     };
-    let params = request.params.map(upstream_params);
-    let answer = forward::forward(
-        gateway.upstream.as_ref(),
-        &caller,
-        &request.method,
-        params,
-        gateway.upstream_timeout,
-    )
-    .await?;
-    let mut result = answer?;
-    bridge::complete_result(&request.method, &mut result);
-    let raw: Box<RawValue> = serde_json::value::to_raw_value(&result)
-        .map_err(|e| ErrorObject::internal(e.to_string()))?;
-    Ok(jsonrpc::success_body(&request.id, &raw).into())
+    let call = Bridged {
+        id: request.id.clone(),
+        upstream_params: request.params.clone().map(upstream_params),
+        params: request.params,
+        method: request.method,
+        capabilities,
+        auth,
+        principal: request.principal,
+    };
+    match bridged::serve(route, call).await {
+        Answered::Json(result) => {
+            let raw: Box<RawValue> = serde_json::value::to_raw_value(&result?)
+                .map_err(|e| ErrorObject::internal(e.to_string()))?;
+            Ok(jsonrpc::success_body(&request.id, &raw).into())
+        }
+        Answered::Stream(response) => Ok(Answer::Stream(response)),
+    }
 }
 
 fn parse_params<T: DeserializeOwned>(request: &Request<'_>) -> Result<T, ErrorObject> {

@@ -1,6 +1,7 @@
 //! SEP-2663 tasks: creating them from `tools/call`, running them against the upstream,
 //! and the `tasks/get`, `tasks/update` and `tasks/cancel` handlers.
 
+pub mod held;
 mod limits;
 pub mod mrtr;
 pub mod policy;
@@ -32,6 +33,10 @@ pub struct TaskSettings {
     pub promote_after: Duration,
     /// Tasks one principal may have running on this instance; 0 = no limit.
     pub max_running_per_principal: u32,
+    /// How long a held call waits for its client's answers (`--input-wait-timeout-ms`).
+    pub input_wait: Duration,
+    /// What held calls' `requestState`s are sealed with.
+    pub state_keys: held::StateKeys,
 }
 
 /// A `tools/call` to run as a task.
@@ -111,8 +116,36 @@ impl TaskService {
     pub async fn start_task(self: &Arc<Self>, call: ToolCall) -> Result<Started, ErrorObject> {
         // Held by the runner; released if the task is never stored.
         let slot = self.running_limit.reserve(&call.principal)?;
+        let record = self.new_record(&call);
+        let task_id = record.task_id.clone();
+        let principal = call.principal.clone();
+        // The reply is the seed state just stored: no read back (one store round trip).
+        let seed = Arc::new(record.clone());
+        self.store.create(record).await?;
+        telemetry::task_created();
+
+        let budget = self.settings.promote_after;
+        let early_input = (!budget.is_zero()).then(|| {
+            let (tx, rx) = oneshot::channel();
+            self.lock_early_input().insert(task_id.clone(), tx);
+            rx
+        });
+        let done_rx = self.spawn_runner(&task_id, call, None, slot);
+
+        if let Some(early_input) = early_input
+            && let Some(inline) = self
+                .within_budget(&task_id, &principal, done_rx, early_input)
+                .await
+        {
+            return Ok(Started::Inline(inline));
+        }
+        Ok(Started::Task(seed))
+    }
+
+    /// A new record for `call`, owned by this instance, `working`.
+    fn new_record(&self, call: &ToolCall) -> TaskRecord {
         let now = now_ms();
-        let record = TaskRecord {
+        TaskRecord {
             task_id: uuid::Uuid::new_v4().to_string(),
             principal: call.principal.clone(),
             owner: self.settings.instance_id.clone(),
@@ -129,48 +162,38 @@ impl TaskService {
             error: None,
             request: call.params.clone(),
             upstream_state: None,
-        };
-        let task_id = record.task_id.clone();
-        let principal = call.principal.clone();
-        // The reply is the seed state just stored: no read back (one store round trip).
-        let seed = Arc::new(record.clone());
-        self.store.create(record).await?;
-        telemetry::task_created();
+        }
+    }
 
-        let budget = self.settings.promote_after;
-        let early_input = (!budget.is_zero()).then(|| {
-            let (tx, rx) = oneshot::channel();
-            self.lock_early_input().insert(task_id.clone(), tx);
-            rx
-        });
+    /// Starts the task's runner; the receiver fires when it ends.
+    fn spawn_runner(
+        self: &Arc<Self>,
+        task_id: &str,
+        call: ToolCall,
+        held: Option<runner::Held>,
+        slot: Option<limits::RunningSlot>,
+    ) -> oneshot::Receiver<()> {
         let notify = Arc::new(Notify::new());
-        self.lock_runners().insert(task_id.clone(), notify.clone());
+        self.lock_runners()
+            .insert(task_id.to_owned(), notify.clone());
         let (done_tx, done_rx) = oneshot::channel();
         // A task outlives its request: its own trace, linked to the request that made it.
         let span = tracing::info_span!(parent: None, "task", task_id = %task_id);
         span.follows_from(tracing::Span::current());
         let service = self.clone();
-        let runner_task_id = task_id.clone();
+        let runner_task_id = task_id.to_owned();
         tokio::spawn(tracing::Instrument::instrument(
             async move {
                 let _slot = slot;
                 telemetry::task_runner_started();
-                runner::run(&service, &runner_task_id, call, notify, done_tx).await;
+                runner::run(&service, &runner_task_id, call, held, notify, done_tx).await;
                 service.lock_runners().remove(&runner_task_id);
                 telemetry::task_runner_ended();
                 service.runner_ended.notify_waiters();
             },
             span,
         ));
-
-        if let Some(early_input) = early_input
-            && let Some(inline) = self
-                .within_budget(&task_id, &principal, done_rx, early_input)
-                .await
-        {
-            return Ok(Started::Inline(inline));
-        }
-        Ok(Started::Task(seed))
+        done_rx
     }
 
     /// Waits up to the promotion budget for the call to finish or to ask for input;

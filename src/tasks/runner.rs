@@ -19,15 +19,26 @@ use crate::telemetry;
 use crate::upstream::rounds::{self, Reply, RoundError, RoundTrip};
 use crate::upstream::{Caller, Exchange, UpstreamError, UpstreamEvent};
 
+/// A call already open upstream that a task takes over: a bridged call held for a
+/// 2026-07-28 client's answers (`tasks/held`).
+pub(super) struct Held {
+    pub exchange: Box<dyn Exchange>,
+    /// The upstream's requests already shown to the client, by key.
+    pub pending: HashMap<String, Value>,
+    /// How long the client may take to answer before the call is cancelled.
+    pub input_wait: std::time::Duration,
+}
+
 pub(super) async fn run(
     service: &Arc<TaskService>,
     task_id: &str,
     call: ToolCall,
+    held: Option<Held>,
     wake: Arc<Notify>,
     done: oneshot::Sender<()>,
 ) {
     let started = std::time::Instant::now();
-    let outcome = drive(service, task_id, call, &wake).await;
+    let outcome = drive(service, task_id, call, held, &wake).await;
     if let Some(outcome) = outcome {
         let label = outcome_label(&outcome);
         // The TTL bounds the retries: a short store outage loses no upstream result.
@@ -58,6 +69,7 @@ async fn drive(
     service: &Arc<TaskService>,
     task_id: &str,
     mut call: ToolCall,
+    held: Option<Held>,
     wake: &Notify,
 ) -> Option<Outcome> {
     let deadline = service
@@ -76,12 +88,15 @@ async fn drive(
     if let Ok(raw) = serde_json::value::to_raw_value(&params) {
         call.params = raw;
     }
+    let input_wait = held.as_ref().map(|h| h.input_wait);
     let mut trip = TaskTrip {
         service,
         task_id,
         call: &call,
         wake,
         deadline,
+        held,
+        input_wait,
     };
     let mut answers = mrtr::TaskAnswers {
         service,
@@ -122,6 +137,10 @@ struct TaskTrip<'a> {
     call: &'a ToolCall,
     wake: &'a Notify,
     deadline: Option<Instant>,
+    /// The call to take over instead of opening one, for the first round.
+    held: Option<Held>,
+    /// For held calls: how long outstanding input may wait for the client.
+    input_wait: Option<std::time::Duration>,
 }
 
 #[async_trait]
@@ -134,20 +153,31 @@ impl RoundTrip for TaskTrip<'_> {
             capabilities: &self.call.capabilities,
             auth: self.call.auth.as_ref(),
         };
-        let exchange = self
-            .service
-            .upstream
-            .open_call(&caller, method::TOOLS_CALL, Some(params))
-            .await
-            .map_err(|e| Halt::Finish(upstream_failure(&e)))?;
+        let (exchange, pending) = match self.held.take() {
+            Some(held) => (held.exchange, held.pending),
+            None => {
+                let exchange = self
+                    .service
+                    .upstream
+                    .open_call(&caller, method::TOOLS_CALL, Some(params))
+                    .await
+                    .map_err(|e| Halt::Finish(upstream_failure(&e)))?;
+                (exchange, HashMap::new())
+            }
+        };
         let mut attempt = Call {
             service: self.service,
             task_id: self.task_id,
             principal: &self.call.principal,
             exchange,
-            pending: HashMap::new(),
+            pending,
+            waiting_since: Instant::now(),
         };
         loop {
+            let abandoned_at = self
+                .input_wait
+                .filter(|_| !attempt.pending.is_empty())
+                .map(|wait| attempt.waiting_since + wait);
             tokio::select! {
                 event = attempt.exchange.next() => {
                     if let Some(reply) = Box::pin(attempt.on_event(event)).await {
@@ -164,6 +194,11 @@ impl RoundTrip for TaskTrip<'_> {
                     Box::pin(attempt.cancel_upstream("the gateway's upstream timeout passed")).await;
                     return Err(Halt::Finish(timed_out(self.service)));
                 }
+                () = sleep_until(abandoned_at) => {
+                    let wait = self.input_wait.unwrap_or_default();
+                    Box::pin(attempt.cancel_upstream("the client did not answer in time")).await;
+                    return Err(Halt::Finish(abandoned(wait)));
+                }
             }
         }
     }
@@ -177,6 +212,8 @@ struct Call<'a> {
     exchange: Box<dyn Exchange>,
     /// Upstream request ids of outstanding input requests, by key.
     pending: HashMap<String, Value>,
+    /// Since when the outstanding input has waited (a held call gives up after a while).
+    waiting_since: Instant,
 }
 
 impl Call<'_> {
@@ -269,6 +306,9 @@ impl Call<'_> {
             Ok(Some(key)) => {
                 telemetry::input_request_issued();
                 tracing::info!(%key, "task needs input");
+                if self.pending.is_empty() {
+                    self.waiting_since = Instant::now();
+                }
                 self.pending.insert(key, id);
             }
             Ok(None) => {}
@@ -305,6 +345,7 @@ impl Call<'_> {
                 for (key, answer) in answers {
                     if let Some(id) = self.pending.remove(&key) {
                         self.reply(id, Ok(answer)).await;
+                        self.waiting_since = Instant::now();
                     }
                 }
             }
@@ -334,6 +375,18 @@ fn completed(mut result: Value) -> Outcome {
     match serde_json::value::to_raw_value(&result) {
         Ok(raw) => Outcome::Completed(raw),
         Err(e) => upstream_failure(&UpstreamError::Protocol(e.to_string())),
+    }
+}
+
+/// A held call whose client did not come back with its answers.
+fn abandoned(wait: std::time::Duration) -> Outcome {
+    let message = format!(
+        "the client did not answer within {} ms; the call was cancelled upstream",
+        wait.as_millis()
+    );
+    Outcome::Failed {
+        error: ErrorObject::invalid_params(message.clone()),
+        message,
     }
 }
 

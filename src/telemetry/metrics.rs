@@ -64,6 +64,11 @@ pub fn request_served(method: &str, elapsed: Duration) {
     histogram!("mtg_request_duration_seconds", "method" => method).record(elapsed.as_secs_f64());
 }
 
+/// A bridged call was held for a 2026-07-28 client's answers (MRTR bridge).
+pub fn held_call_started() {
+    counter!("mtg_held_calls_total").increment(1);
+}
+
 pub fn task_created() {
     counter!("mtg_tasks_created_total").increment(1);
 }

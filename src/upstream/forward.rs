@@ -19,37 +19,90 @@ pub async fn forward(
     params: Option<Value>,
     timeout: Option<Duration>,
 ) -> Result<Result<Value, ErrorObject>, UpstreamError> {
-    forward_relaying(upstream, caller, method, params, timeout, None).await
+    let how = How {
+        timeout,
+        relay: None,
+        hold: false,
+    };
+    match forward_with(upstream, caller, method, params, how).await? {
+        Forwarded::Answer(answer) => Ok(answer),
+        // Not produced without `hold`; should it ever be, the call is not left open.
+        Forwarded::AsksForInput {
+            exchange, method, ..
+        } => {
+            let _ = exchange.cancel("the gateway cannot hold this call").await;
+            Ok(Err(refuse_request(&method).err().unwrap_or_else(|| {
+                ErrorObject::internal("the upstream asked for input the gateway cannot pass on")
+            })))
+        }
+    }
 }
 
-/// Like [`forward`], and the call's notifications (progress, log messages) go to `relay`
-/// as they come. When the relay's receiver is gone (the client closed its stream, which
-/// on 2026-07-28 HTTP is the cancellation), the call is cancelled upstream.
-pub async fn forward_relaying(
+/// How a bridged request is carried.
+pub struct How<'a> {
+    pub timeout: Option<Duration>,
+    /// Where the call's notifications (progress, log messages) go as they come. When
+    /// its receiver is gone (the client closed its stream, which on 2026-07-28 HTTP is
+    /// the cancellation), the call is cancelled upstream.
+    pub relay: Option<&'a mpsc::Sender<UpstreamEvent>>,
+    /// Whether the call may stop at the upstream's first input request (elicitation,
+    /// sampling, roots) and be handed over open, to be held for the client's answers.
+    pub hold: bool,
+}
+
+/// What became of a forwarded request.
+pub enum Forwarded {
+    Answer(Result<Value, ErrorObject>),
+    /// The upstream asked for input: the call, still open, and the request.
+    AsksForInput {
+        exchange: Box<dyn Exchange>,
+        id: Value,
+        method: String,
+        params: Option<Value>,
+    },
+}
+
+enum Step {
+    Answer(Result<Value, ErrorObject>),
+    Asks {
+        id: Value,
+        method: String,
+        params: Option<Value>,
+    },
+}
+
+pub async fn forward_with(
     upstream: &dyn Upstream,
     caller: &Caller<'_>,
     method: &str,
     params: Option<Value>,
-    timeout: Option<Duration>,
-    relay: Option<&mpsc::Sender<UpstreamEvent>>,
-) -> Result<Result<Value, ErrorObject>, UpstreamError> {
+    how: How<'_>,
+) -> Result<Forwarded, UpstreamError> {
     let exchange = async {
         let mut call = upstream.open_call(caller, method, params).await?;
-        let answer = match relay {
+        let step = match how.relay {
             Some(relay) => {
                 tokio::select! {
-                    answer = answer_of(call.as_mut(), Some(relay)) => answer,
+                    step = next_step(call.as_mut(), &how) => step,
                     () = relay.closed() => Err(UpstreamError::Lost("the client closed its stream".into())),
                 }
             }
-            None => answer_of(call.as_mut(), None).await,
+            None => next_step(call.as_mut(), &how).await,
         };
-        if relay.is_some_and(mpsc::Sender::is_closed) {
+        if how.relay.is_some_and(mpsc::Sender::is_closed) {
             let _ = call.cancel("the client closed its stream").await;
         }
-        answer
+        Ok(match step? {
+            Step::Answer(answer) => Forwarded::Answer(answer),
+            Step::Asks { id, method, params } => Forwarded::AsksForInput {
+                exchange: call,
+                id,
+                method,
+                params,
+            },
+        })
     };
-    match timeout {
+    match how.timeout {
         Some(limit) => tokio::time::timeout(limit, exchange)
             .await
             .unwrap_or(Err(UpstreamError::Timeout(limit.as_millis() as u64))),
@@ -57,22 +110,24 @@ pub async fn forward_relaying(
     }
 }
 
-async fn answer_of(
-    call: &mut dyn Exchange,
-    relay: Option<&mpsc::Sender<UpstreamEvent>>,
-) -> Result<Result<Value, ErrorObject>, UpstreamError> {
+async fn next_step(call: &mut dyn Exchange, how: &How<'_>) -> Result<Step, UpstreamError> {
     loop {
         match call.next().await {
             None => return Err(UpstreamError::Lost("stream ended without an answer".into())),
             Some(Err(e)) => return Err(e),
             Some(Ok(UpstreamEvent::Response { id, outcome })) if &id == call.request_id() => {
-                return Ok(outcome);
+                return Ok(Step::Answer(outcome));
+            }
+            Some(Ok(UpstreamEvent::Request { id, method, params }))
+                if how.hold && method::INPUT_REQUESTS.contains(&method.as_str()) =>
+            {
+                return Ok(Step::Asks { id, method, params });
             }
             Some(Ok(UpstreamEvent::Request { id, method, .. })) => {
                 call.reply(id, refuse_request(&method)).await?;
             }
             Some(Ok(notification @ UpstreamEvent::Notification { .. })) => {
-                if let Some(relay) = relay {
+                if let Some(relay) = how.relay {
                     // A closed relay is noticed by the caller's select.
                     let _ = relay.send(notification).await;
                 }

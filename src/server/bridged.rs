@@ -1,23 +1,129 @@
-//! A bridged 2026-07-28 call whose client asked for progress (`_meta.progressToken`) or
-//! log messages (`_meta["io.modelcontextprotocol/logLevel"]`): answered on an SSE
-//! stream that carries the call's notifications before its result. Closing the stream
-//! cancels the call upstream.
+//! 2026-07-28 requests the gateway forwards to the upstream instead of making a task
+//! of them (clients without the tasks extension, `forbidden` tools, every method the
+//! gateway does not own), completed for the 2026 schema.
+//!
+//! - A request with `_meta.progressToken` or `_meta["io.modelcontextprotocol/logLevel"]`
+//!   is answered on SSE: the call's progress under the client's token and its log
+//!   messages at or above the client's level, then the result. Closing the stream
+//!   cancels the call upstream.
+//! - When the upstream asks for input (a session or stdio upstream's elicitation,
+//!   sampling or roots request) in `tools/call`, `prompts/get` or `resources/read`, the
+//!   call is held (`tasks::held`) and the client gets an `InputRequiredResult`; its retry
+//!   resumes the held call.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Response};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use super::reply::Body;
 use super::sse::{sse_event, sse_response};
 use crate::protocol::bridge;
-use crate::protocol::jsonrpc;
+use crate::protocol::jsonrpc::{self, ErrorObject};
 use crate::protocol::meta;
 use crate::protocol::names::method;
-use crate::upstream::{Caller, Upstream, UpstreamEvent, forward};
+use crate::tasks::TaskService;
+use crate::tasks::held::{self, BridgedCall, FirstRequest};
+use crate::upstream::forward::{self, Forwarded, How};
+use crate::upstream::{Caller, Upstream, UpstreamEvent};
+
+/// One bridged request, owned, so that a streamed answer can run after the handler
+/// returned.
+pub struct Bridged {
+    pub id: Value,
+    pub method: String,
+    /// As the client sent them.
+    pub params: Option<Value>,
+    /// As the upstream gets them.
+    pub upstream_params: Option<Value>,
+    pub capabilities: Map<String, Value>,
+    pub auth: Option<HeaderValue>,
+    pub principal: String,
+}
+
+/// Where a bridged request goes and how long it may take.
+#[derive(Clone)]
+pub struct Route {
+    pub upstream: Arc<dyn Upstream>,
+    pub tasks: Arc<TaskService>,
+    pub timeout: Option<Duration>,
+}
+
+/// The answer: a JSON-RPC body, or a response streaming one.
+pub enum Answered {
+    Json(Result<Value, ErrorObject>),
+    Stream(Response<Body>),
+}
+
+pub async fn serve(route: Route, call: Bridged) -> Answered {
+    if held::resumes_held_call(call.params.as_ref()) {
+        let params = call.params.clone().unwrap_or_default();
+        let resumed = route
+            .tasks
+            .resume(&call.principal, &call.method, &params)
+            .await;
+        return Answered::Json(resumed.map(|mut result| {
+            bridge::complete_result(&call.method, &mut result);
+            result
+        }));
+    }
+    match Wanted::of(call.params.as_ref()) {
+        Some(wanted) => Answered::Stream(streamed(route, call, wanted)),
+        None => Answered::Json(answer(&route, call, None).await),
+    }
+}
+
+/// Forwards the call; holds it if the upstream asks for input on the way.
+async fn answer(
+    route: &Route,
+    call: Bridged,
+    relay: Option<&mpsc::Sender<UpstreamEvent>>,
+) -> Result<Value, ErrorObject> {
+    let caller = Caller {
+        capabilities: &call.capabilities,
+        auth: call.auth.as_ref(),
+    };
+    let how = How {
+        timeout: route.timeout,
+        relay,
+        hold: method::MAY_ASK_FOR_INPUT.contains(&call.method.as_str()),
+    };
+    let forwarded = forward::forward_with(
+        route.upstream.as_ref(),
+        &caller,
+        &call.method,
+        call.upstream_params.clone(),
+        how,
+    )
+    .await?;
+    match forwarded {
+        Forwarded::Answer(answer) => {
+            let mut result = answer?;
+            bridge::complete_result(&call.method, &mut result);
+            Ok(result)
+        }
+        Forwarded::AsksForInput {
+            exchange,
+            id,
+            method,
+            params,
+        } => {
+            let bridged = BridgedCall {
+                method: call.method,
+                client_params: call.params,
+                upstream_params: call.upstream_params,
+                capabilities: call.capabilities,
+                auth: call.auth,
+                principal: call.principal,
+            };
+            let first = FirstRequest { id, method, params };
+            route.tasks.hold(bridged, exchange, first).await
+        }
+    }
+}
 
 /// What the client asked to hear about while the call runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,42 +162,19 @@ impl Wanted {
     }
 }
 
-/// One bridged request, owned, so that it can run after the handler returned.
-pub struct RelayedCall {
-    pub id: Value,
-    pub method: String,
-    pub params: Option<Value>,
-    pub capabilities: serde_json::Map<String, Value>,
-    pub auth: Option<HeaderValue>,
-    pub wanted: Wanted,
-}
-
-pub fn serve(
-    upstream: Arc<dyn Upstream>,
-    timeout: Option<Duration>,
-    call: RelayedCall,
-) -> Response<Body> {
+/// The answer on SSE: the call's notifications the client asked for, then the result.
+fn streamed(route: Route, call: Bridged, wanted: Wanted) -> Response<Body> {
     let (events, stream) = mpsc::channel::<Bytes>(16);
     tokio::spawn(async move {
         let (notifications, mut heard) = mpsc::channel::<UpstreamEvent>(16);
-        let caller = Caller {
-            capabilities: &call.capabilities,
-            auth: call.auth.as_ref(),
-        };
-        let forwarding = forward::forward_relaying(
-            upstream.as_ref(),
-            &caller,
-            &call.method,
-            call.params,
-            timeout,
-            Some(&notifications),
-        );
+        let id = call.id.clone();
+        let forwarding = answer(&route, call, Some(&notifications));
         tokio::pin!(forwarding);
         let relay = |event: UpstreamEvent| {
             let UpstreamEvent::Notification { method, params } = event else {
                 return None;
             };
-            call.wanted.passes(&method, params.as_ref()).then(|| {
+            wanted.passes(&method, params.as_ref()).then(|| {
                 let message = jsonrpc::notification_value(&method, params);
                 sse_event(&serde_json::to_vec(&message).expect("JSON values serialize"))
             })
@@ -123,12 +206,8 @@ pub fn serve(
             }
         };
         let last = match answer {
-            Ok(Ok(mut result)) => {
-                bridge::complete_result(&call.method, &mut result);
-                jsonrpc::success_body_of(&call.id, &result)
-            }
-            Ok(Err(error)) => jsonrpc::error_body(Some(&call.id), &error),
-            Err(e) => jsonrpc::error_body(Some(&call.id), &e.into()),
+            Ok(result) => jsonrpc::success_body_of(&id, &result),
+            Err(error) => jsonrpc::error_body(Some(&id), &error),
         };
         // The client may have gone; then there is nobody to tell.
         let _ = events.send(sse_event(&last)).await;

@@ -1,0 +1,239 @@
+//! Held calls: the MRTR bridge for 2026-07-28 clients without the tasks extension.
+//!
+//! When a bridged call's upstream (a 2025-xx session or a stdio server) asks for input,
+//! the call stays open as a task the client never sees (its record's principal is
+//! `held:<principal>`, so no `tasks/get` finds it), owned by this instance, run by the
+//! same runner as any task. The client gets an `InputRequiredResult` whose
+//! `requestState` names the call and the round, sealed (`state.rs`). Its retry, on any
+//! instance, writes the answers with the store's accept-once transition, wakes the
+//! owner, and waits for the call's next round or its end.
+
+mod state;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::HeaderValue;
+use serde_json::{Map, Value, json};
+
+pub use state::StateKeys;
+
+use super::runner::Held;
+use super::{TaskService, ToolCall};
+use crate::protocol::jsonrpc::ErrorObject;
+use crate::protocol::wire::{InputRequest, TaskStatus};
+use crate::store::{TaskRecord, now_ms};
+use crate::telemetry;
+use crate::upstream::Exchange;
+
+/// A bridged request as the client sent it and as it went upstream.
+pub struct BridgedCall {
+    pub method: String,
+    /// The params the client sent (the state is bound to them).
+    pub client_params: Option<Value>,
+    /// The params as the upstream got them.
+    pub upstream_params: Option<Value>,
+    pub capabilities: Map<String, Value>,
+    pub auth: Option<HeaderValue>,
+    pub principal: String,
+}
+
+/// The upstream's first request of a call, as it came.
+pub struct FirstRequest {
+    pub id: Value,
+    pub method: String,
+    pub params: Option<Value>,
+}
+
+/// Held calls live apart from tasks: a client's `tasks/get` never finds one.
+fn held_principal(principal: &str) -> String {
+    format!("held:{principal}")
+}
+
+/// Whether a request is a retry of a held call (it carries one of the gateway's states).
+pub fn resumes_held_call(params: Option<&Value>) -> bool {
+    params
+        .and_then(|p| p.get("requestState"))
+        .and_then(Value::as_str)
+        .is_some_and(state::is_ours)
+}
+
+const FIRST_KEY: &str = "input-0";
+
+/// How often a retry looks at the record while the owner works.
+const POLL_FIRST: Duration = Duration::from_millis(5);
+const POLL_MAX: Duration = Duration::from_millis(100);
+
+impl TaskService {
+    /// Keeps a bridged call open as a held call; its `InputRequiredResult` for the client.
+    pub async fn hold(
+        self: &Arc<Self>,
+        call: BridgedCall,
+        exchange: Box<dyn Exchange>,
+        first: FirstRequest,
+    ) -> Result<Value, ErrorObject> {
+        let digest = state::request_digest(&call.method, call.client_params.as_ref());
+        let params = serde_json::value::to_raw_value(&call.upstream_params.unwrap_or_default())
+            .map_err(|e| ErrorObject::internal(format!("held call params: {e}")))?;
+        let task = ToolCall {
+            params,
+            capabilities: call.capabilities,
+            auth: call.auth,
+            principal: held_principal(&call.principal),
+        };
+        let slot = match self.running_limit.reserve(&task.principal) {
+            Ok(slot) => slot,
+            Err(error) => {
+                let _ = exchange
+                    .cancel("the caller has too many calls running")
+                    .await;
+                return Err(error);
+            }
+        };
+        let mut record = self.new_record(&task);
+        let request = InputRequest {
+            method: first.method,
+            params: first.params,
+        };
+        record.status = TaskStatus::InputRequired;
+        record.input_requests.insert(FIRST_KEY.to_owned(), request);
+        record.next_input_key = 1;
+        let task_id = record.task_id.clone();
+        let shown = self.input_required(&record, &call.principal, &digest);
+        if let Err(e) = self.store.create(record).await {
+            let _ = exchange.cancel("the gateway could not keep the call").await;
+            return Err(e.into());
+        }
+        telemetry::held_call_started();
+        tracing::info!(task_id, "bridged call held for the client's answers");
+        let held = Held {
+            exchange,
+            pending: [(FIRST_KEY.to_owned(), first.id)].into(),
+            input_wait: self.settings.input_wait,
+        };
+        drop(self.spawn_runner(&task_id, task, Some(held), slot));
+        Ok(shown)
+    }
+
+    /// Answers a held call from the client's retry and returns what comes next: the
+    /// call's result, its error, or the next `InputRequiredResult`.
+    pub async fn resume(
+        &self,
+        principal: &str,
+        method: &str,
+        params: &Value,
+    ) -> Result<Value, ErrorObject> {
+        let sealed = params
+            .get("requestState")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let digest = state::request_digest(method, Some(params));
+        let claims = state::open(
+            &self.settings.state_keys,
+            sealed,
+            principal,
+            &digest,
+            now_ms(),
+        )
+        .map_err(|e| ErrorObject::invalid_params(e.to_string()))?;
+        let owner = held_principal(principal);
+        let record = self.held_record(&claims.task_id, &owner).await?;
+        if let Some(ended) = ended(&record) {
+            return ended;
+        }
+        if claims
+            .keys
+            .iter()
+            .any(|key| !record.input_requests.contains_key(key))
+        {
+            return Err(ErrorObject::invalid_params(
+                "requestState was already used: its round has been answered",
+            ));
+        }
+        let responses: Map<String, Value> = params
+            .get("inputResponses")
+            .and_then(Value::as_object)
+            .map(|given| {
+                given
+                    .iter()
+                    .filter(|(key, _)| claims.keys.contains(key))
+                    .map(|(key, answer)| (key.clone(), answer.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.update(&claims.task_id, &owner, responses).await?;
+        let record = self.next_round_or_end(&claims.task_id, &owner).await?;
+        if let Some(ended) = ended(&record) {
+            if let Err(e) = self.store.delete(&record.task_id).await {
+                tracing::warn!(task_id = record.task_id, error = %e, "could not forget a held call");
+            }
+            return ended;
+        }
+        Ok(self.input_required(&record, principal, &digest))
+    }
+
+    async fn held_record(
+        &self,
+        task_id: &str,
+        owner: &str,
+    ) -> Result<Arc<TaskRecord>, ErrorObject> {
+        self.store.get(task_id, owner).await?.ok_or_else(|| {
+            ErrorObject::invalid_params(
+                "the held call this requestState names is gone (answered, expired or cancelled)",
+            )
+        })
+    }
+
+    /// Polls until the owner has moved the call on: a new round or its end.
+    async fn next_round_or_end(
+        &self,
+        task_id: &str,
+        owner: &str,
+    ) -> Result<Arc<TaskRecord>, ErrorObject> {
+        let mut pause = POLL_FIRST;
+        loop {
+            let record = self.held_record(task_id, owner).await?;
+            if record.status != TaskStatus::Working {
+                return Ok(record);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(POLL_MAX);
+        }
+    }
+
+    /// The `InputRequiredResult` for the record's outstanding requests.
+    fn input_required(&self, record: &TaskRecord, principal: &str, digest: &str) -> Value {
+        let claims = state::Claims {
+            task_id: record.task_id.clone(),
+            keys: record.input_requests.keys().cloned().collect(),
+            expires_at_ms: now_ms() + self.settings.input_wait.as_millis() as u64,
+            request: digest.to_owned(),
+        };
+        json!({
+            "resultType": "input_required",
+            "inputRequests": record.input_requests,
+            "requestState": state::seal(&self.settings.state_keys, &claims, principal),
+        })
+    }
+}
+
+/// A held call's end as the client's answer; `None` while it runs.
+fn ended(record: &TaskRecord) -> Option<Result<Value, ErrorObject>> {
+    match record.status {
+        TaskStatus::Completed => {
+            let result = record.result.as_ref()?;
+            Some(
+                serde_json::from_str(result.get())
+                    .map_err(|e| ErrorObject::internal(e.to_string())),
+            )
+        }
+        TaskStatus::Failed => Some(Err(record
+            .error
+            .clone()
+            .unwrap_or_else(|| ErrorObject::internal("the held call failed")))),
+        TaskStatus::Cancelled => Some(Err(ErrorObject::invalid_params(
+            "the held call was cancelled",
+        ))),
+        TaskStatus::Working | TaskStatus::InputRequired => None,
+    }
+}
