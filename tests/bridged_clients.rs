@@ -161,3 +161,210 @@ async fn closing_the_stream_cancels_the_call_upstream() {
     .await;
     assert_eq!(stats["callsInFlight"], 0, "{stats}");
 }
+
+// ---------------------------------------------------------------------------
+// Held calls: the upstream asks for input, the client answers by retrying (MRTR).
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn the_python_client_answers_a_held_call_in_rounds() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let named = python_client(
+        &url,
+        "ask_name",
+        json!({}),
+        &["--elicit", r#"{"name": "Ada"}"#],
+    );
+    assert_eq!(
+        named["result"]["content"][0]["text"], "Hello, Ada!",
+        "{named}"
+    );
+    assert_eq!(named["asked"], json!(["elicitation/create"]));
+
+    let two = python_client(
+        &url,
+        "two_questions",
+        json!({}),
+        &["--elicit", r#"{"answer": "yes"}"#],
+    );
+    assert_eq!(two["asked"].as_array().map(Vec::len), Some(2), "{two}");
+    assert_eq!(two["result"]["isError"], false, "{two}");
+
+    let sampled = python_client(
+        &url,
+        "sample",
+        json!({"prompt": "hi"}),
+        &["--sample", "hello there"],
+    );
+    assert_eq!(
+        sampled["result"]["content"][0]["text"], "model said: hello there",
+        "{sampled}"
+    );
+    // Each answer reached the upstream once.
+    let stats = upstream_stats(&upstream_url).await;
+    assert!(
+        responses_received(&stats).iter().all(|count| *count == 1),
+        "{stats}"
+    );
+}
+
+fn everything_asks(url: &str) {
+    let elicited = python_client(
+        url,
+        "trigger-elicitation-request",
+        json!({}),
+        &["--elicit", r#"{"name": "Grace Hopper", "check": true}"#],
+    );
+    assert!(
+        elicited["result"].to_string().contains("Grace Hopper"),
+        "{elicited}"
+    );
+    let sampled = python_client(
+        url,
+        "trigger-sampling-request",
+        json!({"prompt": "Say hi"}),
+        &["--sample", "hi from the client"],
+    );
+    assert!(
+        sampled["result"].to_string().contains("hi from the client"),
+        "{sampled}"
+    );
+}
+
+#[test]
+fn server_everything_over_http_asks_the_python_client() {
+    let (_upstream, upstream_url) = start_everything();
+    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    everything_asks(&url);
+}
+
+#[test]
+fn server_everything_over_stdio_asks_the_python_client() {
+    let gateway = start_stdio_gateway(&everything_cmd(), &[]);
+    everything_asks(&gateway.url);
+}
+
+/// A client without the tasks extension that can be asked for elicitation.
+fn asking_client(url: &str) -> Client {
+    Client::new(url, json!({"elicitation": {"form": {}}}))
+}
+
+/// Calls `ask_name`; the `InputRequiredResult` the gateway answers with.
+async fn held_ask_name(client: &Client) -> Value {
+    let asked = client.call_tool("ask_name", json!({})).await;
+    let asked = asked.result().clone();
+    assert_eq!(asked["resultType"], "input_required", "{asked}");
+    assert_eq!(
+        asked["inputRequests"]["input-0"]["method"], "elicitation/create",
+        "{asked}"
+    );
+    asked
+}
+
+async fn answer_name(client: &Client, asked: &Value, name: &str) -> Reply {
+    let answer = json!({"input-0": {"action": "accept", "content": {"name": name}}});
+    client
+        .retry_tool("ask_name", json!({}), answer, &asked["requestState"])
+        .await
+}
+
+#[tokio::test]
+async fn forged_foreign_and_replayed_states_are_refused_and_answer_nothing() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let mut alice = asking_client(&url);
+    alice.authorization = Some("Bearer alice".into());
+    let asked = held_ask_name(&alice).await;
+    let state = asked["requestState"].as_str().expect("a state").to_owned();
+
+    // Tampered: one character of the payload changed.
+    let mut forged = state.clone().into_bytes();
+    forged[8] = if forged[8] == b'A' { b'B' } else { b'A' };
+    let forged = json!(String::from_utf8(forged).expect("ASCII"));
+    let answer = json!({"input-0": {"action": "accept", "content": {"name": "Eve"}}});
+    let reply = alice
+        .retry_tool("ask_name", json!({}), answer.clone(), &forged)
+        .await;
+    assert_eq!(reply.error_code(), -32602, "{}", reply.body);
+    // Someone else's.
+    let mut mallory = asking_client(&url);
+    mallory.authorization = Some("Bearer mallory".into());
+    let reply = mallory
+        .retry_tool("ask_name", json!({}), answer.clone(), &json!(state))
+        .await;
+    assert_eq!(reply.error_code(), -32602, "{}", reply.body);
+    reply.assert_message_mentions("not issued by this gateway for this caller");
+    // Issued for another request.
+    let reply = alice
+        .retry_tool("ask_name", json!({"extra": 1}), answer, &json!(state))
+        .await;
+    assert_eq!(reply.error_code(), -32602, "{}", reply.body);
+    assert!(
+        responses_received(&upstream_stats(&upstream_url).await).is_empty(),
+        "a refused state answered the upstream"
+    );
+
+    let done = answer_name(&alice, &asked, "Ada").await;
+    assert_eq!(first_text(done.result()), "Hello, Ada!");
+    // Replayed: the call is over.
+    let replay = answer_name(&alice, &asked, "Ada").await;
+    assert_eq!(replay.error_code(), -32602, "{}", replay.body);
+    assert_eq!(
+        responses_received(&upstream_stats(&upstream_url).await),
+        [1],
+        "each answer goes upstream once"
+    );
+}
+
+#[tokio::test]
+async fn an_abandoned_call_is_cancelled_upstream_and_a_late_retry_refused() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &["--input-wait-timeout-ms", "300"]);
+    let client = asking_client(&url);
+    let asked = held_ask_name(&client).await;
+    eventually("the upstream to see the call cancelled", || async {
+        let stats = upstream_stats(&upstream_url).await;
+        (stats["cancelledReceived"]
+            .as_array()
+            .is_some_and(|c| !c.is_empty()))
+        .then_some(())
+    })
+    .await;
+    let late = answer_name(&client, &asked, "Ada").await;
+    assert_eq!(late.error_code(), -32602, "{}", late.body);
+    late.assert_message_mentions("expired");
+}
+
+#[tokio::test]
+async fn a_held_call_whose_upstream_dies_fails_clearly() {
+    let (mut upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let client = asking_client(&url);
+    let asked = held_ask_name(&client).await;
+    upstream.kill();
+    let reply = eventually("the held call to fail", || async {
+        let reply = answer_name(&client, &asked, "Ada").await;
+        (reply.body.get("error").is_some()).then_some(reply)
+    })
+    .await;
+    assert_eq!(reply.error_code(), -32603, "{}", reply.body);
+    reply.assert_message_mentions("upstream");
+}
+
+#[tokio::test]
+async fn the_retry_may_reach_another_instance_sharing_the_key() {
+    let redis = test_support::RedisServer::start();
+    let (_upstream, upstream_url) = start_plain_server();
+    let key = "a-secret-of-at-least-thirty-two-bytes!";
+    let shared = ["--redis", &redis.url(), "--request-state-key", key];
+    let (_a, url_a) = start_gateway(&upstream_url, &shared);
+    let (_b, url_b) = start_gateway(&upstream_url, &shared);
+    let asked = held_ask_name(&asking_client(&url_a)).await;
+    let done = answer_name(&asking_client(&url_b), &asked, "Bo").await;
+    assert_eq!(first_text(done.result()), "Hello, Bo!");
+    assert_eq!(
+        responses_received(&upstream_stats(&upstream_url).await),
+        [1]
+    );
+}
