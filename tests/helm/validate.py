@@ -183,6 +183,14 @@ def render(chart: helm.Chart, values: dict) -> tuple[list[dict], str]:
     return docs, notes
 
 
+# The chart's Secret for held calls' requestState key, beside any Redis Secret.
+REQUEST_STATE_SECRET = f"{RELEASE}-mcp-task-gateway-request-state"
+
+
+def redis_secrets(docs: list[dict]) -> list[dict]:
+    return [d for d in by_kind(docs, "Secret") if d["metadata"]["name"] != REQUEST_STATE_SECRET]
+
+
 def by_kind(docs: list[dict], kind: str) -> list[dict]:
     return [d for d in docs if d["kind"] == kind]
 
@@ -271,7 +279,7 @@ def check_gateway(docs: list[dict], merged: dict) -> None:
         ref = env[redis_env[0]]["valueFrom"]["secretKeyRef"]
         if r["existingSecret"]["name"]:
             assert ref == {"name": r["existingSecret"]["name"], "key": r["existingSecret"]["key"]}
-            assert not by_kind(docs, "Secret"), "a Secret was rendered beside existingSecret"
+            assert not redis_secrets(docs), "a Redis Secret was rendered beside existingSecret"
         else:
             secret = one(docs, "Secret", ref["name"])
             assert ref["key"] in secret["stringData"], f"Secret has no key {ref['key']}"
@@ -298,7 +306,7 @@ def cm_data(docs: list[dict]) -> dict:
 
 def expect_defaults(docs: list[dict], notes: str) -> None:
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ConfigMap", "Deployment", "PodDisruptionBudget", "Service",
+    assert kinds == ["ConfigMap", "Deployment", "PodDisruptionBudget", "Secret", "Service",
                      "ServiceAccount"], f"unexpected objects: {kinds}"
     data = cm_data(docs)
     assert data["MTG_LISTEN"] == "0.0.0.0:8080", data["MTG_LISTEN"]
@@ -308,12 +316,19 @@ def expect_defaults(docs: list[dict], notes: str) -> None:
     assert data["MTG_MAX_RUNNING_TASKS_PER_PRINCIPAL"] == "0"
     assert data["MTG_SESSION_IDLE_TIMEOUT_MS"] == "3600000", data["MTG_SESSION_IDLE_TIMEOUT_MS"]
     assert data["MTG_MAX_SESSIONS"] == "10000", data["MTG_MAX_SESSIONS"]
+    assert data["MTG_INPUT_WAIT_TIMEOUT_MS"] == "300000", data["MTG_INPUT_WAIT_TIMEOUT_MS"]
+    # Held calls' requestState key: generated into the chart's Secret, from there to env.
+    secret = one(docs, "Secret", REQUEST_STATE_SECRET)
+    assert len(secret["stringData"]["request-state-key"]) >= 32, "generated key too short"
+    ref = env_of(container(gateway_deployment(docs), "gateway"))["MTG_REQUEST_STATE_KEY"]
+    assert ref["valueFrom"]["secretKeyRef"] == {
+        "name": REQUEST_STATE_SECRET, "key": "request-state-key"}, ref
     assert "in-memory" in notes, "NOTES.txt does not mention the in-memory store"
 
 
 def expect_external_redis(docs: list[dict], notes: str) -> None:
     assert env_value(docs, "MTG_REDIS")["valueFrom"]["secretKeyRef"]["key"] == "redis-url"
-    secret = one(docs, "Secret")
+    secret = one(redis_secrets(docs), "Secret")
     assert secret["stringData"]["redis-url"].startswith("rediss://")
     data = cm_data(docs)
     assert data["MTG_TOOL_POLICY"] == "echo=forbidden,slow_compute=required", data["MTG_TOOL_POLICY"]
@@ -334,7 +349,7 @@ def expect_external_redis(docs: list[dict], notes: str) -> None:
 def expect_redis_cluster(docs: list[dict], notes: str) -> None:
     ref = env_value(docs, "MTG_REDIS_CLUSTER")["valueFrom"]["secretKeyRef"]
     assert ref["key"] == "redis-cluster-urls"
-    urls = one(docs, "Secret")["stringData"]["redis-cluster-urls"].split(",")
+    urls = one(redis_secrets(docs), "Secret")["stringData"]["redis-cluster-urls"].split(",")
     assert len(urls) == 3 and all(u.startswith("redis://") for u in urls), urls
     pdb = one(docs, "PodDisruptionBudget")["spec"]
     assert pdb.get("minAvailable") == 2 and "maxUnavailable" not in pdb, pdb
@@ -365,7 +380,7 @@ def expect_evaluation_redis(docs: list[dict], notes: str) -> None:
     assert "$(REDIS_PASSWORD)" in rc["args"]
     svc = one(docs, "Service", redis[0]["metadata"]["name"])
     assert svc["spec"]["selector"]["app.kubernetes.io/component"] == "redis"
-    url = one(docs, "Secret")["stringData"]["redis-url"]
+    url = one(redis_secrets(docs), "Secret")["stringData"]["redis-url"]
     assert url == f"redis://:eval-only-password@{svc['metadata']['name']}.{NAMESPACE}.svc:6379", url
     gw_svc = one(docs, "Service", gateway_deployment(docs)["metadata"]["name"])
     assert gw_svc["spec"]["selector"]["app.kubernetes.io/component"] == "gateway"
@@ -412,6 +427,8 @@ MUST_FAIL: list[tuple[str, dict, str]] = [
      "/gateway/logFormat"),
     ("no room for any session", with_upstream({"gateway": {"maxSessions": 0}}),
      "/gateway/maxSessions"),
+    ("a requestState key shorter than 32 bytes",
+     with_upstream({"requestState": {"key": "short"}}), "/requestState/key"),
     ("negative worker threads", with_upstream({"gateway": {"workerThreads": -1}}),
      "/gateway/workerThreads"),
     ("ServiceMonitor without metrics",

@@ -92,6 +92,20 @@ Redis: which source the gateway uses. One of "" (in-memory store), "url", "clust
 {{- end }}
 
 {{/* Name and key of the Secret the gateway reads its Redis URL(s) from. */}}
+{{/* The Secret holding the requestState key(s): the user's, or this chart's. */}}
+{{- define "mtg.requestState.secretName" -}}
+{{- default (printf "%s-request-state" (include "mtg.fullname" .)) .Values.requestState.existingSecret.name }}
+{{- end }}
+
+{{/* The Secret key of the previous requestState key, or nothing. */}}
+{{- define "mtg.requestState.previousKey" -}}
+{{- if .Values.requestState.existingSecret.name -}}
+{{- .Values.requestState.existingSecret.previousKey }}
+{{- else if .Values.requestState.previousKey -}}
+request-state-previous-key
+{{- end }}
+{{- end }}
+
 {{- define "mtg.redis.secretRef" -}}
 {{- if eq (include "mtg.redis.source" .) "existing" -}}
 name: {{ .Values.redis.existingSecret.name }}
