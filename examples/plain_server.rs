@@ -1145,6 +1145,14 @@ fn tool_definitions() -> Value {
             "inputSchema": no_args,
         },
         {
+            "name": "test_tool_with_task",
+            "description": "Asks the user's name via elicitation/create, then takes `delay_ms` (default 2000) to greet them: the conformance suite's tasks-mrtr-composition fixture.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"delay_ms": {"type": "integer", "minimum": 0}},
+            },
+        },
+        {
             "name": "two_questions",
             "description": "Sends two elicitation/create requests at once and joins the answers.",
             "inputSchema": no_args,
@@ -1195,6 +1203,7 @@ async fn call_tool(ctx: &RequestCtx, params: &Value) -> Outcome {
         "echo" => echo(&args),
         "sleep" => sleep(ctx, &args).await,
         "ask_name" => ask_name(ctx).await,
+        "test_tool_with_task" => slow_greeting(ctx, &args).await,
         "two_questions" => two_questions(ctx).await,
         "sample" => sample(ctx, &args).await,
         "list_roots" => list_roots(ctx).await,
@@ -1313,6 +1322,14 @@ async fn ask_name(ctx: &RequestCtx) -> Outcome {
         (action, None) => format!("No name given ({action})"),
     };
     Ok(text_result(text))
+}
+
+/// `ask_name`, slowly: the answer comes `delay_ms` after the name.
+async fn slow_greeting(ctx: &RequestCtx, args: &Value) -> Outcome {
+    let delay = args.get("delay_ms").and_then(Value::as_u64).unwrap_or(2000);
+    let greeting = ask_name(ctx).await?;
+    tokio::time::sleep(Duration::from_millis(delay)).await;
+    Ok(greeting)
 }
 
 async fn two_questions(ctx: &RequestCtx) -> Outcome {

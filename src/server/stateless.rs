@@ -77,6 +77,10 @@ async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
             "tools/call needs params.name, the tool to call",
         ));
     };
+    // A retry of a call asked within the promotion budget, or of a held call.
+    if crate::tasks::held::resumes_held_call(params) {
+        return bridged(gateway, request).await;
+    }
     let declared = meta::declares_tasks(params);
     match gateway.policies.plan(tool, declared) {
         CallPlan::RejectMissingCapability => Err(ErrorObject::new(

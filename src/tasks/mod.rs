@@ -230,7 +230,12 @@ impl TaskService {
                 early_input.await.ok()?
             }
         };
-        if let Err(e) = self.store.delete(task_id).await {
+        // A 2026 upstream's own round: the client's retry is a new call, so this task
+        // goes. A question of a call still open (session or stdio upstream) keeps it:
+        // the retry resumes the call (`held`).
+        if !held::carries_gateway_state(&input)
+            && let Err(e) = self.store.delete(task_id).await
+        {
             tracing::warn!(task_id, error = %e, "could not delete a task answered inline");
         }
         Some(
@@ -242,9 +247,15 @@ impl TaskService {
     /// Gives an `InputRequiredResult` to the caller still waiting within the promotion
     /// budget; `false` when nobody waits any more (the task was promoted).
     fn hand_over_early_input(&self, task_id: &str, result: &Value) -> bool {
+        // (Also used for a session or stdio upstream's question: see `runner`.)
         self.lock_early_input()
             .remove(task_id)
             .is_some_and(|waiting| waiting.send(result.clone()).is_ok())
+    }
+
+    /// Whether the task's creator still waits within the promotion budget.
+    fn early_input_waiting(&self, task_id: &str) -> bool {
+        self.lock_early_input().contains_key(task_id)
     }
 
     /// The outcome of a task that finished within the promotion budget; the task is

