@@ -6,60 +6,15 @@
 //! Run: `cargo bench --bench redis_roundtrips`. Prints a Markdown table.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use test_support::{RedisServer, spawn_announcing};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 const POLLS: usize = 10;
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Spawns `command`, returns it and the URL it announces on stdout ("listening on URL").
-fn announcing(mut command: Command) -> (Killed, String) {
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(stdout).lines();
-        for line in lines.by_ref() {
-            let Ok(line) = line else { return };
-            if let Some(url) = line.strip_prefix("listening on ") {
-                let _ = tx.send(url.trim().to_owned());
-                break;
-            }
-        }
-        for _ in lines {}
-    });
-    let url = rx
-        .recv_timeout(DEADLINE)
-        .expect("process announced its address");
-    (Killed(child), url)
-}
 
 fn fixture_binary() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
@@ -207,35 +162,17 @@ fn row(phase: &str, commands: &BTreeMap<String, u64>, reads: u64) -> String {
 
 #[tokio::main]
 async fn main() {
-    let redis_port = free_port();
-    let redis_dir = std::env::temp_dir().join(format!("mtg-bench-{redis_port}"));
-    std::fs::create_dir_all(&redis_dir).unwrap();
-    let _redis = Killed(
-        Command::new("redis-server")
-            .args(["--port", &redis_port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--dir"])
-            .arg(&redis_dir)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server"),
-    );
-    let redis_url = format!("redis://127.0.0.1:{redis_port}");
-    let start = Instant::now();
-    let conn = loop {
-        if let Ok(conn) = redis::Client::open(redis_url.as_str())
-            .unwrap()
-            .get_connection()
-        {
-            break conn;
-        }
-        assert!(start.elapsed() < DEADLINE, "redis-server did not start");
-        std::thread::sleep(Duration::from_millis(20));
+    // Started and waited for until it answers PING.
+    let redis = RedisServer::start();
+    let redis_url = redis.url();
+    let mut counters = Counters {
+        conn: redis.connection(),
+        own_reads: 0,
     };
-    let mut counters = Counters { conn, own_reads: 0 };
 
     let mut fixture = Command::new(fixture_binary());
     fixture.args(["--listen", "127.0.0.1:0"]);
-    let (_fixture, upstream) = announcing(fixture);
+    let (_fixture, upstream) = spawn_announcing("plain_server", fixture, DEADLINE);
     let mut gateway = Command::new(env!("CARGO_BIN_EXE_mcp-task-gateway"));
     gateway
         .args(["--listen", "127.0.0.1:0", "--upstream", &upstream])
@@ -243,7 +180,7 @@ async fn main() {
         // Leases renew every lease/4: long enough that none falls inside a phase.
         .args(["--lease-timeout-ms", "600000"])
         .env("RUST_LOG", "warn");
-    let (_gateway, url) = announcing(gateway);
+    let (_gateway, url) = spawn_announcing("mcp-task-gateway", gateway, DEADLINE);
     let gw = Gateway {
         http: reqwest::Client::new(),
         url,
@@ -303,5 +240,4 @@ async fn main() {
         poll_reads as f64 / POLLS as f64,
         create_reads + complete_reads
     );
-    let _ = std::fs::remove_dir_all(&redis_dir);
 }

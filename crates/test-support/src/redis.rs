@@ -107,6 +107,11 @@ impl RedisServer {
         }
     }
 
+    /// The server's PID while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.as_ref().map(Proc::pid)
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }

@@ -1,0 +1,186 @@
+//! End-to-end load harness (`harness = false`): real processes on loopback, HTTP/1.1
+//! keep-alive load over a fixed number of connections, latency percentiles, requests
+//! per second and the CPU time the gateway spends per request.
+//!
+//! ```text
+//! cargo build --release --examples --bins
+//! cargo bench --bench load -- --help
+//! cargo bench --bench load -- --scenarios a,b --duration 10 --concurrency 32
+//! ```
+//!
+//! It starts the fixture upstream (`examples/plain_server`, release build), its own
+//! `redis-server` on a free port when a scenario needs one, and the gateway binary, each
+//! on 127.0.0.1 only, and kills them (by PID) when done. The load generator is one
+//! single-threaded tokio runtime with one hyper HTTP/1.1 connection per concurrent
+//! client. See BENCHMARKS.md for the scenarios and the figures.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::plot::{draw_plot, sweep_from_jsonl};
+use crate::processes::{Binaries, raise_fd_limit};
+use crate::readings::machine_description;
+use crate::report::Report;
+use crate::scenarios::{
+    scenario_a, scenario_b, scenario_c, scenario_d, scenario_e, scenario_f, sweep,
+};
+
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+pub(crate) const MODERN: &str = "2026-07-28";
+pub(crate) const LEGACY: &str = "2025-11-25";
+pub(crate) const TASKS_EXT: &str = "io.modelcontextprotocol/tasks";
+/// Distinct request ids per shared legacy session (more than any connection count).
+pub(crate) const LEGACY_IDS: u64 = 4096;
+pub(crate) const ANNOUNCE_DEADLINE: Duration = Duration::from_secs(30);
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "load",
+    about = "End-to-end load harness of mcp-task-gateway (cargo bench --bench load -- ...)"
+)]
+pub(crate) struct Args {
+    /// Scenarios, comma-separated: a (pass-through overhead), b (CreateTaskResult),
+    /// c (tasks/get), d (create -> poll -> completed), e (10k tasks in flight),
+    /// f (another proxy in front of a stdio server), sweep (latency vs concurrency plot).
+    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d,e,f,sweep")]
+    scenarios: Vec<String>,
+    /// Measured seconds of each run.
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// Seconds of load before each measured window (not counted).
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Connections of the throughput runs (the latency runs use 1).
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// Connection counts of the latency-vs-concurrency sweep.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64")]
+    sweep: Vec<usize>,
+    /// Measured seconds of each sweep point.
+    #[arg(long, default_value_t = 3.0)]
+    sweep_duration: f64,
+    /// Upper bound on the requests of one run (warm-up included).
+    #[arg(long, default_value_t = 2_000_000)]
+    max_requests: u64,
+    /// Tasks held in flight in scenario e.
+    #[arg(long, default_value_t = 10_000)]
+    in_flight: usize,
+    /// Measured runs of each side of scenario e; its p99 ratio compares their medians,
+    /// since one run's p99 swings with the scheduling of a shared 2-core machine.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=20))]
+    e_rounds: u64,
+    /// Completed tasks that scenario c polls, round robin.
+    #[arg(long, default_value_t = 1000)]
+    tasks: usize,
+    /// Where results.md and results.jsonl are written.
+    #[arg(long, default_value = "target/bench-load")]
+    out_dir: PathBuf,
+    /// The latency-vs-concurrency plot (PNG); default: OUT_DIR/latency_vs_concurrency.png.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// The redis-server binary (scenarios b and c with Redis).
+    #[arg(long, default_value = "redis-server")]
+    redis_server: String,
+    /// Skip the Redis variants even when the gateway supports --redis.
+    #[arg(long)]
+    no_redis: bool,
+    /// The other proxies of scenario f, comma-separated: mcp-proxy, supergateway (npm,
+    /// pinned in benches/peers; `npm ci --prefix benches/peers`).
+    #[arg(long, value_delimiter = ',', default_value = "mcp-proxy,supergateway")]
+    other_proxy: Vec<String>,
+    /// Another gateway binary to measure (e.g. a copy built before a change), instead of
+    /// the one this bench was built with.
+    #[arg(long)]
+    gateway_bin: Option<PathBuf>,
+    /// Extra environment for the gateway, KEY=VALUE (repeatable), e.g.
+    /// TOKIO_WORKER_THREADS=1.
+    #[arg(long)]
+    gateway_env: Vec<String>,
+    /// A command the gateway is run under, e.g. "valgrind --tool=massif" (split on
+    /// whitespace).
+    #[arg(long)]
+    gateway_wrap: Option<String>,
+    /// Only draw the plot again from a results.jsonl of an earlier run (no load).
+    #[arg(long)]
+    replot: Option<PathBuf>,
+    /// Optional name filter, as `cargo bench NAME` passes it; runs matching scenarios.
+    filter: Option<String>,
+}
+
+fn main() {
+    let raw: Vec<String> = std::env::args().collect();
+    // `cargo test --benches` and nextest run bench targets in test mode (no `--bench`);
+    // this harness only runs as a benchmark.
+    if raw.iter().any(|a| a == "--list") {
+        return;
+    }
+    if !raw.iter().any(|a| a == "--bench") {
+        println!("load harness: not run in test mode; use `cargo bench --bench load`");
+        return;
+    }
+    let args = Args::parse_from(raw.into_iter().filter(|a| a != "--bench"));
+    if let Some(results) = &args.replot {
+        let path = args
+            .plot
+            .clone()
+            .unwrap_or_else(|| args.out_dir.join("latency_vs_concurrency.png"));
+        let series = sweep_from_jsonl(results);
+        match draw_plot(&path, &series) {
+            Ok(()) => println!("plot written to {}", path.display()),
+            Err(e) => eprintln!("no plot: {e}"),
+        }
+        return;
+    }
+    raise_fd_limit();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let mut report = Report::new(&args.out_dir);
+    report.header(&machine_description());
+    runtime.block_on(run(&args, &mut report));
+    report.finish();
+}
+
+pub(crate) fn wanted(args: &Args, scenario: &str) -> bool {
+    let listed = args.scenarios.iter().any(|s| s == scenario);
+    let filtered = args.filter.as_deref().is_none_or(|f| scenario.contains(f));
+    listed && filtered
+}
+
+async fn run(args: &Args, report: &mut Report) {
+    let bins = Binaries::locate(args);
+    let redis_ok = !args.no_redis && bins.gateway_supports("--redis");
+    if wanted(args, "a") {
+        scenario_a(args, &bins, report).await;
+    }
+    if wanted(args, "b") {
+        scenario_b(args, &bins, report, redis_ok).await;
+    }
+    if wanted(args, "c") {
+        scenario_c(args, &bins, report, redis_ok).await;
+    }
+    if wanted(args, "d") {
+        scenario_d(args, &bins, report).await;
+    }
+    if wanted(args, "e") {
+        scenario_e(args, &bins, report).await;
+    }
+    if wanted(args, "f") {
+        scenario_f(args, &bins, report).await;
+    }
+    if wanted(args, "sweep") {
+        sweep(args, &bins, report).await;
+    }
+}
+
+mod driver;
+mod plot;
+mod processes;
+mod readings;
+mod report;
+mod scenarios;
+mod workloads;

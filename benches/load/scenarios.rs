@@ -1,0 +1,372 @@
+//! The scenarios a to f and the latency-vs-concurrency sweep: which processes run, which
+//! load goes where, and which rows and ratios the report gets.
+
+use std::time::{Duration, Instant};
+
+use crate::Args;
+use serde_json::json;
+
+use crate::driver::Pids;
+use crate::driver::Target;
+use crate::driver::load;
+use crate::plot::Series;
+use crate::plot::draw_plot;
+use crate::processes::Binaries;
+use crate::processes::stores;
+use crate::readings::open_fds;
+use crate::readings::rss_kib;
+use crate::report::Report;
+use crate::workloads::Expect;
+use crate::workloads::Workload;
+use crate::workloads::create_completed_tasks;
+use crate::workloads::create_many;
+use crate::workloads::fixture_stats;
+use crate::workloads::legacy_echo_requests;
+use crate::workloads::legacy_requests;
+use crate::workloads::modern_request;
+use crate::workloads::tasks_get_workload;
+use crate::workloads::wait_in_flight;
+
+/// a. `tools/call` of the instant tool: straight to the upstream, through the gateway as a
+/// legacy session (byte pass-through), and as a 2026-07-28 client without the tasks
+/// extension (bridged inline).
+pub(crate) async fn scenario_a(args: &Args, bins: &Binaries, report: &mut Report) {
+    report.section("a. pass-through overhead: tools/call echo");
+    for conns in [1, args.concurrency] {
+        let (fixture, fixture_url) = bins.fixture();
+        let (gateway, gateway_url) = bins.gateway(&fixture_url, &[]);
+        let upstream = Target::parse(&fixture_url);
+        let through = Target::parse(&gateway_url);
+        let pids = Pids::new(Some(&gateway), Some(&fixture));
+
+        let direct = legacy_echo_requests(&upstream).await;
+        let stats = load(args, &upstream, &direct, conns, &pids).await;
+        report.row("a", "direct (legacy session)", conns, &stats);
+        let direct_stats = stats;
+
+        let proxied = legacy_echo_requests(&through).await;
+        let stats = load(args, &through, &proxied, conns, &pids).await;
+        report.row("a", "gateway legacy pass-through", conns, &stats);
+        report.compare(
+            "gateway legacy pass-through / direct",
+            &stats,
+            &direct_stats,
+        );
+
+        let bridged = Workload::fixed(
+            vec![modern_request(
+                "tools/call",
+                json!({"name": "echo", "arguments": {"text": "hi"}}),
+                false,
+            )],
+            Expect::Contains(br#""result""#),
+        );
+        let stats = load(args, &through, &bridged, conns, &pids).await;
+        report.row(
+            "a",
+            "gateway 2026 client, no tasks (bridged)",
+            conns,
+            &stats,
+        );
+        report.compare("gateway bridged / direct", &stats, &direct_stats);
+        drop((gateway, fixture));
+    }
+}
+
+/// b. `tools/call` with the tasks extension, answered with `CreateTaskResult`.
+pub(crate) async fn scenario_b(args: &Args, bins: &Binaries, report: &mut Report, redis_ok: bool) {
+    report.section("b. tools/call with the tasks extension -> CreateTaskResult");
+    let create = Workload::fixed(
+        vec![modern_request(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "hi"}}),
+            true,
+        )],
+        Expect::Contains(br#""resultType":"task""#),
+    );
+    for conns in [1, args.concurrency] {
+        for store in stores(redis_ok) {
+            let (fixture, fixture_url) = bins.fixture();
+            let redis = store.start(args);
+            let (gateway, gateway_url) = bins.gateway(&fixture_url, &redis.flags());
+            let target = Target::parse(&gateway_url);
+            let pids = Pids::new(Some(&gateway), Some(&fixture)).with_redis(redis.pid());
+            let stats = load(args, &target, &create, conns, &pids).await;
+            report.row(
+                "b",
+                &format!("create task, {} store", store.name()),
+                conns,
+                &stats,
+            );
+            drop((gateway, fixture, redis));
+        }
+    }
+}
+
+/// c. `tasks/get` on completed tasks, round robin over `--tasks` of them.
+pub(crate) async fn scenario_c(args: &Args, bins: &Binaries, report: &mut Report, redis_ok: bool) {
+    report.section("c. tasks/get on completed tasks");
+    for store in stores(redis_ok) {
+        let (fixture, fixture_url) = bins.fixture();
+        let redis = store.start(args);
+        let (gateway, gateway_url) = bins.gateway(&fixture_url, &redis.flags());
+        let target = Target::parse(&gateway_url);
+        let pids = Pids::new(Some(&gateway), Some(&fixture)).with_redis(redis.pid());
+        let ids = create_completed_tasks(&target, args.tasks).await;
+        let gets = tasks_get_workload(&ids);
+        for conns in [1, args.concurrency] {
+            let stats = load(args, &target, &gets, conns, &pids).await;
+            report.row(
+                "c",
+                &format!("tasks/get, {} store", store.name()),
+                conns,
+                &stats,
+            );
+        }
+        drop((gateway, fixture, redis));
+    }
+}
+
+/// d. The whole life of an instant task: create, poll `tasks/get` until `completed`.
+pub(crate) async fn scenario_d(args: &Args, bins: &Binaries, report: &mut Report) {
+    report.section("d. lifecycle: create -> poll -> completed (echo)");
+    let (fixture, fixture_url) = bins.fixture();
+    let (gateway, gateway_url) = bins.gateway(&fixture_url, &[]);
+    let target = Target::parse(&gateway_url);
+    let pids = Pids::new(Some(&gateway), Some(&fixture));
+    let lifecycle = Workload::Lifecycle {
+        create: modern_request(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "hi"}}),
+            true,
+        ),
+    };
+    for conns in [1, args.concurrency] {
+        let stats = load(args, &target, &lifecycle, conns, &pids).await;
+        report.row("d", "lifecycle, memory store", conns, &stats);
+    }
+    drop((gateway, fixture));
+}
+
+/// e. `--in-flight` tasks waiting on a 60 s upstream call: RSS per task and tasks/get p99
+/// while they wait, against the same measurement on an idle gateway.
+pub(crate) async fn scenario_e(args: &Args, bins: &Binaries, report: &mut Report) {
+    report.section(&format!(
+        "e. {} tasks in flight (sleep 60 s upstream)",
+        args.in_flight
+    ));
+    let (fixture, fixture_url) = bins.fixture();
+    let (gateway, gateway_url) = bins.gateway(&fixture_url, &[]);
+    let target = Target::parse(&gateway_url);
+    let upstream = Target::parse(&fixture_url);
+    let pids = Pids::new(Some(&gateway), Some(&fixture));
+    let ids = create_completed_tasks(&target, 100).await;
+    let gets = tasks_get_workload(&ids);
+
+    let idle_p99 = e_rounds(args, &target, &gets, &pids, report, "idle gateway").await;
+    let rss_before = rss_kib(gateway.pid());
+    let fixture_rss_before = rss_kib(fixture.pid());
+
+    let sleeping = modern_request(
+        "tools/call",
+        json!({"name": "sleep", "arguments": {"ms": 60_000, "steps": 0}}),
+        true,
+    );
+    let started = Instant::now();
+    let created = create_many(&target, &sleeping, args.in_flight, 64).await;
+    let create_secs = started.elapsed().as_secs_f64();
+    let waiting = wait_in_flight(&upstream, args.in_flight as u64, Duration::from_secs(40)).await;
+    let reached = started.elapsed().as_secs_f64();
+    let rss_after = rss_kib(gateway.pid());
+    let fixture_rss_after = rss_kib(fixture.pid());
+    let fds = open_fds(gateway.pid());
+
+    let in_flight = format!("{waiting} tasks in flight");
+    let loaded_p99 = e_rounds(args, &target, &gets, &pids, report, &in_flight).await;
+    let still = fixture_stats(&upstream)
+        .await
+        .and_then(|s| s["callsInFlight"].as_u64())
+        .unwrap_or(0);
+    let per_task = (rss_after.saturating_sub(rss_before)) as f64 * 1024.0 / waiting.max(1) as f64;
+    report.note(&format!(
+        "created {created} tasks in {create_secs:.2} s; the upstream held {waiting} calls after {reached:.2} s \
+         ({still} still in flight after the tasks/get run); gateway open fds {fds}"
+    ));
+    report.note(&format!(
+        "gateway VmRSS {} KiB idle -> {} KiB with {waiting} in flight: {:.1} KB ({:.2} KiB) per in-flight task",
+        rss_before,
+        rss_after,
+        per_task / 1000.0,
+        per_task / 1024.0
+    ));
+    report.note(&format!(
+        "fixture VmRSS {fixture_rss_before} KiB -> {fixture_rss_after} KiB"
+    ));
+    let (idle_median, loaded_median) = (median(&idle_p99), median(&loaded_p99));
+    report.note(&format!(
+        "tasks/get p99 idle {} ms (median {idle_median:.3}), with tasks in flight {} ms (median {loaded_median:.3}): \
+         ratio of the medians {:.2}",
+        list_ms(&idle_p99),
+        list_ms(&loaded_p99),
+        loaded_median / idle_median
+    ));
+    report.record_extra(json!({
+        "scenario": "e", "in_flight": waiting, "rss_before_kib": rss_before, "rss_after_kib": rss_after,
+        "bytes_per_task": per_task, "p99_idle_ms": idle_median, "p99_loaded_ms": loaded_median,
+        "p99_idle_runs_ms": idle_p99, "p99_loaded_runs_ms": loaded_p99,
+    }));
+    drop((gateway, fixture));
+}
+
+/// Scenario e's `tasks/get` load, `--e-rounds` times, each a row; their p99s.
+pub(crate) async fn e_rounds(
+    args: &Args,
+    target: &Target,
+    gets: &Workload,
+    pids: &Pids,
+    report: &mut Report,
+    state: &str,
+) -> Vec<f64> {
+    let mut p99 = Vec::new();
+    for round in 1..=args.e_rounds {
+        let run = load(args, target, gets, args.concurrency, pids).await;
+        let variant = format!("tasks/get, {state} (run {round})");
+        report.row("e", &variant, args.concurrency, &run);
+        p99.push(run.p(99.0));
+    }
+    p99
+}
+
+pub(crate) fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+pub(crate) fn list_ms(values: &[f64]) -> String {
+    values
+        .iter()
+        .map(|v| format!("{v:.3}"))
+        .collect::<Vec<_>>()
+        .join(" / ")
+}
+
+/// f. The same pass-through load through another proxy in front of a stdio server
+/// (server-everything), against the gateway with `--upstream-cmd`.
+pub(crate) async fn scenario_f(args: &Args, bins: &Binaries, report: &mut Report) {
+    report.section("f. another proxy in front of the same stdio server (server-everything)");
+    let Some(everything) = bins.everything_entry() else {
+        report.note(
+            "skipped: tests/node_modules has no server-everything (run `npm ci --prefix tests`)",
+        );
+        return;
+    };
+    let supports_cmd = bins.gateway_supports("--upstream-cmd");
+    let echo = json!({"name": "echo", "arguments": {"message": "hi"}});
+    for conns in [1, args.concurrency] {
+        // The other proxies, as a legacy (session) client would use them.
+        for name in &args.other_proxy {
+            match bins.other_proxy(name, &everything) {
+                Some((proxy, url)) => {
+                    let target = Target::parse(&url);
+                    let pids = Pids::new(None, None)
+                        .with_other(&proxy)
+                        .with_upstream_children_of(&proxy);
+                    let requests = legacy_requests(&target, "tools/call", echo.clone()).await;
+                    let stats = load(args, &target, &requests, conns, &pids).await;
+                    report.row("f", &format!("{name} (legacy session)"), conns, &stats);
+                    drop(proxy);
+                }
+                None => report.note(&format!(
+                    "skipped {name}: not installed (run `npm ci --prefix benches/peers`)"
+                )),
+            }
+        }
+        if !supports_cmd {
+            report
+                .note("gateway side skipped: this gateway has no --upstream-cmd (stdio upstreams)");
+            continue;
+        }
+        let command = format!("node {} stdio", everything.display());
+        let (gateway, url) = bins.gateway_cmd(&command);
+        let target = Target::parse(&url);
+        let pids = Pids::new(Some(&gateway), None).with_upstream_children_of(&gateway);
+        let bridged = Workload::fixed(
+            vec![modern_request("tools/call", echo.clone(), false)],
+            Expect::Contains(br#""result""#),
+        );
+        let stats = load(args, &target, &bridged, conns, &pids).await;
+        report.row(
+            "f",
+            "gateway --upstream-cmd (2026 client, bridged)",
+            conns,
+            &stats,
+        );
+        let legacy = legacy_requests(&target, "tools/call", echo.clone()).await;
+        if legacy.is_usable() {
+            let stats = load(args, &target, &legacy, conns, &pids).await;
+            report.row(
+                "f",
+                "gateway --upstream-cmd (legacy session)",
+                conns,
+                &stats,
+            );
+        }
+        drop(gateway);
+    }
+}
+
+/// Latency against the number of connections, for the plot.
+pub(crate) async fn sweep(args: &Args, bins: &Binaries, report: &mut Report) {
+    report.section("sweep: latency against concurrency");
+    let point = Args {
+        duration: args.sweep_duration,
+        ..args.clone()
+    };
+    let (fixture, fixture_url) = bins.fixture();
+    let (gateway, gateway_url) = bins.gateway(&fixture_url, &[]);
+    let upstream = Target::parse(&fixture_url);
+    let through = Target::parse(&gateway_url);
+    let pids = Pids::new(Some(&gateway), Some(&fixture));
+    let direct = legacy_echo_requests(&upstream).await;
+    let proxied = legacy_echo_requests(&through).await;
+    let bridged = Workload::fixed(
+        vec![modern_request(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "hi"}}),
+            false,
+        )],
+        Expect::Contains(br#""result""#),
+    );
+    let ids = create_completed_tasks(&through, args.tasks).await;
+    let gets = tasks_get_workload(&ids);
+    let series: [(&str, &Target, &Workload); 4] = [
+        ("direct to upstream (legacy)", &upstream, &direct),
+        ("gateway legacy pass-through", &through, &proxied),
+        ("gateway bridged (2026, no tasks)", &through, &bridged),
+        ("gateway tasks/get (memory store)", &through, &gets),
+    ];
+    let mut plot: Vec<Series> = Vec::new();
+    for (name, target, workload) in series {
+        let mut points = Vec::new();
+        for &conns in &args.sweep {
+            let stats = load(&point, target, workload, conns, &pids).await;
+            report.row("sweep", name, conns, &stats);
+            points.push((conns, stats.p(50.0), stats.p(99.0)));
+        }
+        plot.push((name.to_owned(), points));
+    }
+    drop((gateway, fixture));
+    let path = args
+        .plot
+        .clone()
+        .unwrap_or_else(|| args.out_dir.join("latency_vs_concurrency.png"));
+    match draw_plot(&path, &plot) {
+        Ok(()) => report.note(&format!("plot written to {}", path.display())),
+        Err(e) => report.note(&format!("no plot: {e}")),
+    }
+}
