@@ -880,7 +880,7 @@ fn initialize(app: &Arc<App>, headers: &HeaderMap, mut messages: Vec<Message>) -
 
     let result = json!({
         "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": false}, "logging": {}},
+        "capabilities": {"tools": {"listChanged": false}, "logging": {}, "prompts": {}, "resources": {}},
         "serverInfo": {"name": "plain-server", "version": "0.1.0"},
     });
     let (sink, body) = SseSink::open(&session);
@@ -1101,6 +1101,18 @@ async fn dispatch(ctx: &RequestCtx, method: &str, params: &Value) -> Outcome {
         "ping" | "logging/setLevel" => Ok(json!({})),
         "tools/list" => Ok(json!({"tools": tool_definitions()})),
         "tools/call" => call_tool(ctx, params).await,
+        "prompts/list" => Ok(json!({"prompts": [{
+            "name": "greeting",
+            "description": "Asks the user's name via elicitation/create, then writes a greeting prompt.",
+        }]})),
+        "prompts/get" => greeting_prompt(ctx, params).await,
+        "resources/list" => Ok(json!({"resources": [{
+            "uri": GREETING_URI,
+            "name": "greeting",
+            "description": "A greeting for the user, whose name it asks via elicitation/create.",
+            "mimeType": "text/plain",
+        }]})),
+        "resources/read" => greeting_resource(ctx, params).await,
         _ => Err(RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {method}")).into()),
     }
 }
@@ -1313,6 +1325,45 @@ async fn elicit(
             ))
         })?;
     Ok((action, Some(answer.to_owned())))
+}
+
+const GREETING_URI: &str = "greeting://me";
+
+/// The name the user gives, or a placeholder when they do not.
+async fn asked_name(ctx: &RequestCtx, what: &str) -> Result<String, Failure> {
+    ctx.require_capability("elicitation", what)?;
+    Ok(match elicit(ctx, "What is your name?", "name").await? {
+        (_, Some(name)) => name,
+        (action, None) => format!("nobody ({action})"),
+    })
+}
+
+/// `prompts/get` of `greeting`: asks the name, then writes the prompt.
+async fn greeting_prompt(ctx: &RequestCtx, params: &Value) -> Outcome {
+    if params.get("name").and_then(Value::as_str) != Some("greeting") {
+        return Err(invalid_params("unknown prompt: this server has only \"greeting\"").into());
+    }
+    let name = asked_name(ctx, "the greeting prompt").await?;
+    Ok(json!({"messages": [{
+        "role": "user",
+        "content": {"type": "text", "text": format!("Write a greeting for {name}.")},
+    }]}))
+}
+
+/// `resources/read` of `greeting://me`: asks the name, then reads the greeting.
+async fn greeting_resource(ctx: &RequestCtx, params: &Value) -> Outcome {
+    if params.get("uri").and_then(Value::as_str) != Some(GREETING_URI) {
+        return Err(invalid_params(format!(
+            "unknown resource: this server has only {GREETING_URI}"
+        ))
+        .into());
+    }
+    let name = asked_name(ctx, "the greeting resource").await?;
+    Ok(json!({"contents": [{
+        "uri": GREETING_URI,
+        "mimeType": "text/plain",
+        "text": format!("Hello, {name}!"),
+    }]}))
 }
 
 async fn ask_name(ctx: &RequestCtx) -> Outcome {

@@ -368,3 +368,28 @@ async fn the_retry_may_reach_another_instance_sharing_the_key() {
         [1]
     );
 }
+
+/// `prompts/get` and `resources/read` are held like `tools/call`: the fixture's
+/// `greeting` prompt and `greeting://me` resource ask the user's name.
+#[tokio::test]
+async fn prompts_and_resources_that_ask_are_held_too() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let client = asking_client(&url);
+    let answer = json!({"input-0": {"action": "accept", "content": {"name": "Ada"}}});
+    for (method, params) in [
+        ("prompts/get", json!({"name": "greeting"})),
+        ("resources/read", json!({"uri": "greeting://me"})),
+    ] {
+        let asked = client.request(method, params.clone()).await;
+        let asked = asked.result().clone();
+        assert_eq!(asked["resultType"], "input_required", "{method}: {asked}");
+        let mut retry = params;
+        retry["inputResponses"] = answer.clone();
+        retry["requestState"] = asked["requestState"].clone();
+        let done = client.request(method, retry).await;
+        let done = done.result();
+        assert_eq!(done["resultType"], "complete", "{method}: {done}");
+        assert!(done.to_string().contains("Ada"), "{method}: {done}");
+    }
+}
