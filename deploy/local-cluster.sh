@@ -161,6 +161,9 @@ else
   done
 fi
 
+# One key for every gateway: a held call's retry may reach any of them.
+MTG_REQUEST_STATE_KEY="$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+export MTG_REQUEST_STATE_KEY
 for ((i = 0; i < gateways; i++)); do
   port=$((base_port + i))
   start "gateway-$i" "$log_dir/gateway-$i.log" \
