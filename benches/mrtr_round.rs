@@ -1,8 +1,9 @@
 //! One MRTR round, side by side (`harness = false`): a 2026-07-28 client calls a tool,
 //! gets an `InputRequiredResult`, and retries with the answer and the `requestState`.
 //!
-//! - **native**: the Python SDK fixture (`tests/fixtures/mrtr_server.py`, a 2026-07-28
-//!   server) asks and answers the round itself (`confirm_delete`);
+//! - **native**: a 2026-07-28 server asks and answers the round itself
+//!   (`confirm_delete`): the Python SDK fixture (`tests/fixtures/mrtr_server.py`) and the
+//!   rmcp one (`examples/mrtr_server.rs`);
 //! - **gateway, held call**: the gateway in front of the 2025-11-25 fixture
 //!   (`examples/plain_server`): the fixture's elicitation is held as a hidden task and the
 //!   retry resumes it (`ask_name`);
@@ -10,8 +11,8 @@
 //!   the upstream's own round through.
 //!
 //! Each variant runs `--rounds` rounds one after another on one connection, after a
-//! warm-up; the report gives p50/p90/p99 of a whole round (both requests) and the ratio to
-//! native.
+//! warm-up; the report gives p50/p90/p99 of a whole round (both requests) and the ratios
+//! to the two native servers.
 //!
 //! ```text
 //! cargo bench --bench mrtr_round -- --rounds 300
@@ -60,15 +61,21 @@ fn main() {
 async fn run(args: &Args) {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let (_python, python_url) = python_fixture(&root);
-    let (_plain, plain_url) = plain_fixture();
+    let (_rmcp, rmcp_url) = example("mrtr_server");
+    let (_plain, plain_url) = example("plain_server");
     let (_held_gateway, held_url) = gateway(&plain_url);
     let (_pass_gateway, pass_url) = gateway(&python_url);
     let client = reqwest::Client::new();
 
     let variants = [
         (
-            "native (Python SDK server)",
+            "native, Python SDK server",
             python_url.as_str(),
+            Tool::ConfirmDelete,
+        ),
+        (
+            "native, rmcp server",
+            rmcp_url.as_str(),
             Tool::ConfirmDelete,
         ),
         (
@@ -77,14 +84,16 @@ async fn run(args: &Args) {
             Tool::AskName,
         ),
         (
-            "gateway, 2026 upstream's own round",
+            "gateway, the Python server's own round",
             pass_url.as_str(),
             Tool::ConfirmDelete,
         ),
     ];
-    let mut native_p50 = None;
-    println!("| variant | rounds | p50 ms | p90 ms | p99 ms | p50 ratio to native |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    let mut natives: Vec<f64> = Vec::new();
+    println!(
+        "| variant | rounds | p50 ms | p90 ms | p99 ms | p50 / Python native | p50 / rmcp native |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for (name, url, tool) in variants {
         for _ in 0..args.warmup {
             one_round(&client, url, tool).await;
@@ -98,14 +107,19 @@ async fn run(args: &Args) {
         times.sort_by(f64::total_cmp);
         let at = |q: f64| times[((times.len() as f64 - 1.0) * q).round() as usize];
         let p50 = at(0.5);
-        let native = *native_p50.get_or_insert(p50);
+        if natives.len() < 2 {
+            natives.push(p50);
+        }
+        let ratio =
+            |native: Option<&f64>| native.map_or("—".into(), |n| format!("×{:.2}", p50 / n));
         println!(
-            "| {name} | {} | {:.3} | {:.3} | {:.3} | ×{:.2} |",
+            "| {name} | {} | {:.3} | {:.3} | {:.3} | {} | {} |",
             times.len(),
             p50,
             at(0.9),
             at(0.99),
-            p50 / native
+            ratio(natives.first()),
+            ratio(natives.get(1)),
         );
     }
 }
@@ -197,26 +211,27 @@ fn python_fixture(root: &Path) -> (Proc, String) {
     spawn_announcing("mrtr_server.py", command, DEADLINE)
 }
 
-/// The bench profile's build of the 2025-11-25 fixture, built if missing.
-fn plain_fixture() -> (Proc, String) {
+/// The bench profile's build of `examples/<name>.rs`, built if missing.
+fn example(name: &str) -> (Proc, String) {
     let gateway = PathBuf::from(env!("CARGO_BIN_EXE_mcp-task-gateway"));
     let fixture = gateway
         .parent()
         .expect("target/<profile>")
-        .join("examples/plain_server");
+        .join("examples")
+        .join(name);
     if !fixture.exists() {
         let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "--release", "--example", "plain_server"])
+            .args(["build", "--release", "--example", name])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()
             .expect("cargo runs");
-        assert!(status.success(), "building the fixture failed");
+        assert!(status.success(), "building the example {name} failed");
     }
     let mut command = Command::new(fixture);
     command
         .args(["--listen", "127.0.0.1:0"])
         .env("RUST_LOG", "error");
-    spawn_announcing("plain_server", command, DEADLINE)
+    spawn_announcing(name, command, DEADLINE)
 }
 
 fn gateway(upstream: &str) -> (Proc, String) {

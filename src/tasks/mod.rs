@@ -76,6 +76,10 @@ pub struct TaskService {
     runners: Mutex<HashMap<String, Arc<Notify>>>,
     /// Signalled whenever a runner ends, for draining at shutdown.
     runner_ended: Notify,
+    /// Signalled when a runner here asked for input or ended: a retry waiting on this
+    /// instance for a held call's next round looks again at once instead of at its next
+    /// poll.
+    pub(crate) moved_on: Notify,
     /// Tasks whose creator still waits within the promotion budget: input the upstream
     /// asks for goes to that caller as the call's answer, and no task is kept.
     early_input: Mutex<HashMap<String, oneshot::Sender<Value>>>,
@@ -93,6 +97,7 @@ impl TaskService {
             settings,
             runners: Mutex::new(HashMap::new()),
             runner_ended: Notify::new(),
+            moved_on: Notify::new(),
             early_input: Mutex::new(HashMap::new()),
             running_limit,
         });

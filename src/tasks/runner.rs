@@ -61,6 +61,7 @@ pub(super) async fn run(
             Err(e) => tracing::error!(error = %e, "could not record the task's outcome"),
         }
     }
+    service.moved_on.notify_waiters();
     let _ = done.send(());
 }
 
@@ -314,6 +315,7 @@ impl Call<'_> {
                     self.waiting_since = Instant::now();
                 }
                 self.pending.insert(key, id);
+                self.service.moved_on.notify_waiters();
                 self.hand_over_if_early().await;
             }
             Ok(None) => {}

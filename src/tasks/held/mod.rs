@@ -65,7 +65,8 @@ pub fn carries_gateway_state(value: &Value) -> bool {
 
 const FIRST_KEY: &str = "input-0";
 
-/// How often a retry looks at the record while the owner works.
+/// How often a retry looks at the record while the owner works (on another instance;
+/// on this one the runner signals `moved_on`).
 const POLL_FIRST: Duration = Duration::from_millis(5);
 const POLL_MAX: Duration = Duration::from_millis(100);
 
@@ -231,6 +232,10 @@ impl TaskService {
         let give_up = budget.map(|b| tokio::time::Instant::now() + b);
         let mut pause = POLL_FIRST;
         loop {
+            // Armed before the read, so a change right after it is not missed.
+            let moved_on = self.moved_on.notified();
+            tokio::pin!(moved_on);
+            moved_on.as_mut().enable();
             let record = self.held_record(task_id, owner).await?;
             if record.status != TaskStatus::Working {
                 return Ok(Some(record));
@@ -238,8 +243,11 @@ impl TaskService {
             if give_up.is_some_and(|at| tokio::time::Instant::now() >= at) {
                 return Ok(None);
             }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(POLL_MAX);
+            // The owner may be another instance: poll, and look at once on a local signal.
+            tokio::select! {
+                () = &mut moved_on => {}
+                () = tokio::time::sleep(pause) => pause = (pause * 2).min(POLL_MAX),
+            }
         }
     }
 
