@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderValue, Response};
-use serde_json::{Map, Value};
+use http::Response;
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::reply::Body;
@@ -29,20 +29,6 @@ use crate::tasks::TaskService;
 use crate::tasks::held::{self, BridgedCall, FirstRequest};
 use crate::upstream::forward::{self, Forwarded, How};
 use crate::upstream::{Caller, Upstream, UpstreamEvent};
-
-/// One bridged request, owned, so that a streamed answer can run after the handler
-/// returned.
-pub struct Bridged {
-    pub id: Value,
-    pub method: String,
-    /// As the client sent them.
-    pub params: Option<Value>,
-    /// As the upstream gets them.
-    pub upstream_params: Option<Value>,
-    pub capabilities: Map<String, Value>,
-    pub auth: Option<HeaderValue>,
-    pub principal: String,
-}
 
 /// Where a bridged request goes and how long it may take.
 #[derive(Clone)]
@@ -58,9 +44,10 @@ pub enum Answered {
     Stream(Response<Body>),
 }
 
-pub async fn serve(route: Route, call: Bridged) -> Answered {
-    if held::resumes_held_call(call.params.as_ref()) {
-        let params = call.params.clone().unwrap_or_default();
+/// Answers the request `id`, owned (a streamed answer runs after the handler returned).
+pub async fn serve(route: Route, id: Value, call: BridgedCall) -> Answered {
+    if held::resumes_held_call(call.client_params.as_ref()) {
+        let params = call.client_params.clone().unwrap_or_default();
         let resumed = route
             .tasks
             .resume(&call.principal, &call.method, &params)
@@ -70,8 +57,8 @@ pub async fn serve(route: Route, call: Bridged) -> Answered {
             result
         }));
     }
-    match Wanted::of(call.params.as_ref()) {
-        Some(wanted) => Answered::Stream(streamed(route, call, wanted)),
+    match Wanted::of(call.client_params.as_ref()) {
+        Some(wanted) => Answered::Stream(streamed(route, id, call, wanted)),
         None => Answered::Json(answer(&route, call, None).await),
     }
 }
@@ -79,7 +66,7 @@ pub async fn serve(route: Route, call: Bridged) -> Answered {
 /// Forwards the call; holds it if the upstream asks for input on the way.
 async fn answer(
     route: &Route,
-    call: Bridged,
+    call: BridgedCall,
     relay: Option<&mpsc::Sender<UpstreamEvent>>,
 ) -> Result<Value, ErrorObject> {
     let caller = Caller {
@@ -111,16 +98,8 @@ async fn answer(
             method,
             params,
         } => {
-            let bridged = BridgedCall {
-                method: call.method,
-                client_params: call.params,
-                upstream_params: call.upstream_params,
-                capabilities: call.capabilities,
-                auth: call.auth,
-                principal: call.principal,
-            };
             let first = FirstRequest { id, method, params };
-            route.tasks.hold(bridged, exchange, first).await
+            route.tasks.hold(call, exchange, first).await
         }
     }
 }
@@ -163,11 +142,10 @@ impl Wanted {
 }
 
 /// The answer on SSE: the call's notifications the client asked for, then the result.
-fn streamed(route: Route, call: Bridged, wanted: Wanted) -> Response<Body> {
+fn streamed(route: Route, id: Value, call: BridgedCall, wanted: Wanted) -> Response<Body> {
     let (events, stream) = mpsc::channel::<Bytes>(16);
     tokio::spawn(async move {
         let (notifications, mut heard) = mpsc::channel::<UpstreamEvent>(16);
-        let id = call.id.clone();
         let forwarding = answer(&route, call, Some(&notifications));
         tokio::pin!(forwarding);
         let relay = |event: UpstreamEvent| {

@@ -9,11 +9,12 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::Gateway;
-use super::bridged::{self, Answered, Bridged, Route};
+use super::bridged::{self, Answered, Route};
 use super::reply::{self, Body};
 use crate::protocol::jsonrpc::{self, ErrorObject, code};
 use crate::protocol::meta;
 use crate::protocol::wire::{self, ResultType, TaskIdParams, UpdateTaskParams};
+use crate::tasks::held::BridgedCall;
 use crate::tasks::policy::CallPlan;
 use crate::tasks::{Started, ToolCall, render};
 use crate::upstream::Caller;
@@ -154,16 +155,15 @@ async fn bridged(gateway: &Gateway, request: Request<'_>) -> Outcome {
         tasks: gateway.tasks.clone(),
         timeout: gateway.upstream_timeout,
     };
-    let call = Bridged {
-        id: request.id.clone(),
+    let call = BridgedCall {
         upstream_params: request.params.clone().map(upstream_params),
-        params: request.params,
+        client_params: request.params,
         method: request.method,
         capabilities,
         auth,
         principal: request.principal,
     };
-    match bridged::serve(route, call).await {
+    match bridged::serve(route, request.id.clone(), call).await {
         Answered::Json(result) => {
             let raw: Box<RawValue> = serde_json::value::to_raw_value(&result?)
                 .map_err(|e| ErrorObject::internal(e.to_string()))?;
