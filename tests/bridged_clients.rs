@@ -170,11 +170,12 @@ async fn closing_the_stream_cancels_the_call_upstream() {
 async fn the_python_client_answers_a_held_call_in_rounds() {
     let (_upstream, upstream_url) = start_plain_server();
     let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    // With a progress token the first answer is an SSE stream that ends with the round.
     let named = python_client(
         &url,
         "ask_name",
         json!({}),
-        &["--elicit", r#"{"name": "Ada"}"#],
+        &["--elicit", r#"{"name": "Ada"}"#, "--progress"],
     );
     assert_eq!(
         named["result"]["content"][0]["text"], "Hello, Ada!",
@@ -267,6 +268,52 @@ async fn answer_name(client: &Client, asked: &Value, name: &str) -> Reply {
     client
         .retry_tool("ask_name", json!({}), answer, &asked["requestState"])
         .await
+}
+
+/// Two questions the upstream sends at once: each is shown once and answered once, in
+/// one round when both arrived before the gateway answered, else in two.
+#[tokio::test]
+async fn questions_asked_together_are_each_answered_once() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let client = asking_client(&url);
+    let mut reply = client.call_tool("two_questions", json!({})).await;
+    let mut shown: Vec<String> = Vec::new();
+    while reply.result()["resultType"] == "input_required" {
+        let round = reply.result().clone();
+        let keys: Vec<String> = round["inputRequests"]
+            .as_object()
+            .map(|requests| requests.keys().cloned().collect())
+            .unwrap_or_default();
+        assert!(
+            keys.iter().all(|key| !shown.contains(key)),
+            "a key shown twice: {round}"
+        );
+        let answers: serde_json::Map<String, Value> = keys
+            .iter()
+            .map(|key| {
+                (
+                    key.clone(),
+                    json!({"action": "accept", "content": {"answer": "yes"}}),
+                )
+            })
+            .collect();
+        shown.extend(keys);
+        reply = client
+            .retry_tool(
+                "two_questions",
+                json!({}),
+                Value::Object(answers),
+                &round["requestState"],
+            )
+            .await;
+    }
+    assert_eq!(reply.result()["resultType"], "complete", "{}", reply.body);
+    assert_eq!(shown, ["input-0", "input-1"]);
+    assert_eq!(
+        responses_received(&upstream_stats(&upstream_url).await),
+        [1, 1]
+    );
 }
 
 #[tokio::test]

@@ -26,7 +26,7 @@ use crate::protocol::jsonrpc::{self, ErrorObject};
 use crate::protocol::meta;
 use crate::protocol::names::method;
 use crate::tasks::TaskService;
-use crate::tasks::held::{self, BridgedCall, FirstRequest};
+use crate::tasks::held::{self, BridgedCall};
 use crate::upstream::forward::{self, Forwarded, How};
 use crate::upstream::{Caller, Upstream, UpstreamEvent};
 
@@ -94,13 +94,9 @@ async fn answer(
         }
         Forwarded::AsksForInput {
             exchange,
-            id,
-            method,
-            params,
-        } => {
-            let first = FirstRequest { id, method, params };
-            route.tasks.hold(call, exchange, first).await
-        }
+            asked,
+            later,
+        } => route.tasks.hold(call, exchange, asked, later).await,
     }
 }
 

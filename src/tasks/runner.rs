@@ -25,6 +25,8 @@ pub(super) struct Held {
     pub exchange: Box<dyn Exchange>,
     /// The upstream's requests already shown to the client, by key.
     pub pending: HashMap<String, Value>,
+    /// What the upstream sent after them and nobody has read yet.
+    pub later: Vec<UpstreamEvent>,
     /// How long the client may take to answer before the call is cancelled.
     pub input_wait: std::time::Duration,
 }
@@ -155,8 +157,8 @@ impl RoundTrip for TaskTrip<'_> {
             auth: self.call.auth.as_ref(),
         };
         let digest = super::held::request_digest(method::TOOLS_CALL, Some(&params));
-        let (exchange, pending) = match self.held.take() {
-            Some(held) => (held.exchange, held.pending),
+        let (exchange, pending, later) = match self.held.take() {
+            Some(held) => (held.exchange, held.pending, held.later),
             None => {
                 let exchange = self
                     .service
@@ -164,7 +166,7 @@ impl RoundTrip for TaskTrip<'_> {
                     .open_call(&caller, method::TOOLS_CALL, Some(params))
                     .await
                     .map_err(|e| Halt::Finish(upstream_failure(&e)))?;
-                (exchange, HashMap::new())
+                (exchange, HashMap::new(), Vec::new())
             }
         };
         let mut attempt = Call {
@@ -176,6 +178,11 @@ impl RoundTrip for TaskTrip<'_> {
             pending,
             waiting_since: Instant::now(),
         };
+        for event in later {
+            if let Some(reply) = Box::pin(attempt.on_event(Some(Ok(event)))).await {
+                return Ok(reply);
+            }
+        }
         loop {
             let abandoned_at = self
                 .input_wait

@@ -4,6 +4,7 @@
 use crate::protocol::names::method;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -27,13 +28,11 @@ pub async fn forward(
     match forward_with(upstream, caller, method, params, how).await? {
         Forwarded::Answer(answer) => Ok(answer),
         // Not produced without `hold`; should it ever be, the call is not left open.
-        Forwarded::AsksForInput {
-            exchange, method, ..
-        } => {
+        Forwarded::AsksForInput { exchange, .. } => {
             let _ = exchange.cancel("the gateway cannot hold this call").await;
-            Ok(Err(refuse_request(&method).err().unwrap_or_else(|| {
-                ErrorObject::internal("the upstream asked for input the gateway cannot pass on")
-            })))
+            Ok(Err(ErrorObject::internal(
+                "the upstream asked for input the gateway cannot pass on",
+            )))
         }
     }
 }
@@ -53,22 +52,25 @@ pub struct How<'a> {
 /// What became of a forwarded request.
 pub enum Forwarded {
     Answer(Result<Value, ErrorObject>),
-    /// The upstream asked for input: the call, still open, and the request.
+    /// The upstream asked for input: the call, still open, the requests it sent together,
+    /// and what it sent right after them, for whoever carries the call on.
     AsksForInput {
         exchange: Box<dyn Exchange>,
-        id: Value,
-        method: String,
-        params: Option<Value>,
+        asked: Vec<Asked>,
+        later: Vec<UpstreamEvent>,
     },
+}
+
+/// A server-to-client request of the upstream, as it came.
+pub struct Asked {
+    pub id: Value,
+    pub method: String,
+    pub params: Option<Value>,
 }
 
 enum Step {
     Answer(Result<Value, ErrorObject>),
-    Asks {
-        id: Value,
-        method: String,
-        params: Option<Value>,
-    },
+    Asks(Asked),
 }
 
 pub async fn forward_with(
@@ -94,12 +96,14 @@ pub async fn forward_with(
         }
         Ok(match step? {
             Step::Answer(answer) => Forwarded::Answer(answer),
-            Step::Asks { id, method, params } => Forwarded::AsksForInput {
-                exchange: call,
-                id,
-                method,
-                params,
-            },
+            Step::Asks(first) => {
+                let (asked, later) = asked_together(call.as_mut(), first);
+                Forwarded::AsksForInput {
+                    exchange: call,
+                    asked,
+                    later,
+                }
+            }
         })
     };
     match how.timeout {
@@ -121,7 +125,7 @@ async fn next_step(call: &mut dyn Exchange, how: &How<'_>) -> Result<Step, Upstr
             Some(Ok(UpstreamEvent::Request { id, method, params }))
                 if how.hold && method::INPUT_REQUESTS.contains(&method.as_str()) =>
             {
-                return Ok(Step::Asks { id, method, params });
+                return Ok(Step::Asks(Asked { id, method, params }));
             }
             Some(Ok(UpstreamEvent::Request { id, method, .. })) => {
                 call.reply(id, refuse_request(&method)).await?;
@@ -135,6 +139,25 @@ async fn next_step(call: &mut dyn Exchange, how: &How<'_>) -> Result<Step, Upstr
             Some(Ok(UpstreamEvent::Response { .. })) => {}
         }
     }
+}
+
+/// Requests an upstream sends together (two elicitations at once) arrive in one read:
+/// those already here are taken without waiting, so that the client gets them in one
+/// round. The first other event already here is kept for the call's next carrier.
+fn asked_together(call: &mut dyn Exchange, first: Asked) -> (Vec<Asked>, Vec<UpstreamEvent>) {
+    let mut asked = vec![first];
+    // `next` is cancel-safe: polling it once loses nothing.
+    while let Some(Some(Ok(event))) = call.next().now_or_never() {
+        match event {
+            UpstreamEvent::Request { id, method, params }
+                if method::INPUT_REQUESTS.contains(&method.as_str()) =>
+            {
+                asked.push(Asked { id, method, params });
+            }
+            other => return (asked, vec![other]),
+        }
+    }
+    (asked, Vec::new())
 }
 
 fn refuse_request(method: &str) -> Result<Value, ErrorObject> {

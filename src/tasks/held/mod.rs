@@ -24,7 +24,8 @@ use crate::protocol::jsonrpc::ErrorObject;
 use crate::protocol::wire::{InputRequest, ResultType, TaskStatus};
 use crate::store::{TaskRecord, now_ms};
 use crate::telemetry;
-use crate::upstream::Exchange;
+use crate::upstream::forward::Asked;
+use crate::upstream::{Exchange, UpstreamEvent};
 
 /// A bridged request as the client sent it and as it went upstream.
 pub struct BridgedCall {
@@ -36,13 +37,6 @@ pub struct BridgedCall {
     pub capabilities: Map<String, Value>,
     pub auth: Option<HeaderValue>,
     pub principal: String,
-}
-
-/// The upstream's first request of a call, as it came.
-pub struct FirstRequest {
-    pub id: Value,
-    pub method: String,
-    pub params: Option<Value>,
 }
 
 /// Held calls live apart from tasks: a client's `tasks/get` never finds one.
@@ -63,8 +57,6 @@ pub fn carries_gateway_state(value: &Value) -> bool {
         .is_some_and(state::is_ours)
 }
 
-const FIRST_KEY: &str = "input-0";
-
 /// How often a retry looks at the record while the owner works (on another instance;
 /// on this one the runner signals `moved_on`).
 const POLL_FIRST: Duration = Duration::from_millis(5);
@@ -76,7 +68,8 @@ impl TaskService {
         self: &Arc<Self>,
         call: BridgedCall,
         exchange: Box<dyn Exchange>,
-        first: FirstRequest,
+        asked: Vec<Asked>,
+        later: Vec<UpstreamEvent>,
     ) -> Result<Value, ErrorObject> {
         let digest = state::request_digest(&call.method, call.client_params.as_ref());
         let params = serde_json::value::to_raw_value(&call.upstream_params.unwrap_or_default())
@@ -97,13 +90,19 @@ impl TaskService {
             }
         };
         let mut record = self.new_record(&task);
-        let request = InputRequest {
-            method: first.method,
-            params: first.params,
-        };
+        let mut pending = std::collections::HashMap::new();
+        for (n, request) in asked.into_iter().enumerate() {
+            // Keys as the store issues them: never reused within the record.
+            let key = format!("input-{n}");
+            let shown = InputRequest {
+                method: request.method,
+                params: request.params,
+            };
+            record.input_requests.insert(key.clone(), shown);
+            pending.insert(key, request.id);
+        }
         record.status = TaskStatus::InputRequired;
-        record.input_requests.insert(FIRST_KEY.to_owned(), request);
-        record.next_input_key = 1;
+        record.next_input_key = pending.len() as u64;
         let task_id = record.task_id.clone();
         let shown = self.input_required(&record, &call.principal, &digest, false);
         if let Err(e) = self.store.create(record).await {
@@ -114,7 +113,8 @@ impl TaskService {
         tracing::info!(task_id, "bridged call held for the client's answers");
         let held = Held {
             exchange,
-            pending: [(FIRST_KEY.to_owned(), first.id)].into(),
+            pending,
+            later,
             input_wait: self.settings.input_wait,
         };
         drop(self.spawn_runner(&task_id, task, Some(held), slot));
