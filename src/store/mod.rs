@@ -23,7 +23,7 @@ mod contract;
 use std::sync::Arc;
 
 pub use membership::{INSTANCE_LOST, INSTANCE_STOPPED, Lease, MembershipStore};
-pub use record::{Outcome, TaskRecord};
+pub use record::{Outcome, TaskRecord, input_key};
 pub use task_state::{
     CancelOutcome, StoreError, TaskStore, Unavailable, UpdateOutcome, finish_with_retry,
 };

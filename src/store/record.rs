@@ -43,6 +43,11 @@ pub struct TaskRecord {
     pub upstream_state: Option<Value>,
 }
 
+/// The key of a task's n-th input request (the Lua scripts build the same).
+pub fn input_key(n: u64) -> String {
+    format!("input-{n}")
+}
+
 impl TaskRecord {
     pub fn expires_at_ms(&self) -> u64 {
         self.created_at_ms.saturating_add(self.ttl_ms)
@@ -70,7 +75,7 @@ impl TaskRecord {
 
     /// Applies an input request; returns its new key. Caller checked it is not terminal.
     pub(super) fn push_input_request(&mut self, request: InputRequest, now_ms: u64) -> String {
-        let key = format!("input-{}", self.next_input_key);
+        let key = input_key(self.next_input_key);
         self.next_input_key += 1;
         self.input_requests.insert(key.clone(), request);
         self.set_status(TaskStatus::InputRequired);

@@ -22,7 +22,7 @@ use super::runner::Held;
 use super::{TaskService, ToolCall, render};
 use crate::protocol::jsonrpc::ErrorObject;
 use crate::protocol::wire::{InputRequest, ResultType, TaskStatus};
-use crate::store::{TaskRecord, now_ms};
+use crate::store::{TaskRecord, input_key, now_ms};
 use crate::telemetry;
 use crate::upstream::forward::Asked;
 use crate::upstream::{Exchange, UpstreamEvent};
@@ -91,9 +91,9 @@ impl TaskService {
         };
         let mut record = self.new_record(&task);
         let mut pending = std::collections::HashMap::new();
-        for (n, request) in asked.into_iter().enumerate() {
+        for (n, request) in (0..).zip(asked) {
             // Keys as the store issues them: never reused within the record.
-            let key = format!("input-{n}");
+            let key = input_key(n);
             let shown = InputRequest {
                 method: request.method,
                 params: request.params,
