@@ -438,5 +438,9 @@ async fn prompts_and_resources_that_ask_are_held_too() {
         let done = done.result();
         assert_eq!(done["resultType"], "complete", "{method}: {done}");
         assert!(done.to_string().contains("Ada"), "{method}: {done}");
+        if method == "resources/read" {
+            // Completed for the 2026 schema like any bridged read.
+            assert_eq!(done["cacheScope"], "private", "{done}");
+        }
     }
 }

@@ -53,7 +53,14 @@ pub async fn serve(route: Route, id: Value, call: BridgedCall) -> Answered {
             .resume(&call.principal, &call.method, &params)
             .await;
         return Answered::Json(resumed.map(|mut result| {
-            bridge::complete_result(&call.method, &mut result);
+            // A further round or a task keeps its own shape.
+            let complete = !matches!(
+                result.get("resultType").and_then(Value::as_str),
+                Some("input_required" | "task")
+            );
+            if complete {
+                bridge::complete_result(&call.method, &mut result);
+            }
             result
         }));
     }
