@@ -25,15 +25,15 @@ impl RedisServer {
 
     /// A throwaway server from the given `redis-server` binary.
     pub fn start_binary(binary: &str) -> Self {
-        Self::launch_on(binary, free_port(), &NO_PERSISTENCE)
+        Self::launch(binary, None, &NO_PERSISTENCE)
     }
 
     /// A server that survives `kill -9`: every write is in the append-only file before
     /// Redis answers it.
     pub fn start_durable() -> Self {
-        Self::launch_on(
+        Self::launch(
             "redis-server",
-            free_port(),
+            None,
             &[
                 "--save",
                 "",
@@ -47,33 +47,58 @@ impl RedisServer {
 
     /// A throwaway server on a given port (e.g. one a gateway already points at).
     pub fn start_on(port: u16) -> Self {
-        Self::launch_on("redis-server", port, &NO_PERSISTENCE)
+        Self::launch("redis-server", Some(port), &NO_PERSISTENCE)
     }
 
-    fn launch_on(binary: &str, port: u16, extra: &[&str]) -> Self {
+    /// Starts a server on `port`, or on a free one. A free port can be taken by another
+    /// process between the check and Redis's bind; then Redis exits and another port is
+    /// tried.
+    fn launch(binary: &str, port: Option<u16>, extra: &[&str]) -> Self {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let chosen = port.unwrap_or_else(free_port);
+            let mut server = Self::configured(binary, chosen, extra, &[]);
+            match server.try_spawn() {
+                Ok(()) => return server,
+                Err(Start::Exited(_)) if port.is_none() && attempts < 4 => continue,
+                Err(failure) => panic!("{failure}"),
+            }
+        }
+    }
+
+    fn configured(binary: &str, port: u16, extra: &[&str], args_first: &[String]) -> Self {
         let dir = std::env::temp_dir().join(format!("mtg-redis-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut args: Vec<String> = vec![
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let mut args: Vec<String> = args_first.to_vec();
+        args.extend([
             "--port".into(),
             port.to_string(),
             "--bind".into(),
             "127.0.0.1".into(),
             "--dir".into(),
             dir.display().to_string(),
-        ];
+            // Redis logs to stdout by default; in a file, a failed start can say why.
+            "--logfile".into(),
+            dir.join("redis.log").display().to_string(),
+        ]);
         args.extend(extra.iter().map(|a| a.to_string()));
-        let mut server = Self {
+        Self {
             proc: None,
             port,
             binary: binary.to_owned(),
             dir,
             args,
-        };
-        server.spawn();
-        server
+        }
     }
 
     fn spawn(&mut self) {
+        if let Err(failure) = self.try_spawn() {
+            panic!("{failure}");
+        }
+    }
+
+    fn try_spawn(&mut self) -> Result<(), Start> {
         let mut command = Command::new(&self.binary);
         command
             .args(&self.args)
@@ -86,25 +111,46 @@ impl RedisServer {
             )
         });
         self.proc = Some(proc);
-        self.wait_ready();
+        self.wait_ready()
     }
 
-    /// Waits until the server answers PING (not LOADING).
-    fn wait_ready(&self) {
+    /// Waits until the server answers PING (not LOADING), or has exited.
+    fn wait_ready(&mut self) -> Result<(), Start> {
         let start = Instant::now();
         loop {
             if let Ok(mut conn) = self.try_connection()
                 && redis::cmd("PING").query::<String>(&mut conn).is_ok()
             {
-                return;
+                return Ok(());
             }
-            assert!(
-                start.elapsed() < DEADLINE,
-                "redis-server on {} never became ready",
-                self.port
-            );
+            let exited = self
+                .proc
+                .as_mut()
+                .and_then(|proc| proc.child.try_wait().ok().flatten());
+            if let Some(status) = exited {
+                self.proc = None;
+                return Err(Start::Exited(format!(
+                    "redis-server on {} exited ({status}): {}",
+                    self.port,
+                    self.log_tail()
+                )));
+            }
+            if start.elapsed() > DEADLINE {
+                return Err(Start::NotReady(format!(
+                    "redis-server on {} never became ready: {}",
+                    self.port,
+                    self.log_tail()
+                )));
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The end of the server's log, for failures.
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(5)..].join(" | ")
     }
 
     /// The server's PID while it runs.
@@ -146,6 +192,21 @@ impl Drop for RedisServer {
     }
 }
 
+/// Why a server did not start.
+#[derive(Debug)]
+enum Start {
+    Exited(String),
+    NotReady(String),
+}
+
+impl std::fmt::Display for Start {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Start::Exited(why) | Start::NotReady(why) => f.write_str(why),
+        }
+    }
+}
+
 /// A Redis Cluster of `masters` primaries without replicas.
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
@@ -154,14 +215,7 @@ pub struct RedisCluster {
 impl RedisCluster {
     pub fn start(masters: usize) -> Self {
         let nodes: Vec<RedisServer> = (0..masters)
-            .map(|_| {
-                let port = free_port();
-                let bus = free_port();
-                let dir =
-                    std::env::temp_dir().join(format!("mtg-redis-{}-{port}", std::process::id()));
-                let config = dir.join(format!("nodes-{port}.conf"));
-                RedisServer::launch_cluster_node(port, bus, dir, config)
-            })
+            .map(|_| RedisServer::launch_cluster_node())
             .collect();
         let mut create = Command::new("redis-cli");
         create.arg("--cluster").arg("create");
@@ -222,37 +276,23 @@ impl RedisCluster {
 }
 
 impl RedisServer {
-    fn launch_cluster_node(port: u16, bus: u16, dir: PathBuf, config: PathBuf) -> Self {
-        std::fs::create_dir_all(&dir).unwrap();
-        let args = [
-            "--port",
-            &port.to_string(),
-            "--cluster-port",
-            &bus.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            &config.display().to_string(),
-            "--dir",
-            &dir.display().to_string(),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ]
-        .iter()
-        .map(|a| a.to_string())
-        .collect();
-        let mut server = Self {
-            proc: None,
-            port,
-            binary: "redis-server".to_owned(),
-            dir,
-            args,
-        };
-        server.spawn();
-        server
+    /// A cluster-enabled node on free ports (retried like [`RedisServer::launch`]).
+    fn launch_cluster_node() -> Self {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let port = free_port();
+            let bus = free_port().to_string();
+            let first = ["--cluster-port", &bus, "--cluster-enabled", "yes"].map(String::from);
+            let mut node = Self::configured("redis-server", port, &NO_PERSISTENCE, &first);
+            let config = node.dir.join(format!("nodes-{port}.conf"));
+            node.args
+                .extend(["--cluster-config-file".into(), config.display().to_string()]);
+            match node.try_spawn() {
+                Ok(()) => return node,
+                Err(Start::Exited(_)) if attempts < 4 => continue,
+                Err(failure) => panic!("{failure}"),
+            }
+        }
     }
 }

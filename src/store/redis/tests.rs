@@ -1,53 +1,16 @@
 //! The Redis store against a real `redis-server` on a free port: the store contract
 //! (`store/contract/`), then what only Redis has (key TTLs, leases, reconnecting).
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use test_support::{RedisServer, free_port};
 
 use super::*;
 use crate::store::contract::{self, Subject, record};
 use crate::store::{INSTANCE_LOST, INSTANCE_STOPPED, Store, WAKE_ALL};
 
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn redis_server() -> Server {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server must be installed for these tests");
-    let start = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "redis-server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Server { child, port }
+fn redis_server() -> RedisServer {
+    RedisServer::start()
 }
 
 fn settings(port: u16, instance: &str, timeout: Duration) -> RedisSettings {
@@ -60,12 +23,12 @@ fn settings(port: u16, instance: &str, timeout: Duration) -> RedisSettings {
     }
 }
 
-fn store(server: &Server, instance: &str) -> Arc<RedisStore> {
+fn store(server: &RedisServer, instance: &str) -> Arc<RedisStore> {
     RedisStore::connect(settings(server.port, instance, Duration::from_secs(1))).unwrap()
 }
 
 /// One Redis, and each gateway instance its own store on it.
-impl Subject for Server {
+impl Subject for RedisServer {
     fn instance(&self, id: &str) -> Store {
         Store::new(store(self, id))
     }
@@ -216,11 +179,7 @@ async fn a_lost_owners_tasks_are_failed_by_the_sweep() {
 
 #[tokio::test]
 async fn an_unreachable_redis_fails_fast_and_clearly() {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let store = RedisStore::connect(settings(port, "gw-1", Duration::from_millis(500))).unwrap();
     let start = Instant::now();
     let err = store.create(record("gw-1")).await.unwrap_err();
