@@ -45,12 +45,10 @@ struct Args {
 }
 
 fn main() {
-    let raw: Vec<String> = std::env::args().collect();
-    // `cargo test --benches` runs bench targets in test mode; this one only as a bench.
-    if raw.iter().any(|a| a == "--list") || !raw.iter().any(|a| a == "--bench") {
+    let Some(raw) = test_support::bench::bench_args() else {
         return;
-    }
-    let args = Args::parse_from(raw.into_iter().filter(|a| a != "--bench"));
+    };
+    let args = Args::parse_from(raw);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -211,34 +209,14 @@ fn python_fixture(root: &Path) -> (Proc, String) {
     spawn_announcing("mrtr_server.py", command, DEADLINE)
 }
 
-/// The bench profile's build of `examples/<name>.rs`, built if missing.
 fn example(name: &str) -> (Proc, String) {
-    let gateway = PathBuf::from(env!("CARGO_BIN_EXE_mcp-task-gateway"));
-    let fixture = gateway
-        .parent()
-        .expect("target/<profile>")
-        .join("examples")
-        .join(name);
-    if !fixture.exists() {
-        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "--release", "--example", name])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building the example {name} failed");
-    }
-    let mut command = Command::new(fixture);
-    command
-        .args(["--listen", "127.0.0.1:0"])
-        .env("RUST_LOG", "error");
-    spawn_announcing(name, command, DEADLINE)
+    test_support::bench::example(Path::new(env!("CARGO_BIN_EXE_mcp-task-gateway")), name)
 }
 
 fn gateway(upstream: &str) -> (Proc, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-task-gateway"));
-    command
-        .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
-        .args(["--drain-timeout-ms", "0"])
-        .env("RUST_LOG", "error");
-    spawn_announcing("mcp-task-gateway", command, DEADLINE)
+    test_support::bench::gateway(
+        Path::new(env!("CARGO_BIN_EXE_mcp-task-gateway")),
+        upstream,
+        &[],
+    )
 }

@@ -16,6 +16,11 @@
 //! * `echo {text}`: no input needed.
 //! * `regional_echo {region, text}`: `region` is annotated `x-mcp-header: Region`, so a
 //!   call must carry a matching `Mcp-Param-Region` header (rmcp checks it).
+//! * `widgets {}`: needs the client extension `io.example/widgets`; answers with the
+//!   extensions the request declared (an `isError` result without it).
+//!
+//! `subscriptions/listen` with `toolsListChanged` is acknowledged and gets one
+//! `notifications/tools/list_changed`, then stays open until the listener goes.
 //!
 //! A `requestState` the server did not mint is rejected with -32602. `GET /stats`
 //! counts the tool calls that reached a tool, by tool name.
@@ -27,9 +32,9 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequest,
     ElicitRequestParams, ElicitationSchema, InputRequest, InputRequests, InputRequiredResult,
     InputResponses, JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    ServerCapabilities, ServerConfig, Tool,
+    ServerCapabilities, ServerConfig, ServerNotification, SubscriptionFilter, Tool,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData as McpError, ServerHandler};
@@ -193,7 +198,31 @@ impl MrtrServer {
 
 impl ServerHandler for MrtrServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+    }
+
+    /// Listeners for tool-list changes are served (the others are not offered).
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    /// Tells each listener once that the tool list changed, then stays open until the
+    /// listener goes: enough to see a notification travel the stream.
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let changed = ServerNotification::ToolListChangedNotification(Default::default());
+        if let Err(e) = context.sink().send(changed).await {
+            eprintln!("mrtr_server: could not notify a listener: {e}");
+        }
+        context.cancelled().await;
+        Ok(())
     }
 
     fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
@@ -216,10 +245,24 @@ impl ServerHandler for MrtrServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let tool = request.name.to_string();
         match tool.as_str() {
+            "widgets" => {
+                self.count(&tool);
+                let extensions: Vec<String> = context
+                    .client_capabilities()
+                    .and_then(|capabilities| capabilities.extensions)
+                    .map(|extensions| extensions.into_keys().collect())
+                    .unwrap_or_default();
+                Ok(if extensions.iter().any(|e| e == WIDGETS) {
+                    text(format!("extensions: {}", extensions.join(",")))
+                } else {
+                    let refusal = format!("this tool needs the {WIDGETS} extension");
+                    CallToolResult::error(vec![ContentBlock::text(refusal)]).into()
+                })
+            }
             "confirm_delete" => {
                 self.count(&tool);
                 self.confirm_delete(&request).await
@@ -263,6 +306,9 @@ impl ServerHandler for MrtrServer {
     }
 }
 
+/// A client extension the `widgets` tool needs.
+const WIDGETS: &str = "io.example/widgets";
+
 fn tools() -> Vec<Tool> {
     let schema = |value: Value| -> Arc<JsonObject> {
         Arc::new(serde_json::from_value(value).expect("a JSON object"))
@@ -286,6 +332,11 @@ fn tools() -> Vec<Tool> {
             "echo",
             "returns its text",
             schema(json!({"type": "object", "properties": {"text": {"type": "string"}}})),
+        ),
+        Tool::new(
+            "widgets",
+            "needs the client extension io.example/widgets; lists the extensions declared",
+            schema(json!({"type": "object"})),
         ),
         Tool::new(
             "regional_echo",

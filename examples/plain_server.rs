@@ -1197,6 +1197,38 @@ fn tool_definitions() -> Value {
             "description": "Sends one event, then aborts the connection without a response.",
             "inputSchema": no_args,
         },
+        // The official conformance suite's task fixtures.
+        {
+            "name": "greet",
+            "description": "Conformance fixture: answers Hello, {name}! at once.",
+            "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}},
+        },
+        {
+            "name": "slow_compute",
+            "description": "Conformance fixture: sleeps `seconds`, then answers with `label`.",
+            "inputSchema": {"type": "object", "properties": {
+                "seconds": {"type": "number", "minimum": 0}, "label": {"type": "string"}}},
+        },
+        {
+            "name": "confirm_delete",
+            "description": "Conformance fixture: asks to confirm deleting `filename` (elicitation), then answers.",
+            "inputSchema": {"type": "object", "properties": {"filename": {"type": "string"}}},
+        },
+        {
+            "name": "failing_job",
+            "description": "Conformance fixture: a tool execution error (isError: true).",
+            "inputSchema": no_args,
+        },
+        {
+            "name": "protocol_error_job",
+            "description": "Conformance fixture: a JSON-RPC error after about a second.",
+            "inputSchema": no_args,
+        },
+        {
+            "name": "multi_input",
+            "description": "Conformance fixture: asks two questions at once (name, confirm), then answers.",
+            "inputSchema": no_args,
+        },
     ])
 }
 
@@ -1230,6 +1262,8 @@ async fn call_tool(ctx: &RequestCtx, params: &Value) -> Outcome {
         .with_data(json!({"tool": "protocol_error"}))
         .into()),
         "drop_connection" => drop_connection(ctx).await,
+        "greet" | "slow_compute" | "confirm_delete" | "failing_job" | "protocol_error_job"
+        | "multi_input" => conformance_tool(ctx, name, &args).await,
         other => Err(invalid_params(format!("Tool {other} not found")).into()),
     }
 }
@@ -1373,6 +1407,81 @@ async fn ask_name(ctx: &RequestCtx) -> Outcome {
         (action, None) => format!("No name given ({action})"),
     };
     Ok(text_result(text))
+}
+
+/// The official conformance suite's fixtures (`@modelcontextprotocol/conformance`, task
+/// scenarios): their names, arguments and behaviour are the suite's.
+async fn conformance_tool(ctx: &RequestCtx, name: &str, args: &Value) -> Outcome {
+    match name {
+        "greet" => {
+            let who = args.get("name").and_then(Value::as_str).unwrap_or("world");
+            Ok(text_result(format!("Hello, {who}!")))
+        }
+        "slow_compute" => {
+            let seconds = args.get("seconds").and_then(Value::as_f64).unwrap_or(1.0);
+            tokio::time::sleep(Duration::from_secs_f64(seconds.clamp(0.0, 3600.0))).await;
+            let label = args.get("label").and_then(Value::as_str).unwrap_or("done");
+            Ok(text_result(format!("computed {label}")))
+        }
+        "confirm_delete" => {
+            ctx.require_capability("elicitation", name)?;
+            let file = args.get("filename").and_then(Value::as_str).unwrap_or("?");
+            let answer = ask_any(ctx, &format!("Delete {file}?"), "confirm", "boolean").await?;
+            let confirmed = answer.get("confirm").and_then(Value::as_bool) == Some(true);
+            Ok(text_result(if confirmed {
+                format!("deleted {file}")
+            } else {
+                format!("kept {file}")
+            }))
+        }
+        "failing_job" => Ok(json!({
+            "content": [{"type": "text", "text": "failing_job always fails"}],
+            "isError": true,
+        })),
+        "protocol_error_job" => {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Err(RpcError::new(
+                INTERNAL_ERROR,
+                "protocol_error_job: deliberate JSON-RPC error",
+            )
+            .into())
+        }
+        _ => {
+            ctx.require_capability("elicitation", name)?;
+            let (who, sure) = future::try_join(
+                ask_any(ctx, "Your name?", "name", "string"),
+                ask_any(ctx, "Are you sure?", "confirm", "boolean"),
+            )
+            .await?;
+            Ok(text_result(format!(
+                "{} ({})",
+                who.get("name").and_then(Value::as_str).unwrap_or("nobody"),
+                sure.get("confirm")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false)
+            )))
+        }
+    }
+}
+
+/// Asks one question whose answer `field` has JSON type `kind`; the accepted content
+/// (empty when declined or cancelled).
+async fn ask_any(
+    ctx: &RequestCtx,
+    message: &str,
+    field: &str,
+    kind: &str,
+) -> Result<Value, RpcError> {
+    let params = json!({
+        "mode": "form",
+        "message": message,
+        "requestedSchema": {"type": "object", "properties": {field: {"type": kind}}, "required": [field]},
+    });
+    let result = ctx.request("elicitation/create", params).await?;
+    Ok(match elicitation_action(&result)? {
+        "accept" => result.get("content").cloned().unwrap_or_else(|| json!({})),
+        _ => json!({}),
+    })
 }
 
 /// `ask_name`, slowly: the answer comes `delay_ms` after the name.

@@ -52,11 +52,13 @@ pub struct Config {
     pub poll_interval_ms: u64,
 
     /// TTL of a task, from creation, in milliseconds.
-    #[arg(long, env = "MTG_DEFAULT_TTL_MS", default_value_t = 3_600_000)]
+    #[arg(long, env = "MTG_DEFAULT_TTL_MS", default_value_t = 3_600_000,
+          value_parser = clap::value_parser!(u64).range(MIN_TTL_MS..))]
     pub default_ttl_ms: u64,
 
     /// Upper bound on a task's TTL; `--default-ttl-ms` is capped by it.
-    #[arg(long, env = "MTG_MAX_TTL_MS", default_value_t = 86_400_000)]
+    #[arg(long, env = "MTG_MAX_TTL_MS", default_value_t = 86_400_000,
+          value_parser = clap::value_parser!(u64).range(MIN_TTL_MS..))]
     pub max_ttl_ms: u64,
 
     /// Time limit for one upstream call, from sending it to its final answer
@@ -108,9 +110,11 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_sessions: u64,
 
-    /// Reject `tasks/*` requests that lack the `Mcp-Name` header.
-    #[arg(long, env = "MTG_STRICT_HEADERS", default_value_t = false)]
-    pub strict_headers: bool,
+    /// Accept 2026-07-28 requests that lack a standard header (`MCP-Protocol-Version`,
+    /// `Mcp-Method`, `Mcp-Name`) or an `Mcp-Param-*` header their tool calls for, for
+    /// clients known to omit them. Headers that are present must still match the body.
+    #[arg(long, env = "MTG_LENIENT_HEADERS", default_value_t = false)]
+    pub lenient_headers: bool,
 
     /// Read buffer of each upstream connection the gateway's own calls use (tasks,
     /// bridged requests), in bytes. A running task holds one connection, mostly idle,
@@ -163,6 +167,12 @@ pub struct Config {
     #[arg(long, env = "MTG_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
 
+    /// File holding the bearer token of the admin API (`/admin/...` on the metrics
+    /// listener: list, show and cancel any task, list instances). Off when not set.
+    /// Read once at start; at least 16 characters, surrounding whitespace ignored.
+    #[arg(long, env = "MTG_ADMIN_TOKEN_FILE", requires = "metrics_listen")]
+    pub admin_token_file: Option<std::path::PathBuf>,
+
     /// On SIGTERM, how long running tasks may take to finish before the gateway exits
     /// (unfinished ones are then failed).
     #[arg(long, env = "MTG_DRAIN_TIMEOUT_MS", default_value_t = 30_000)]
@@ -211,7 +221,22 @@ impl Config {
     /// Flags, environment and `--config` file, in that order of precedence.
     pub fn load() -> Result<Self, ConfigError> {
         let args = crate::config_file::merge_into_args(std::env::args_os().collect())?;
-        Ok(Self::try_parse_from(args)?)
+        let config = Self::try_parse_from(args)?;
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Rules across flags, which clap checks one at a time.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if self.task_ttl_ms() < self.poll_interval_ms {
+            return Err(ConfigError::Inconsistent(format!(
+                "the task TTL ({} ms, --default-ttl-ms capped by --max-ttl-ms) is shorter than \
+                 --poll-interval-ms ({} ms): tasks would expire before a client's first poll",
+                self.task_ttl_ms(),
+                self.poll_interval_ms
+            )));
+        }
+        Ok(())
     }
 
     /// The TTL given to new tasks: the default, capped by the maximum.
@@ -267,7 +292,12 @@ pub enum ConfigError {
     /// prints them where they belong.
     #[error(transparent)]
     Flags(#[from] clap::Error),
+    #[error("{0}")]
+    Inconsistent(String),
 }
+
+/// No task lives shorter than this: a client needs time to read what it asked for.
+pub const MIN_TTL_MS: u64 = 1000;
 
 /// Why a flag's value was refused; clap names the flag before it.
 #[derive(Debug, thiserror::Error)]

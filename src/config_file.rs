@@ -189,13 +189,13 @@ mod tests {
         let file = r#"
             upstream = "http://127.0.0.1:9/mcp"
             poll_interval_ms = 250
-            strict-headers = true
+            lenient-headers = true
             [tool-policy]
             slow = "required"
         "#;
         let config = parse_with(file, "toml", &["--poll-interval-ms", "500"]).unwrap();
         assert_eq!(config.poll_interval_ms, 500);
-        assert!(config.strict_headers);
+        assert!(config.lenient_headers);
         assert_eq!(
             config.upstream.as_ref().unwrap().to_string(),
             "http://127.0.0.1:9/mcp"

@@ -8,6 +8,7 @@
 // denied in Cargo.toml's [lints].)
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+pub mod admin;
 mod cluster;
 pub mod config;
 mod config_file;
@@ -33,10 +34,19 @@ use tasks::{TaskService, TaskSettings};
 /// Runs the gateway until SIGTERM or Ctrl-C. Call it on a current-thread runtime: it
 /// is the first of the worker threads (`server::workers`).
 pub async fn run(config: Config) -> std::io::Result<()> {
-    if let Some(addr) = config.metrics_listen {
-        telemetry::install_metrics(addr).map_err(std::io::Error::other)?;
-        tracing::info!(%addr, "serving Prometheus metrics at /metrics");
-    }
+    let admin_token = config
+        .admin_token_file
+        .as_deref()
+        .map(admin::read_token)
+        .transpose()?;
+    let operators = match config.metrics_listen {
+        Some(addr) => {
+            let listener = admin::bind(addr).await?;
+            let metrics = telemetry::install_metrics().map_err(std::io::Error::other)?;
+            Some((listener, metrics))
+        }
+        None => None,
+    };
     let listener = TcpListener::bind(config.listen).await?;
     let local = listener.local_addr()?;
     let client = upstream::http::client();
@@ -57,6 +67,7 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     };
     let membership = Membership::start(
         store.membership.clone(),
+        store.changes.clone(),
         ClusterSettings {
             instance_id: config.instance_id.clone(),
             advertise_url: config.advertise_url.as_ref().map(ToString::to_string),
@@ -67,6 +78,7 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     let settings = TaskSettings {
         instance_id: config.instance_id.clone(),
         ttl_ms: config.task_ttl_ms(),
+        max_ttl_ms: config.max_ttl_ms,
         poll_interval_ms: config.poll_interval_ms,
         upstream_timeout: config.upstream_timeout(),
         promote_after: std::time::Duration::from_millis(config.promote_after_ms),
@@ -81,11 +93,26 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         );
     }
     let tasks = TaskService::start(&store, upstream.clone(), settings);
+    if let Some((listener, metrics)) = operators {
+        let addr = listener.local_addr()?;
+        let api = admin_token.map(|token| admin::AdminApi {
+            admin: admin::Admin::new(
+                store.inspection.clone(),
+                tasks.clone(),
+                config.instance_id.clone(),
+            ),
+            token,
+        });
+        tracing::info!(%addr, admin = api.is_some(), "serving Prometheus metrics at /metrics");
+        admin::serve(listener, metrics, api);
+    }
+    let closing = tokio_util::sync::CancellationToken::new();
     let gateway = Arc::new(server::Gateway::new(
         &config,
         client,
         upstream.clone(),
         tasks.clone(),
+        closing.clone(),
     ));
     let store_kind = match config.redis_target() {
         None => "memory",
@@ -95,13 +122,11 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     tracing::info!(listen = %local, upstream = %describe_upstream(&config), instance = %config.instance_id, store = store_kind, "mcp-task-gateway ready");
     // Tests and scripts read the bound address from this line (the port may be 0).
     println!("listening on http://{local}/mcp");
-    let workers = server::workers::serve(
-        listener,
-        gateway,
-        config.worker_threads(),
-        shutdown_signal(),
-    )
-    .await?;
+    let stop = async move {
+        shutdown_signal().await;
+        closing.cancel();
+    };
+    let workers = server::workers::serve(listener, gateway, config.worker_threads(), stop).await?;
     tasks
         .drain(Duration::from_millis(config.drain_timeout_ms))
         .await;

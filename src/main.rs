@@ -12,6 +12,10 @@ use mcp_task_gateway::config::{Config, ConfigError};
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|first| first == "admin") {
+        return mcp_task_gateway::admin::cli::main(args);
+    }
     let config = match Config::load() {
         Ok(config) => config,
         // Help and version go to stdout with status 0, usage errors to stderr with 2.

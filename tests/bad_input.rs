@@ -94,20 +94,45 @@ async fn header_mismatches_get_400_and_header_mismatch() {
 }
 
 #[tokio::test]
-async fn strict_headers_require_mcp_name_on_tasks() {
-    let (_u, _g, client) = setup(&["--strict-headers"]);
+async fn missing_standard_headers_are_refused_unless_lenient() {
+    let (_u, _g, client) = setup(&[]);
     let task_id = client.start_task("echo", json!({"text": "x"})).await;
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": client.params(json!({"taskId": task_id}))});
-    let reply = client
+    let bytes = serde_json::to_vec(&body).unwrap();
+    let without_name = client
+        .send_raw(bytes.clone(), &[("mcp-method", "tasks/get".into())])
+        .await;
+    assert_eq!(
+        (without_name.status, without_name.error_code()),
+        (400, -32020)
+    );
+    without_name.assert_message_mentions("mcp-name");
+    let without_method = client
+        .send_raw(bytes.clone(), &[("mcp-name", task_id.clone())])
+        .await;
+    assert_eq!(
+        (without_method.status, without_method.error_code()),
+        (400, -32020)
+    );
+    without_method.assert_message_mentions("mcp-method");
+    // With the headers, the same request is fine.
+    client.get_task(&task_id).await;
+
+    let (_u2, _g2, lenient) = setup(&["--lenient-headers"]);
+    let task_id = lenient.start_task("echo", json!({"text": "x"})).await;
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": lenient.params(json!({"taskId": task_id}))});
+    let reply = lenient
+        .send_raw(serde_json::to_vec(&body).unwrap(), &[])
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    // Present headers must still match.
+    let reply = lenient
         .send_raw(
             serde_json::to_vec(&body).unwrap(),
-            &[("mcp-method", "tasks/get".into())],
+            &[("mcp-name", "other".into())],
         )
         .await;
     assert_eq!((reply.status, reply.error_code()), (400, -32020));
-    reply.assert_message_mentions("mcp-name");
-    // With the header, the same request is fine.
-    client.get_task(&task_id).await;
 }
 
 #[tokio::test]
@@ -131,7 +156,7 @@ async fn unknown_input_response_keys_are_ignored() {
     let ack = client
         .update(&task_id, json!({"not-a-key": {"action": "accept"}}))
         .await;
-    assert_eq!(ack.result(), &json!({"resultType": "complete"}));
+    assert_eq!(ack.result(), &gateway_ack());
     let still = client.get_task(&task_id).await;
     assert_eq!(still["status"], "input_required");
     assert_eq!(still["inputRequests"], waiting["inputRequests"]);
@@ -174,18 +199,24 @@ async fn unsupported_versions_and_missing_meta_are_rejected() {
 async fn disallowed_origins_are_forbidden() {
     let (_u, _g, client) = setup(&[]);
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": client.params(json!({}))});
+    let headers = |origin: &str| {
+        [
+            ("origin", origin.to_owned()),
+            ("mcp-method", "tools/list".to_owned()),
+        ]
+    };
     let evil = client
         .send_raw(
             serde_json::to_vec(&body).unwrap(),
-            &[("origin", "http://evil.example".into())],
+            &headers("http://evil.example"),
         )
         .await;
     assert_eq!(evil.status, 403);
     let local = client
         .send_raw(
             serde_json::to_vec(&body).unwrap(),
-            &[("origin", "http://localhost:3000".into())],
+            &headers("http://localhost:3000"),
         )
         .await;
-    assert_eq!(local.status, 200);
+    assert_eq!(local.status, 200, "{}", local.body);
 }

@@ -444,3 +444,17 @@ async fn prompts_and_resources_that_ask_are_held_too() {
         }
     }
 }
+
+/// The Python SDK's `Client.listen` through the gateway: the 2026-07-28 upstream's
+/// tool-list changes are acknowledged and relayed on the gateway's listen stream.
+#[test]
+fn the_python_client_listens_through_the_gateway_to_the_upstreams_notifications() {
+    let (_upstream, upstream_url) = common::mrtr::MrtrUpstream::Rmcp.start();
+    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let seen = python_client(&url, "echo", json!({"text": "hi"}), &["--listen-tools"]);
+    assert_eq!(
+        seen["listen"]["honored"]["toolsListChanged"], true,
+        "{seen}"
+    );
+    assert_eq!(seen["listen"]["event"], "ToolsListChanged", "{seen}");
+}

@@ -78,7 +78,7 @@ async fn one_round_of_elicitation_completes_the_task(upstream: MrtrUpstream) {
             json!({"input-0": accept(json!({"confirm": true}))}),
         )
         .await;
-    assert_eq!(ack.result(), &json!({"resultType": "complete"}));
+    assert_eq!(ack.result(), &gateway_ack());
     let task = s.client.wait_status(&task_id, "completed").await;
     assert_eq!(first_text(&task["result"]), "deleted /tmp/x");
     assert_eq!(task["result"]["resultType"], "complete");
@@ -402,26 +402,98 @@ async fn a_legacy_client_cancels_a_bridged_call(upstream: MrtrUpstream) {
     assert_eq!(upstream_calls(&s.upstream_url, "confirm_delete").await, 1);
 }
 
+/// A `tools/call` of `regional_echo` as `client` sends it, with `param_headers` added.
+async fn regional_call(client: &Client, arguments: Value, param_headers: &[(&str, &str)]) -> Reply {
+    let params = client.params(json!({"name": "regional_echo", "arguments": arguments}));
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+    let mut headers = vec![
+        ("mcp-method", "tools/call".to_owned()),
+        ("mcp-name", "regional_echo".to_owned()),
+    ];
+    headers.extend(param_headers.iter().map(|(n, v)| (*n, (*v).to_owned())));
+    client
+        .send_raw(serde_json::to_vec(&body).unwrap(), &headers)
+        .await
+}
+
 async fn annotated_arguments_are_mirrored_into_param_headers(upstream: MrtrUpstream) {
     let s = setup(upstream, &[]);
     // Both SDKs reject a call whose Mcp-Param-Region does not mirror `region`; a
-    // non-ASCII value travels Base64-encoded.
+    // non-ASCII value travels Base64-encoded, in the client's header and the gateway's.
     let arguments = json!({"region": "z\u{fc}rich", "text": "hi"});
-    let task_id = s
-        .client
-        .start_task("regional_echo", arguments.clone())
-        .await;
+    let mirrored = [("mcp-param-region", "=?base64?esO8cmljaA==?=")];
+    let created = regional_call(&s.client, arguments.clone(), &mirrored).await;
+    let task_id = created.result()["taskId"].as_str().unwrap().to_owned();
     let task = s.client.wait_status(&task_id, "completed").await;
     assert_eq!(first_text(&task["result"]), "z\u{fc}rich: hi");
 
     let plain = Client::new(&s.client.url, json!({}));
-    let inline = plain.call_tool("regional_echo", arguments).await;
+    let inline = regional_call(&plain, arguments.clone(), &mirrored).await;
     assert_eq!(first_text(inline.result()), "z\u{fc}rich: hi");
     assert_eq!(upstream_calls(&s.upstream_url, "regional_echo").await, 2);
+
+    // The gateway checks the client's headers against the body itself (a load balancer
+    // may have routed on them): missing, different, or set without the argument.
+    let missing = regional_call(&plain, arguments.clone(), &[]).await;
+    assert_eq!(
+        (missing.status, missing.error_code()),
+        (400, -32020),
+        "{}",
+        missing.body
+    );
+    missing.assert_message_mentions("mcp-param-Region");
+    let different = regional_call(&plain, arguments, &[("mcp-param-region", "bern")]).await;
+    assert_eq!((different.status, different.error_code()), (400, -32020));
+    let stray = regional_call(
+        &plain,
+        json!({"text": "hi"}),
+        &[("mcp-param-region", "bern")],
+    )
+    .await;
+    assert_eq!((stray.status, stray.error_code()), (400, -32020));
+    assert_eq!(
+        upstream_calls(&s.upstream_url, "regional_echo").await,
+        2,
+        "none reached it"
+    );
+}
+
+/// What the client declared reaches the upstream, but for the tasks extension, which the
+/// gateway serves: as a task and inline alike.
+async fn a_tool_that_needs_a_client_extension_gets_it(upstream: MrtrUpstream) {
+    let s = setup(upstream, &[]);
+    let declared = json!({
+        "extensions": {TASKS_EXT: {}, "io.example/widgets": {}},
+        "elicitation": {"form": {}},
+    });
+    let with_widgets = Client::new(&s.client.url, declared);
+    let task_id = with_widgets.start_task("widgets", json!({})).await;
+    let task = with_widgets.wait_status(&task_id, "completed").await;
+    assert_ne!(task["result"]["isError"], true, "{task}");
+    assert_eq!(
+        first_text(&task["result"]),
+        "extensions: io.example/widgets"
+    );
+
+    let inline = Client::new(
+        &s.client.url,
+        json!({"extensions": {"io.example/widgets": {}}}),
+    );
+    let answer = inline.call_tool("widgets", json!({})).await;
+    assert_eq!(
+        first_text(answer.result()),
+        "extensions: io.example/widgets"
+    );
+
+    // Without it, the upstream says so.
+    let task_id = s.client.start_task("widgets", json!({})).await;
+    let refused = s.client.wait_status(&task_id, "completed").await;
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
 }
 
 // One test per flow and upstream.
 over_both_upstreams!(
+    a_tool_that_needs_a_client_extension_gets_it,
     one_round_of_elicitation_completes_the_task,
     two_rounds_wait_for_every_answer,
     a_forged_request_state_fails_the_task,

@@ -11,7 +11,7 @@ use common::*;
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
     ElicitationAction, ElicitationCapability, FormElicitationCapability, Implementation,
-    JsonObject, ProtocolVersion,
+    JsonObject, ProtocolVersion, ServerNotification, SubscriptionFilter,
 };
 use rmcp::service::{RequestContext, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -83,19 +83,24 @@ async fn call_two_rounds(client: &RunningService<RoleClient, User>) -> String {
     content[0]["text"].as_str().unwrap().to_owned()
 }
 
-async fn modern_rmcp_client_retries_itself(upstream: MrtrUpstream) {
-    let (_upstream, upstream_url) = upstream.start();
-    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+/// rmcp as a 2026-07-28 client of `url` (it starts with `server/discover`).
+async fn modern_client(url: &str) -> RunningService<RoleClient, User> {
     let lifecycle = ClientLifecycleMode::Discover {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
     };
-    let client = tokio::time::timeout(
+    tokio::time::timeout(
         DEADLINE,
-        User::new(ProtocolVersion::V_2026_07_28).serve_with_lifecycle(transport(&url), lifecycle),
+        User::new(ProtocolVersion::V_2026_07_28).serve_with_lifecycle(transport(url), lifecycle),
     )
     .await
     .expect("connect in time")
-    .expect("rmcp accepts the gateway's server/discover");
+    .expect("rmcp accepts the gateway's server/discover")
+}
+
+async fn modern_rmcp_client_retries_itself(upstream: MrtrUpstream) {
+    let (_upstream, upstream_url) = upstream.start();
+    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let client = modern_client(&url).await;
     assert_eq!(call_two_rounds(&client).await, "Di likes teal");
     assert_eq!(upstream_calls(&upstream_url, "two_rounds").await, 3);
 }
@@ -118,3 +123,30 @@ over_both_upstreams!(
     modern_rmcp_client_retries_itself,
     legacy_rmcp_client_is_asked_on_its_session,
 );
+
+/// rmcp's `Peer::listen` through the gateway: the upstream's part of the subscription
+/// (tool-list changes) is acknowledged and relayed under rmcp's own subscription.
+#[tokio::test]
+async fn rmcp_listens_through_the_gateway_to_the_upstreams_notifications() {
+    let (_upstream, upstream_url) = MrtrUpstream::Rmcp.start();
+    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let client = modern_client(&url).await;
+    let filter = SubscriptionFilter::builder().tools_list_changed().build();
+    let mut subscription = tokio::time::timeout(DEADLINE, client.peer().listen(filter))
+        .await
+        .expect("acknowledged in time")
+        .expect("rmcp accepts the acknowledgement");
+    assert_eq!(subscription.acknowledged().tools_list_changed, Some(true));
+    let notification = tokio::time::timeout(DEADLINE, subscription.next())
+        .await
+        .expect("a notification in time")
+        .expect("the subscription is healthy")
+        .expect("the subscription is open");
+    assert!(
+        matches!(
+            notification,
+            ServerNotification::ToolListChangedNotification(_)
+        ),
+        "{notification:?}"
+    );
+}

@@ -82,7 +82,7 @@ async fn elicitation_becomes_input_request_and_is_answered_once() {
 
     let answer = json!({key.as_str(): {"action": "accept", "content": {"name": "Luca"}}});
     let ack = s.client.update(&task_id, answer.clone()).await;
-    assert_eq!(ack.result(), &json!({"resultType": "complete"}));
+    assert_eq!(ack.result(), &gateway_ack());
     // The same answer again is ignored: the key is no longer outstanding.
     s.client.update(&task_id, answer).await.result();
 
@@ -217,7 +217,7 @@ async fn cancel_stops_the_upstream_call() {
     let s = setup(&[]);
     let task_id = s.client.start_task("sleep", json!({"ms": 60000})).await;
     let ack = s.client.cancel(&task_id).await;
-    assert_eq!(ack.result(), &json!({"resultType": "complete"}));
+    assert_eq!(ack.result(), &gateway_ack());
     let cancelled = s.client.wait_status(&task_id, "cancelled").await;
     assert!(cancelled.get("result").is_none());
     let stats = eventually("notifications/cancelled upstream", || async {
@@ -364,12 +364,12 @@ async fn upstream_timeout_fails_the_task() {
 
 #[tokio::test]
 async fn ttl_is_capped_and_expired_tasks_are_unknown() {
-    let s = setup(&["--default-ttl-ms", "600000", "--max-ttl-ms", "800"]);
+    let s = setup(&["--default-ttl-ms", "600000", "--max-ttl-ms", "1000"]);
     let reply = s
         .client
         .call_tool("echo", json!({"text": "short-lived"}))
         .await;
-    assert_eq!(reply.result()["ttlMs"], 800);
+    assert_eq!(reply.result()["ttlMs"], 1000);
     let task_id = reply.result()["taskId"].as_str().unwrap().to_owned();
     eventually("the task to expire", || async {
         let reply = s

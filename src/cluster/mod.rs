@@ -13,7 +13,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::store::{INSTANCE_LOST, Lease, MembershipStore};
+use crate::store::{Changes, INSTANCE_LOST, Lease, MembershipStore, TaskChange};
+use crate::telemetry;
 
 #[derive(Debug, Clone)]
 pub struct ClusterSettings {
@@ -45,7 +46,11 @@ pub struct Membership {
 impl Membership {
     /// Takes the lease (or keeps trying in the background) and starts renewing and
     /// sweeping.
-    pub async fn start(store: Arc<dyn MembershipStore>, settings: ClusterSettings) -> Self {
+    pub async fn start(
+        store: Arc<dyn MembershipStore>,
+        changes: Arc<dyn Changes>,
+        settings: ClusterSettings,
+    ) -> Self {
         // Tasks still indexed under this id belong to an earlier process with the same
         // id (e.g. a restarted pod that keeps its name): nobody runs them any more.
         // This runs before the first request is served, so none of them is ours.
@@ -54,16 +59,19 @@ impl Membership {
             .await
         {
             Ok(0) => {}
-            Ok(n) => tracing::warn!(
-                tasks = n,
-                "failed the tasks an earlier process with this instance id left running"
-            ),
+            Ok(n) => {
+                telemetry::lost_owner_tasks_failed(n);
+                tracing::warn!(
+                    tasks = n,
+                    "failed the tasks an earlier process with this instance id left running"
+                )
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "task store not reachable at start; will keep trying")
             }
         }
         let (stop, stopped) = watch::channel(false);
-        let handle = tokio::spawn(run(store.clone(), settings.clone(), stopped));
+        let handle = tokio::spawn(run(store.clone(), changes, settings.clone(), stopped));
         Self {
             store,
             settings,
@@ -89,6 +97,7 @@ impl Membership {
 
 async fn run(
     store: Arc<dyn MembershipStore>,
+    changes: Arc<dyn Changes>,
     settings: ClusterSettings,
     mut stopped: watch::Receiver<bool>,
 ) {
@@ -111,6 +120,7 @@ async fn run(
         }
         match store.renew_lease(&lease).await {
             Ok(held) => {
+                telemetry::lease_held(true);
                 if connected_since.is_none() && !first {
                     tracing::info!("task store reachable again; lease renewed");
                 }
@@ -122,6 +132,7 @@ async fn run(
                 connected_since.get_or_insert_with(Instant::now);
             }
             Err(e) => {
+                telemetry::lease_held(false);
                 if connected_since.is_some() || first {
                     tracing::warn!(error = %e, "could not renew the lease");
                 }
@@ -129,10 +140,18 @@ async fn run(
             }
         }
         first = false;
-        if connected_since.is_some_and(|since| since.elapsed() >= lease.ttl)
-            && let Err(e) = store.fail_tasks_of_lost_owners(&settings.instance_id).await
-        {
-            tracing::debug!(error = %e, "sweep for lost instances failed");
+        if connected_since.is_some_and(|since| since.elapsed() >= lease.ttl) {
+            match store.fail_tasks_of_lost_owners(&settings.instance_id).await {
+                Ok(0) => {}
+                Ok(failed) => {
+                    telemetry::lost_owner_tasks_failed(failed);
+                    // The sweep knows counts, not ids: whoever watches a task looks again.
+                    if let Err(e) = changes.announce(&TaskChange::everything()).await {
+                        tracing::debug!(error = %e, "could not announce the failed tasks");
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "sweep for lost instances failed"),
+            }
         }
     }
 }

@@ -77,9 +77,23 @@ fn offer_tasks_extension(capabilities: &mut Map<String, Value>) {
 /// The `server/discover` result for a 2025-xx session upstream, from its `InitializeResult`.
 /// Its 2025-11-25 `tasks` capability does not leak; the tasks extension is the
 /// gateway's own.
+/// A 2026-07-28 client hears list changes and resource updates only on
+/// `subscriptions/listen`, which a 2025-xx upstream does not serve (its notifications
+/// come on session streams no 2026 client has): what the gateway advertises for it must
+/// promise nothing of the kind.
+fn withhold_undeliverable(capabilities: &mut Map<String, Value>) {
+    for kind in ["tools", "prompts", "resources"] {
+        if let Some(offered) = capabilities.get_mut(kind).and_then(Value::as_object_mut) {
+            offered.remove("listChanged");
+            offered.remove("subscribe");
+        }
+    }
+}
+
 pub fn discover_result(initialize: &Value) -> Value {
     let mut capabilities = capabilities_of(initialize);
     offer_tasks_extension(&mut capabilities);
+    withhold_undeliverable(&mut capabilities);
     let mut result = json!({
         "resultType": "complete",
         "supportedVersions": [STATELESS_VERSION],
@@ -106,6 +120,7 @@ pub fn modern_discover_result(upstream: &Value) -> Value {
     obj.insert("resultType".into(), "complete".into());
     obj.insert("supportedVersions".into(), json!([STATELESS_VERSION]));
     let capabilities = obj.entry("capabilities").or_insert_with(|| json!({}));
+    // Its own subscriptions/listen serves what it advertises (the gateway relays it).
     if let Some(capabilities) = capabilities.as_object_mut() {
         offer_tasks_extension(capabilities);
     }
@@ -177,6 +192,31 @@ mod tests {
         let info = server_info_of_discover(&upstream);
         assert_eq!(info["serverInfo"]["name"], "up");
         assert_eq!(info["capabilities"]["tools"]["listChanged"], true);
+    }
+
+    #[test]
+    fn discover_promises_notifications_only_where_a_listen_serves_them() {
+        let upstream = json!({"capabilities": {
+            "tools": {"listChanged": true},
+            "resources": {"subscribe": true, "listChanged": true},
+            "prompts": {"listChanged": false},
+        }});
+        // A 2025-xx upstream has no listen: nothing of the kind is offered.
+        let result = discover_result(&upstream);
+        let capabilities = &result["capabilities"];
+        assert_eq!(capabilities["tools"], json!({}), "{result}");
+        assert_eq!(capabilities["resources"], json!({}), "{result}");
+        assert_eq!(capabilities["prompts"], json!({}), "{result}");
+        // A 2026-07-28 upstream serves its own listen, which the gateway relays.
+        let modern = modern_discover_result(&upstream);
+        assert_eq!(
+            modern["capabilities"]["tools"]["listChanged"], true,
+            "{modern}"
+        );
+        assert_eq!(
+            modern["capabilities"]["resources"]["subscribe"], true,
+            "{modern}"
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ use http::HeaderMap;
 use serde_json::Value;
 
 use super::jsonrpc::{ErrorObject, code};
+use super::param_headers::{ParamHeader, value_of};
 
 pub use super::names::header::{MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
 
@@ -29,16 +30,65 @@ pub fn validate(
     body_version: &str,
     require_all: bool,
 ) -> Result<(), ErrorObject> {
-    check(headers, MCP_PROTOCOL_VERSION, body_version, require_all)?;
-    check(headers, MCP_METHOD, method, require_all)?;
+    check(
+        headers,
+        MCP_PROTOCOL_VERSION,
+        body_version,
+        require_all,
+        Encoding::Plain,
+    )?;
+    check(headers, MCP_METHOD, method, require_all, Encoding::Plain)?;
     if let Some(field) = name_field(method) {
         let Some(expected) = params.and_then(|p| p.get(field)).and_then(Value::as_str) else {
             // The handler reports the missing body field with -32602.
             return Ok(());
         };
-        check(headers, MCP_NAME, expected, require_all)?;
+        check(headers, MCP_NAME, expected, require_all, Encoding::Sentinel)?;
     }
     Ok(())
+}
+
+/// Checks a `tools/call`'s `Mcp-Param-*` headers against its arguments, for the tool's
+/// `x-mcp-header` annotations: each value present in the body must be mirrored (unless
+/// `require_all` is off), each header must match the body, and a header whose argument
+/// is absent is a mismatch. Headers the tool does not annotate are not the gateway's.
+pub fn validate_params(
+    headers: &HeaderMap,
+    annotations: &[ParamHeader],
+    arguments: Option<&Value>,
+    require_all: bool,
+) -> Result<(), ErrorObject> {
+    for annotation in annotations {
+        let name = annotation.name();
+        match value_of(annotation, arguments) {
+            Some(expected) => {
+                let encoding = if expected.integer {
+                    Encoding::Integer
+                } else {
+                    Encoding::Sentinel
+                };
+                check(headers, &name, &expected.text, require_all, encoding)?
+            }
+            None if headers.contains_key(name.as_str()) => {
+                return Err(mismatch(format!(
+                    "{name} header is set but arguments.{} has no value",
+                    annotation.path.join(".")
+                )));
+            }
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+/// Whether a header may carry the `=?base64?...?=` form: only `Mcp-Name` and
+/// `Mcp-Param-*` may; elsewhere the text is the value.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Encoding {
+    Plain,
+    Sentinel,
+    /// An integer argument: the sentinel form, compared as a number (`42.0` is `42`).
+    Integer,
 }
 
 fn check(
@@ -46,6 +96,7 @@ fn check(
     name: &str,
     expected: &str,
     required: bool,
+    encoding: Encoding,
 ) -> Result<(), ErrorObject> {
     let mut values = headers.get_all(name).iter().peekable();
     if values.peek().is_none() {
@@ -61,12 +112,17 @@ fn check(
             .to_str()
             .map_err(|_| mismatch(format!("{name} header contains invalid characters")))?
             .trim();
-        let value = decode_sentinel(text).ok_or_else(|| {
-            mismatch(format!(
-                "{name} header is not valid =?base64?...?= encoding"
-            ))
-        })?;
-        if value != expected {
+        let value = match encoding {
+            Encoding::Plain => text.into(),
+            Encoding::Sentinel | Encoding::Integer => decode_sentinel(text).ok_or_else(|| {
+                mismatch(format!(
+                    "{name} header is not valid =?base64?...?= encoding"
+                ))
+            })?,
+        };
+        let same =
+            value == expected || (encoding == Encoding::Integer && same_number(&value, expected));
+        if !same {
             return Err(mismatch(format!(
                 "{name} header value {value:?} does not match body value {expected:?}"
             )));
@@ -89,6 +145,11 @@ pub fn encode_value(text: &str) -> String {
     }
     let encoded = base64::engine::general_purpose::STANDARD.encode(text.as_bytes());
     format!("=?base64?{encoded}?=")
+}
+
+/// The same number written two ways (`42.0` and `42`).
+fn same_number(header: &str, body: &str) -> bool {
+    matches!((header.parse::<f64>(), body.parse::<f64>()), (Ok(a), Ok(b)) if a == b)
 }
 
 /// Decodes the `=?base64?...?=` form; any other text is the literal value.
@@ -184,6 +245,53 @@ mod tests {
         for text in ["Hello, 世界", " x", "=?base64?abc?="] {
             assert_eq!(decode_sentinel(&encode_value(text)).unwrap(), text);
         }
+    }
+
+    #[test]
+    fn only_name_and_param_headers_may_be_encoded() {
+        // "tasks/get" encoded: fine for Mcp-Name, not for Mcp-Method.
+        let encoded = encode_value(" tasks/get");
+        let h = headers(&[(MCP_METHOD, "=?base64?dGFza3MvZ2V0?=")]);
+        assert!(validate(&h, "tasks/get", Some(&json!({"taskId": "a"})), V, false).is_err());
+        let h = headers(&[(MCP_NAME, encoded.as_str())]);
+        assert!(
+            validate(
+                &h,
+                "tools/call",
+                Some(&json!({"name": " tasks/get"})),
+                V,
+                false
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn param_headers_mirror_the_annotated_arguments() {
+        let annotations = crate::protocol::param_headers::annotations(&json!({"properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "n": {"type": "integer", "x-mcp-header": "N"},
+        }}))
+        .unwrap();
+        let args = json!({"region": "z\u{fc}rich", "n": 42});
+        let good = headers(&[
+            ("mcp-param-region", "=?base64?esO8cmljaA==?="),
+            ("mcp-param-n", "42.0"),
+        ]);
+        assert!(validate_params(&good, &annotations, Some(&args), true).is_ok());
+        let missing = headers(&[("mcp-param-n", "42")]);
+        assert!(validate_params(&missing, &annotations, Some(&args), true).is_err());
+        assert!(validate_params(&missing, &annotations, Some(&args), false).is_ok());
+        let wrong = headers(&[("mcp-param-region", "bern"), ("mcp-param-n", "42")]);
+        let err = validate_params(&wrong, &annotations, Some(&args), false).unwrap_err();
+        assert_eq!(err.code, code::HEADER_MISMATCH);
+        let stray = headers(&[("mcp-param-n", "42")]);
+        assert!(
+            validate_params(&stray, &annotations, Some(&json!({"region": "x"})), false).is_err()
+        );
+        // Not the tool's: not the gateway's to judge.
+        let other = headers(&[("mcp-param-zone", "x")]);
+        assert!(validate_params(&other, &annotations, Some(&json!({})), true).is_ok());
     }
 
     #[test]

@@ -117,10 +117,9 @@ impl Message {
                 "\"id\" must be a string or an integer",
             ));
         }
-        let params = obj.remove("params");
-        if let Some(p) = &params
-            && !(p.is_object() || p.is_array())
-        {
+        // MCP defines no by-position (array) params; a `null` is read as no params.
+        let params = obj.remove("params").filter(|p| !p.is_null());
+        if params.as_ref().is_some_and(|p| !p.is_object()) {
             return Err(ParseError::NotJsonRpc("\"params\" must be an object"));
         }
         match (obj.remove("method"), id) {

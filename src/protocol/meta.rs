@@ -71,15 +71,36 @@ pub fn declares_tasks(params: Option<&Value>) -> bool {
 /// The capabilities a 2025-xx session upstream session must be opened with to serve this request:
 /// elicitation, sampling and roots as the client declared them, nothing else.
 pub fn session_capabilities(params: Option<&Value>) -> Map<String, Value> {
+    client_capabilities(params).map_or_else(Map::new, session_subset)
+}
+
+/// Of capabilities declared to the gateway, what a 2025-xx session upstream is opened
+/// with: elicitation, sampling and roots (sessions are keyed by them, so nothing else may
+/// multiply the sessions).
+pub fn session_subset(capabilities: &Map<String, Value>) -> Map<String, Value> {
     let mut out = Map::new();
-    if let Some(caps) = client_capabilities(params) {
-        for name in SESSION_CAPABILITIES {
-            if let Some(value) = caps.get(name).filter(|v| v.is_object()) {
-                out.insert(name.to_owned(), value.clone());
-            }
+    for name in SESSION_CAPABILITIES {
+        if let Some(value) = capabilities.get(name).filter(|v| v.is_object()) {
+            out.insert(name.to_owned(), value.clone());
         }
     }
     out
+}
+
+/// The client's capabilities as they go to the upstream: all it declared (extensions,
+/// experimental, ...), except the tasks extension, which the gateway serves itself.
+pub fn forwarded_capabilities(params: Option<&Value>) -> Map<String, Value> {
+    let mut capabilities = client_capabilities(params).cloned().unwrap_or_default();
+    if let Some(extensions) = capabilities
+        .get_mut("extensions")
+        .and_then(Value::as_object_mut)
+    {
+        extensions.remove(TASKS_EXTENSION);
+        if extensions.is_empty() {
+            capabilities.remove("extensions");
+        }
+    }
+    capabilities
 }
 
 /// Params as a 2025-xx session upstream should see them: without the 2026-07-28 `_meta` keys,
@@ -123,6 +144,33 @@ pub fn with_modern_meta(params: Option<Value>, capabilities: &Map<String, Value>
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_upstream_gets_every_capability_but_the_tasks_extension() {
+        let params = json!({"_meta": {META_CLIENT_CAPABILITIES: {
+            "elicitation": {"form": {}},
+            "experimental": {"x": {}},
+            "extensions": {TASKS_EXTENSION: {}, "io.example/widgets": {"v": 2}},
+        }}});
+        assert_eq!(
+            Value::Object(forwarded_capabilities(Some(&params))),
+            json!({
+                "elicitation": {"form": {}},
+                "experimental": {"x": {}},
+                "extensions": {"io.example/widgets": {"v": 2}},
+            })
+        );
+        let only_tasks =
+            json!({"_meta": {META_CLIENT_CAPABILITIES: {"extensions": {TASKS_EXTENSION: {}}}}});
+        assert_eq!(
+            Value::Object(forwarded_capabilities(Some(&only_tasks))),
+            json!({})
+        );
+        assert_eq!(
+            Value::Object(session_capabilities(Some(&params))),
+            json!({"elicitation": {"form": {}}})
+        );
+    }
 
     #[test]
     fn reads_declared_capabilities() {

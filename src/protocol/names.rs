@@ -44,6 +44,16 @@ pub mod method {
     pub const TASKS_GET: &str = "tasks/get";
     pub const TASKS_UPDATE: &str = "tasks/update";
     pub const TASKS_CANCEL: &str = "tasks/cancel";
+    /// 2025-11-25 only: blocks until the task ends, delivering its input requests.
+    pub const TASKS_RESULT: &str = "tasks/result";
+    /// 2025-11-25 only.
+    pub const TASKS_LIST: &str = "tasks/list";
+    /// 2025-11-25 push of a task's new state.
+    pub const TASK_STATUS: &str = "notifications/tasks/status";
+    /// SEP-2663's push of a task's whole state on a `subscriptions/listen` stream.
+    pub const TASKS_NOTIFICATION: &str = "notifications/tasks";
+    pub const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
+    pub const SUBSCRIPTIONS_ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
     pub const ELICITATION_CREATE: &str = "elicitation/create";
     pub const SAMPLING_CREATE_MESSAGE: &str = "sampling/createMessage";
     pub const ROOTS_LIST: &str = "roots/list";

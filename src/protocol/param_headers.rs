@@ -122,20 +122,37 @@ fn is_tchar(b: u8) -> bool {
 pub fn values(annotations: &[ParamHeader], arguments: Option<&Value>) -> Vec<(String, String)> {
     annotations
         .iter()
-        .filter_map(|header| {
-            let mut value = arguments?;
-            for key in &header.path {
-                value = value.get(key)?;
-            }
-            let text = match value {
-                Value::String(s) => s.clone(),
-                Value::Bool(b) => b.to_string(),
-                Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
-                _ => return None,
-            };
-            Some((format!("{PARAM_HEADER_PREFIX}{}", header.token), text))
-        })
+        .filter_map(|header| Some((header.name(), value_of(header, arguments)?.text)))
         .collect()
+}
+
+impl ParamHeader {
+    /// The header's name, lower-case prefix and the annotation's token.
+    pub fn name(&self) -> String {
+        format!("{PARAM_HEADER_PREFIX}{}", self.token)
+    }
+}
+
+/// An annotated argument's value as its header carries it (unencoded).
+pub struct ParamValue {
+    pub text: String,
+    /// An integer: a header may write it another way (`42.0`).
+    pub integer: bool,
+}
+
+/// The annotated argument's value, if it has one a header can carry.
+pub fn value_of(header: &ParamHeader, arguments: Option<&Value>) -> Option<ParamValue> {
+    let mut value = arguments?;
+    for key in &header.path {
+        value = value.get(key)?;
+    }
+    let (text, integer) = match value {
+        Value::String(s) => (s.clone(), false),
+        Value::Bool(b) => (b.to_string(), false),
+        Value::Number(n) if n.is_i64() || n.is_u64() => (n.to_string(), true),
+        _ => return None,
+    };
+    Some(ParamValue { text, integer })
 }
 
 #[cfg(test)]

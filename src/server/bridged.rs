@@ -79,6 +79,7 @@ async fn answer(
     let caller = Caller {
         capabilities: &call.capabilities,
         auth: call.auth.as_ref(),
+        session: None,
     };
     let how = How {
         timeout: route.timeout,

@@ -4,14 +4,16 @@ mod accept;
 mod balance;
 mod bridged;
 mod coalesce;
+mod listen;
 mod passthrough;
 mod reply;
+mod session_tasks;
 mod sessions;
 mod sse;
 mod stateless;
 pub mod workers;
 
-use crate::protocol::names::{SESSION_VERSION, STATELESS_VERSION};
+use crate::protocol::names::{SESSION_VERSIONS, STATELESS_VERSION};
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
@@ -60,6 +62,9 @@ pub struct Gateway {
     check_upstream_readiness: bool,
     /// Session clients whose upstream has no sessions to pass them through to.
     sessions: Arc<sessions::GatewaySessions>,
+    /// Cancelled when the gateway starts to stop: long-lived streams end gracefully
+    /// instead of holding the connection drain.
+    pub closing: tokio_util::sync::CancellationToken,
 }
 
 impl Gateway {
@@ -68,8 +73,10 @@ impl Gateway {
         client: HttpClient,
         upstream: Arc<dyn Upstream>,
         tasks: Arc<TaskService>,
+        closing: tokio_util::sync::CancellationToken,
     ) -> Self {
         Self {
+            closing,
             client,
             lane_connector: crate::upstream::http::lane_connector(),
             upstream,
@@ -77,7 +84,7 @@ impl Gateway {
             policies: Policies::new(config.policy_map()),
             upstream_timeout: config.upstream_timeout(),
             max_body_bytes: config.max_body_bytes,
-            strict_headers: config.strict_headers,
+            strict_headers: !config.lenient_headers,
             identity_header: config.identity_header.clone(),
             allowed_origins: config.allowed_origins.clone(),
             check_upstream_readiness: !config.readyz_skip_upstream,
@@ -117,7 +124,10 @@ async fn serve(
         let service = hyper::service::service_fn(move |request| {
             let gateway = gateway.clone();
             let lane = lane.clone();
-            async move { Ok::<_, Infallible>(route(&gateway, &lane, request).await) }
+            // Boxed: hyper keeps room for the service's future for as long as the
+            // connection (or HTTP/2 stream) lives, and a request's handling takes 8 KiB.
+            // An idle keep-alive connection or a long stream then holds a pointer instead.
+            async move { Ok::<_, Infallible>(Box::pin(route(&gateway, &lane, request)).await) }
         });
         let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
         let connection = graceful.watch(connection.into_owned());
@@ -232,7 +242,7 @@ async fn mcp_endpoint(
     // gateway does not read it. The metric label keeps its old name for dashboards.
     if parts.headers.contains_key(SESSION_HEADER) {
         "legacy_passthrough".clone_into(method);
-        return passthrough(gateway, lane, parts, body).await;
+        return passthrough(gateway, lane, parts, body, None).await;
     }
     if parts.method != Method::POST {
         return reply::plain(
@@ -247,7 +257,7 @@ async fn mcp_endpoint(
     match classify(&parts.headers, &message) {
         Era::Session => {
             "legacy_passthrough".clone_into(method);
-            passthrough(gateway, lane, parts, body).await
+            passthrough(gateway, lane, parts, body, Some(message)).await
         }
         Era::Rejected(error) => reply::bad_request(message_id(&message), &error),
         Era::Stateless => {
@@ -261,15 +271,37 @@ async fn mcp_endpoint(
     }
 }
 
+/// Session traffic. `message` is the parsed body when it was read (no session id yet);
+/// an established session's traffic is not parsed unless it declared tasks.
 async fn passthrough(
     gateway: &Gateway,
     lane: &Lane,
     parts: Parts,
     body: bytes::Bytes,
+    message: Option<Message>,
 ) -> Response<Body> {
     let auth = parts.headers.get(header::AUTHORIZATION);
     match gateway.upstream.session_passthrough(auth).await {
-        Ok(Some(url)) => passthrough::forward(&gateway.client, lane, url, parts, body).await,
+        Ok(Some(url)) => {
+            if let Some(marked) = session_tasks::passthrough::unmark(&parts.headers) {
+                return session_tasks::passthrough::serve(gateway, lane, url, parts, body, marked)
+                    .await;
+            }
+            if let Some(Message::Request {
+                id,
+                method,
+                params: Some(params),
+            }) = message
+                && method == names::method::INITIALIZE
+                && let Some(declared) = session_tasks::negotiate::declared(Some(&params))
+            {
+                return session_tasks::passthrough::initialize(
+                    gateway, lane, url, parts, id, params, declared,
+                )
+                .await;
+            }
+            passthrough::forward(&gateway.client, lane, url, parts, body).await
+        }
         // No upstream session to pass through to: the gateway serves the session.
         Ok(None) => gateway.sessions.serve(gateway, &parts, body).await,
         Err(e) => reply::error_with_status(StatusCode::BAD_GATEWAY, &ErrorObject::from(e)),
@@ -301,23 +333,29 @@ fn classify(headers: &HeaderMap, message: &Message) -> Era {
         .map(str::trim);
     match (meta::protocol_version(params), header_version) {
         (Some(STATELESS_VERSION), _) => Era::Stateless,
-        (Some(other), _) => Era::Rejected(unsupported_version(other)),
+        (Some(other), _) => Era::Rejected(unsupported_version(other, &[STATELESS_VERSION])),
         (None, None) => Era::Session,
         (None, Some(STATELESS_VERSION)) => Era::Rejected(ErrorObject::invalid_params(format!(
             "params._meta[\"{}\"] is required in {STATELESS_VERSION} requests",
             meta::META_PROTOCOL_VERSION
         ))),
         (None, Some(v)) if v.starts_with("2024-") || v.starts_with("2025-") => Era::Session,
-        (None, Some(other)) => Era::Rejected(unsupported_version(other)),
+        (None, Some(other)) => Era::Rejected(unsupported_version(other, &SESSION_VERSIONS)),
     }
 }
 
-fn unsupported_version(requested: &str) -> ErrorObject {
+/// -32022 naming the versions a request of this form accepts: a stateless request
+/// (version in `_meta`) only 2026-07-28, a session request (version in the header
+/// alone) only the session versions.
+fn unsupported_version(requested: &str, supported: &[&str]) -> ErrorObject {
     ErrorObject::new(
         code::UNSUPPORTED_PROTOCOL_VERSION,
-        "Unsupported protocol version",
+        format!(
+            "Unsupported protocol version {requested:?}; this request's form accepts {}",
+            supported.join(", ")
+        ),
     )
-    .with_data(json!({"supported": [STATELESS_VERSION, SESSION_VERSION], "requested": requested}))
+    .with_data(json!({"supported": supported, "requested": requested}))
 }
 
 async fn modern_message(gateway: &Gateway, parts: &Parts, message: Message) -> Response<Body> {

@@ -12,8 +12,8 @@ use super::Gateway;
 use super::bridged::{self, Answered, Route};
 use super::reply::{self, Body};
 use crate::protocol::jsonrpc::{self, ErrorObject, code};
-use crate::protocol::meta;
 use crate::protocol::wire::{self, ResultType, TaskIdParams, UpdateTaskParams};
+use crate::protocol::{headers, meta};
 use crate::tasks::held::BridgedCall;
 use crate::tasks::policy::CallPlan;
 use crate::tasks::{Started, ToolCall, render};
@@ -34,10 +34,24 @@ pub async fn handle(gateway: &Gateway, request: Request<'_>) -> Response<Body> {
         "server/discover" => discover(gateway, &request).await,
         method::TOOLS_CALL => tools_call(gateway, request).await,
         "tasks/get" | "tasks/update" | "tasks/cancel" => tasks_method(gateway, &request).await,
-        "subscriptions/listen" => Err(ErrorObject::new(
+        // The prefix is the extension's: nothing under it reaches the upstream.
+        other if other.starts_with("tasks/") => Err(ErrorObject::new(
             code::METHOD_NOT_FOUND,
-            "subscriptions/listen is not supported by this gateway; poll tasks/get",
+            format!(
+                "{other} is not a method of the tasks extension for 2026-07-28: use tasks/get, tasks/update or tasks/cancel"
+            ),
         )),
+        method::SUBSCRIPTIONS_LISTEN => super::listen::listen(super::listen::Listen {
+            tasks: &gateway.tasks,
+            upstream: &gateway.upstream,
+            id: &request.id,
+            params: request.params.as_ref(),
+            principal: &request.principal,
+            auth: authorization(&request.parts.headers),
+            closing: gateway.closing.clone(),
+        })
+        .await
+        .map(Answer::Stream),
         _ => bridged(gateway, request).await,
     };
     match outcome {
@@ -66,6 +80,7 @@ async fn discover(gateway: &Gateway, request: &Request<'_>) -> Outcome {
     let caller = Caller {
         capabilities: &capabilities,
         auth: auth.as_ref(),
+        session: None,
     };
     let result = gateway.upstream.discover_result(&caller).await?;
     Ok(jsonrpc::success_body_of(&request.id, &result).into())
@@ -82,6 +97,22 @@ async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
     if crate::tasks::held::resumes_held_call(params) {
         return bridged(gateway, request).await;
     }
+    // The client must mirror the arguments the tool annotates (SEP-2243); a load
+    // balancer may have routed on those headers.
+    let (capabilities, auth) = caller_of(&request);
+    let caller = Caller {
+        capabilities: &capabilities,
+        auth: auth.as_ref(),
+        session: None,
+    };
+    if let Some(annotations) = gateway.upstream.tool_annotations(&caller, tool).await {
+        headers::validate_params(
+            &request.parts.headers,
+            &annotations,
+            params.and_then(|p| p.get("arguments")),
+            gateway.strict_headers,
+        )?;
+    }
     let declared = meta::declares_tasks(params);
     match gateway.policies.plan(tool, declared) {
         CallPlan::RejectMissingCapability => Err(ErrorObject::new(
@@ -91,7 +122,6 @@ async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
         .with_data(wire::missing_tasks_capability_data())),
         CallPlan::Inline => bridged(gateway, request).await,
         CallPlan::Task => {
-            let (capabilities, auth) = caller_of(&request);
             let params = upstream_params(request.params.unwrap_or_default());
             let call = ToolCall {
                 params: serde_json::value::to_raw_value(&params)
@@ -99,6 +129,8 @@ async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
                 capabilities,
                 auth,
                 principal: request.principal,
+                session: None,
+                ttl_ms: None,
             };
             match gateway.tasks.start_task(call).await? {
                 Started::Task(task) => Ok(jsonrpc::success_body_of(
@@ -179,10 +211,11 @@ fn parse_params<T: DeserializeOwned>(request: &Request<'_>) -> Result<T, ErrorOb
         .map_err(|e| ErrorObject::invalid_params(format!("invalid {} params: {e}", request.method)))
 }
 
-/// The upstream session this caller needs: declared capabilities and credentials.
+/// Who the caller is upstream: the capabilities it declared (a session upstream keeps
+/// the part its sessions are keyed by) and its credentials.
 fn caller_of(request: &Request<'_>) -> (serde_json::Map<String, Value>, Option<HeaderValue>) {
     (
-        meta::session_capabilities(request.params.as_ref()),
+        meta::forwarded_capabilities(request.params.as_ref()),
         authorization(&request.parts.headers),
     )
 }

@@ -1,6 +1,6 @@
 //! The embedded store: one process, state in memory.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -8,8 +8,9 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
+use super::inspect::{BadCursor, InspectError, InstanceInfo, ScanPage, Scope, TaskInspection};
 use super::{
-    CancelOutcome, Lease, MembershipStore, Outcome, StoreError, TaskRecord, TaskStore,
+    CancelOutcome, Lease, ListCursor, MembershipStore, Outcome, StoreError, TaskRecord, TaskStore,
     UpdateOutcome, WAKE_ALL, WakeReceiver, WakeUps, metrics, now_ms,
 };
 use crate::protocol::wire::InputRequest;
@@ -20,8 +21,60 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
 pub struct MemoryStore {
-    tasks: Mutex<HashMap<String, Arc<TaskRecord>>>,
+    /// Task changes announced in this process (`tasks/result` waiters, session streams).
+    changes: super::LocalChanges,
+    tasks: Mutex<Tasks>,
     wakers: Mutex<HashMap<String, mpsc::UnboundedSender<String>>>,
+    /// The leases taken here (one process: this instance's), for operators to see.
+    leases: Mutex<HashMap<String, HeldLease>>,
+}
+
+struct HeldLease {
+    advertise_url: Option<String>,
+    expires_at_ms: u64,
+}
+
+/// The tasks, and each principal's in newest-first order, so a page of `list` costs the
+/// page, not every task. One lock keeps the two in step.
+#[derive(Default)]
+struct Tasks {
+    by_id: HashMap<String, Arc<TaskRecord>>,
+    by_principal: HashMap<String, BTreeSet<(u64, String)>>,
+    /// By expiry (a task's `createdAt + ttlMs` never changes), so the sweep touches only
+    /// what expired: scanning every task each second held the lock for milliseconds
+    /// once tens of thousands were kept (BENCHMARKS.md, run 8).
+    by_expiry: BTreeSet<(u64, String)>,
+}
+
+impl Tasks {
+    fn insert(&mut self, task: TaskRecord) {
+        self.by_principal
+            .entry(task.principal.clone())
+            .or_default()
+            .insert((task.created_at_ms, task.task_id.clone()));
+        self.by_expiry
+            .insert((task.expires_at_ms(), task.task_id.clone()));
+        self.by_id.insert(task.task_id.clone(), Arc::new(task));
+    }
+
+    fn remove(&mut self, task_id: &str) {
+        let Some(task) = self.by_id.remove(task_id) else {
+            return;
+        };
+        self.by_expiry
+            .remove(&(task.expires_at_ms(), task.task_id.clone()));
+        if let Some(listed) = self.by_principal.get_mut(&task.principal) {
+            listed.remove(&(task.created_at_ms, task.task_id.clone()));
+            if listed.is_empty() {
+                self.by_principal.remove(&task.principal);
+            }
+        }
+    }
+
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.by_id.is_empty() && self.by_principal.is_empty() && self.by_expiry.is_empty()
+    }
 }
 
 impl MemoryStore {
@@ -41,10 +94,19 @@ impl MemoryStore {
     }
 
     fn sweep_expired(&self, now: u64) {
-        self.lock().retain(|_, task| task.expires_at_ms() > now);
+        let mut tasks = self.lock();
+        while tasks
+            .by_expiry
+            .first()
+            .is_some_and(|(expires_at, _)| *expires_at <= now)
+        {
+            if let Some((_, task_id)) = tasks.by_expiry.pop_first() {
+                tasks.remove(&task_id);
+            }
+        }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<TaskRecord>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tasks> {
         // A panic while holding the lock cannot leave a record half-written: every
         // mutation is applied to a clone and swapped in, so the poison is ignored.
         self.tasks
@@ -52,11 +114,15 @@ impl MemoryStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    fn lock_leases(&self) -> std::sync::MutexGuard<'_, HashMap<String, HeldLease>> {
+        self.leases.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Runs `apply` on a live (not expired) task and stores the change.
     fn update<T>(&self, task_id: &str, apply: impl FnOnce(&mut TaskRecord, u64) -> T) -> Option<T> {
         let now = now_ms();
         let mut tasks = self.lock();
-        let slot = tasks.get_mut(task_id)?;
+        let slot = tasks.by_id.get_mut(task_id)?;
         if slot.expires_at_ms() <= now {
             tasks.remove(task_id);
             return None;
@@ -69,11 +135,11 @@ impl MemoryStore {
 impl TaskStore for MemoryStore {
     async fn create(&self, task: TaskRecord) -> Result<(), StoreError> {
         let mut tasks = self.lock();
-        if tasks.contains_key(&task.task_id) {
+        if tasks.by_id.contains_key(&task.task_id) {
             return Err(StoreError::Duplicate(task.task_id));
         }
         metrics::task_reached(task.status);
-        tasks.insert(task.task_id.clone(), Arc::new(task));
+        tasks.insert(task);
         Ok(())
     }
 
@@ -84,9 +150,37 @@ impl TaskStore for MemoryStore {
     ) -> Result<Option<Arc<TaskRecord>>, StoreError> {
         let tasks = self.lock();
         Ok(tasks
+            .by_id
             .get(task_id)
             .filter(|t| t.principal == principal && t.expires_at_ms() > now_ms())
             .cloned())
+    }
+
+    async fn list(
+        &self,
+        principal: &str,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<Arc<TaskRecord>>, StoreError> {
+        let now = now_ms();
+        let tasks = self.lock();
+        let Some(listed) = tasks.by_principal.get(principal) else {
+            return Ok(Vec::new());
+        };
+        let page = match after {
+            // Tuples order as (created, id), so "before the cursor" is strictly after it
+            // in newest-first order.
+            Some(cursor) => listed.range(..(cursor.created_at_ms, cursor.task_id.clone())),
+            None => listed.range::<(u64, String), _>(..),
+        };
+        Ok(page
+            .rev()
+            .filter_map(|(_, task_id)| tasks.by_id.get(task_id))
+            // Expired ones wait for the sweep; they are gone for readers already.
+            .filter(|task| task.expires_at_ms() > now)
+            .take(limit)
+            .cloned()
+            .collect())
     }
 
     async fn delete(&self, task_id: &str) -> Result<(), StoreError> {
@@ -162,13 +256,18 @@ impl TaskStore for MemoryStore {
             .unwrap_or(false))
     }
 
-    async fn cancel(&self, task_id: &str, principal: &str) -> Result<CancelOutcome, StoreError> {
+    async fn cancel(
+        &self,
+        task_id: &str,
+        principal: &str,
+        message: &str,
+    ) -> Result<CancelOutcome, StoreError> {
         let outcome = self.update(task_id, |task, now| {
             if task.principal != principal {
                 CancelOutcome::NotFound
             } else if task.finish(
                 Outcome::Cancelled {
-                    message: "cancelled by the client".into(),
+                    message: message.to_owned(),
                 },
                 now,
             ) {
@@ -185,6 +284,17 @@ impl TaskStore for MemoryStore {
     // Always reachable: it is this process.
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+}
+
+#[async_trait]
+impl super::Changes for MemoryStore {
+    async fn announce(&self, change: &super::TaskChange) -> Result<(), StoreError> {
+        self.changes.announce(change).await
+    }
+
+    fn changes(&self) -> super::ChangeReceiver {
+        self.changes.changes()
     }
 }
 
@@ -216,7 +326,12 @@ impl WakeUps for MemoryStore {
 /// still running.
 #[async_trait]
 impl MembershipStore for MemoryStore {
-    async fn renew_lease(&self, _lease: &Lease<'_>) -> Result<bool, StoreError> {
+    async fn renew_lease(&self, lease: &Lease<'_>) -> Result<bool, StoreError> {
+        let held = HeldLease {
+            advertise_url: lease.advertise_url.map(str::to_owned),
+            expires_at_ms: now_ms().saturating_add(lease.ttl.as_millis() as u64),
+        };
+        self.lock_leases().insert(lease.instance.to_owned(), held);
         Ok(true)
     }
 
@@ -224,13 +339,123 @@ impl MembershipStore for MemoryStore {
         Ok(0)
     }
 
-    async fn release_lease(&self, _instance: &str) -> Result<usize, StoreError> {
+    async fn release_lease(&self, instance: &str) -> Result<usize, StoreError> {
+        self.lock_leases().remove(instance);
         Ok(0)
     }
 
     async fn fail_tasks_of_lost_owners(&self, _me: &str) -> Result<usize, StoreError> {
         Ok(0)
     }
+}
+
+/// Walks the in-memory indexes: every task by expiry (cursor `expiresAt.taskId`), a
+/// principal's newest first (cursor `createdAt.taskId`).
+#[async_trait]
+impl TaskInspection for MemoryStore {
+    async fn inspect(&self, task_id: &str) -> Result<Option<Arc<TaskRecord>>, StoreError> {
+        let tasks = self.lock();
+        Ok(tasks
+            .by_id
+            .get(task_id)
+            .filter(|t| t.expires_at_ms() > now_ms())
+            .cloned())
+    }
+
+    async fn scan(
+        &self,
+        scope: Scope<'_>,
+        cursor: Option<&str>,
+        budget: usize,
+    ) -> Result<ScanPage, InspectError> {
+        let after = cursor.map(parse_position).transpose()?;
+        let now = now_ms();
+        let tasks = self.lock();
+        let budget = budget.max(1);
+        let (examined, more): (Vec<(u64, String)>, bool) = match scope {
+            Scope::Principal(principal) => {
+                let Some(listed) = tasks.by_principal.get(principal) else {
+                    return Ok(ScanPage::default());
+                };
+                let mut walk: Box<dyn Iterator<Item = &(u64, String)>> = match &after {
+                    Some(after) => Box::new(listed.range(..after.clone()).rev()),
+                    None => Box::new(listed.iter().rev()),
+                };
+                take_page(&mut walk, budget)
+            }
+            Scope::All | Scope::Unfinished { .. } => {
+                let mut walk: Box<dyn Iterator<Item = &(u64, String)>> = match &after {
+                    Some(after) => Box::new(tasks.by_expiry.range((
+                        std::ops::Bound::Excluded(after.clone()),
+                        std::ops::Bound::Unbounded,
+                    ))),
+                    None => Box::new(tasks.by_expiry.iter()),
+                };
+                take_page(&mut walk, budget)
+            }
+        };
+        let next = more
+            .then(|| examined.last().map(|(at, id)| format!("{at}.{id}")))
+            .flatten();
+        let found = examined
+            .iter()
+            .filter_map(|(_, task_id)| tasks.by_id.get(task_id))
+            .filter(|task| task.expires_at_ms() > now && in_scope(task, scope))
+            .cloned()
+            .collect();
+        Ok(ScanPage { tasks: found, next })
+    }
+
+    async fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError> {
+        let now = now_ms();
+        let leases = self.lock_leases();
+        let tasks = self.lock();
+        let mut instances: Vec<InstanceInfo> = leases
+            .iter()
+            .map(|(instance, lease)| InstanceInfo {
+                instance: instance.clone(),
+                advertise_url: lease.advertise_url.clone(),
+                lease_expires_in_ms: lease
+                    .expires_at_ms
+                    .checked_sub(now)
+                    .filter(|left| *left > 0),
+                running_tasks: tasks
+                    .by_id
+                    .values()
+                    .filter(|t| &t.owner == instance && !t.status.is_terminal())
+                    .count() as u64,
+            })
+            .collect();
+        instances.sort_by(|a, b| a.instance.cmp(&b.instance));
+        Ok(instances)
+    }
+}
+
+/// Up to `budget` index entries, and whether any is left after them.
+fn take_page(
+    walk: &mut dyn Iterator<Item = &(u64, String)>,
+    budget: usize,
+) -> (Vec<(u64, String)>, bool) {
+    let page: Vec<(u64, String)> = (&mut *walk).take(budget).cloned().collect();
+    let more = page.len() == budget && walk.next().is_some();
+    (page, more)
+}
+
+fn in_scope(task: &TaskRecord, scope: Scope<'_>) -> bool {
+    match scope {
+        Scope::All | Scope::Principal(_) => true,
+        Scope::Unfinished { owner } => {
+            !task.status.is_terminal() && owner.is_none_or(|owner| owner == task.owner)
+        }
+    }
+}
+
+/// A position in an index, as `<ms>.<taskId>`.
+fn parse_position(text: &str) -> Result<(u64, String), BadCursor> {
+    let bad = || BadCursor(text.to_owned());
+    let (at, task_id) = text.split_once('.').ok_or_else(bad)?;
+    let at = at.parse().map_err(|_| bad())?;
+    Ok((at, task_id.to_owned()))
 }
 
 #[cfg(test)]
@@ -256,7 +481,15 @@ mod tests {
         let mut task = contract::record("gw-1");
         task.ttl_ms = 0;
         store.create(task).await.unwrap();
+        let live = contract::record("gw-1");
+        let live_id = live.task_id.clone();
+        store.create(live).await.unwrap();
         store.sweep_expired(now_ms());
-        assert!(store.lock().is_empty());
+        assert_eq!(store.lock().by_id.len(), 1, "only the expired task goes");
+        store.delete(&live_id).await.unwrap();
+        assert!(
+            store.lock().is_empty(),
+            "the principal's index is freed too"
+        );
     }
 }

@@ -126,6 +126,8 @@ impl TaskRecord {
         match outcome {
             Outcome::Completed(result) => {
                 self.set_status(TaskStatus::Completed);
+                // The last progress text says nothing true of a completed task.
+                self.status_message = None;
                 self.result = Some(result);
             }
             Outcome::Failed { error, message } => {

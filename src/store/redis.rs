@@ -4,19 +4,23 @@
 //! Key layout (every key hash-tagged, so Redis Cluster works; every key has a TTL):
 //! - `mtg:{<taskId>}`: hash, the task (see `codec`); TTL = ttlMs + [`KEY_GRACE`];
 //! - `mtg:owned:{<instance>}`: set, ids of the unfinished tasks an instance runs;
+//! - `mtg:by-principal:{<principal>}`: sorted set, a principal's task ids by createdAt
+//!   (see `listing`); TTL = max TTL + grace, refreshed on each create;
 //! - `mtg:lease:{<instance>}`: string (its advertise URL), the instance's lease;
 //! - `mtg:instances`: set, the instances that hold or held a lease;
 //! - channel `mtg:wake:<instance>`: wake-ups for the owner (payload: a task id).
 //!
 //! Every change of a task is one Lua script on its hash; nothing uses KEYS or SCAN.
 
+mod changes;
 mod codec;
 mod conn;
+mod inspect;
 mod leases;
+mod listing;
 mod scripts;
 mod wakeups;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,8 +32,8 @@ use tokio::sync::mpsc;
 pub use conn::Target;
 
 use super::{
-    CancelOutcome, Lease, MembershipStore, Outcome, StoreError, TaskRecord, TaskStore, Unavailable,
-    UpdateOutcome, WakeReceiver, WakeUps, metrics, now_ms,
+    CancelOutcome, Lease, ListCursor, MembershipStore, Outcome, StoreError, TaskRecord, TaskStore,
+    Unavailable, UpdateOutcome, WakeReceiver, WakeUps, metrics, now_ms,
 };
 use crate::protocol::wire::{InputRequest, TaskStatus};
 use conn::Conn;
@@ -66,6 +70,12 @@ fn task_key(task_id: &str) -> String {
     format!("mtg:{{{task_id}}}")
 }
 
+/// The principal is the caller's identity, not a gateway-made id: braces in it can only
+/// move the key to another slot, never make two principals share a key.
+fn principal_key(principal: &str) -> String {
+    format!("mtg:by-principal:{{{principal}}}")
+}
+
 fn owned_key(instance: &str) -> String {
     format!("mtg:owned:{{{instance}}}")
 }
@@ -92,6 +102,15 @@ fn pipe_of(cmds: impl IntoIterator<Item = redis::Cmd>) -> Pipeline {
         pipe.add_command(cmd);
     }
     pipe
+}
+
+/// The first reply of the first group of a `Conn::run`.
+fn first_reply(replies: Vec<Vec<Value>>) -> Value {
+    replies
+        .into_iter()
+        .next()
+        .and_then(|group| group.into_iter().next())
+        .unwrap_or(Value::Nil)
 }
 
 fn corrupt(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StoreError {
@@ -123,6 +142,19 @@ impl RedisStore {
     /// Runs one script on one task; its reply.
     async fn eval(&self, op: &'static str, cmd: redis::Cmd) -> Result<Value, StoreError> {
         self.conn.one(op, cmd).await
+    }
+
+    /// Drops tasks from their principal's listing, in the background: the caller's answer
+    /// does not wait for it, and `list` skips members whose task is gone anyway.
+    fn unlist(&self, principal: &str, task_ids: Vec<String>) {
+        let mut cmd = redis::cmd("ZREM");
+        cmd.arg(principal_key(principal)).arg(&task_ids);
+        let conn = self.conn.clone();
+        tokio::spawn(async move {
+            if let Err(e) = conn.one("unlist", cmd).await {
+                tracing::warn!(?task_ids, error = %e, "could not drop tasks from their principal's listing");
+            }
+        });
     }
 
     async fn remove_from_owned(&self, owner: &str, task_id: &str) {
@@ -159,11 +191,30 @@ impl TaskStore for RedisStore {
                 .arg(self.settings.timeout.as_millis() as u64);
             task_group.add_command(wait);
         }
-        let replies = self
-            .conn
-            .run("create", vec![pipe_of([index_add, index_ttl]), task_group])
-            .await?;
-        let mut task_replies = replies.into_iter().nth(1).unwrap_or_default().into_iter();
+        // The principal's set lives as long as the longest-lived task it can hold.
+        let listed = principal_key(&task.principal);
+        let mut list_add = redis::cmd("ZADD");
+        list_add
+            .arg(&listed)
+            .arg("NX")
+            .arg(task.created_at_ms)
+            .arg(&task.task_id);
+        let mut list_ttl = redis::cmd("PEXPIRE");
+        list_ttl.arg(&listed).arg(Self::key_ttl_ms(
+            task.ttl_ms.max(self.settings.max_ttl.as_millis() as u64),
+        ));
+        let groups = vec![
+            pipe_of([index_add, index_ttl]),
+            task_group,
+            pipe_of([list_add, list_ttl]),
+        ];
+        let replies = self.conn.run("create", groups).await?;
+        let Ok([_owned, task_replies, _listed]) = <[Vec<Value>; 3]>::try_from(replies) else {
+            return Err(corrupt(
+                "create: Redis answered a different number of groups",
+            ));
+        };
+        let mut task_replies = task_replies.into_iter();
         let created: i64 = parse(task_replies.next().unwrap_or(Value::Nil))?;
         if created == 0 {
             return Err(StoreError::Duplicate(task.task_id));
@@ -189,33 +240,43 @@ impl TaskStore for RedisStore {
         task_id: &str,
         principal: &str,
     ) -> Result<Option<Arc<TaskRecord>>, StoreError> {
-        if !is_task_id(task_id) {
-            return Ok(None);
-        }
-        let mut cmd = redis::cmd("HGETALL");
-        cmd.arg(task_key(task_id));
-        let fields: HashMap<String, String> = parse(self.conn.one("get", cmd).await?)?;
-        if fields.is_empty() {
-            return Ok(None);
-        }
-        let task = codec::decode(task_id, fields).map_err(corrupt)?;
+        let task = inspect::read_tasks(self, "get", &[task_id]).await?.pop();
         // Another principal's task reads exactly like an unknown one.
-        if task.principal != principal || task.expires_at_ms() <= now_ms() {
-            return Ok(None);
-        }
-        Ok(Some(Arc::new(task)))
+        Ok(task.filter(|task| task.principal == principal))
+    }
+
+    async fn list(
+        &self,
+        principal: &str,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<Arc<TaskRecord>>, StoreError> {
+        listing::list(self, principal, after, limit).await
     }
 
     async fn delete(&self, task_id: &str) -> Result<(), StoreError> {
+        // The principal is read in the same round trip, to unlist the task after: a
+        // leftover member per task answered inline would pile up until the max TTL.
+        let key = task_key(task_id);
+        let mut principal = redis::cmd("HGET");
+        principal.arg(&key).arg("principal");
         let mut del = redis::cmd("DEL");
-        del.arg(task_key(task_id));
+        del.arg(&key);
         let mut unindex = redis::cmd("SREM");
         unindex
             .arg(owned_key(&self.settings.instance_id))
             .arg(task_id);
-        self.conn
-            .run("delete", vec![pipe_of([del]), pipe_of([unindex])])
+        let replies = self
+            .conn
+            .run(
+                "delete",
+                vec![pipe_of([principal, del]), pipe_of([unindex])],
+            )
             .await?;
+        let principal: Option<String> = parse(first_reply(replies))?;
+        if let Some(principal) = principal {
+            self.unlist(&principal, vec![task_id.to_owned()]);
+        }
         Ok(())
     }
 
@@ -335,27 +396,24 @@ impl TaskStore for RedisStore {
             .conn
             .run("finish", vec![pipe_of([finish]), pipe_of([unindex])])
             .await?;
-        let moved: i64 = parse(
-            replies
-                .into_iter()
-                .next()
-                .and_then(|group| group.into_iter().next())
-                .unwrap_or(Value::Nil),
-        )?;
+        let moved: i64 = parse(first_reply(replies))?;
         if moved == 1 {
             metrics::task_reached(status);
         }
         Ok(moved == 1)
     }
 
-    async fn cancel(&self, task_id: &str, principal: &str) -> Result<CancelOutcome, StoreError> {
+    async fn cancel(
+        &self,
+        task_id: &str,
+        principal: &str,
+        message: &str,
+    ) -> Result<CancelOutcome, StoreError> {
         if !is_task_id(task_id) {
             return Ok(CancelOutcome::NotFound);
         }
         let mut cmd = self.scripts.cancel.call(&task_key(task_id));
-        cmd.arg(principal)
-            .arg(now_ms())
-            .arg("cancelled by the client");
+        cmd.arg(principal).arg(now_ms()).arg(message);
         let reply: Vec<Value> = parse(self.eval("cancel", cmd).await?)?;
         let mut reply = reply.into_iter();
         let code: i64 = parse(reply.next().unwrap_or(Value::Nil))?;

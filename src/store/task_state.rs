@@ -66,6 +66,11 @@ pub enum UpdateOutcome {
     Accepted { keys: Vec<String>, owner: String },
 }
 
+/// statusMessage of a task its client cancelled.
+pub const CANCELLED_BY_CLIENT: &str = "cancelled by the client";
+/// statusMessage of a task an operator cancelled through the admin API.
+pub const CANCELLED_BY_OPERATOR: &str = "cancelled by an operator";
+
 /// What a `tasks/cancel` did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum CancelOutcome {
@@ -76,6 +81,24 @@ pub enum CancelOutcome {
     },
     /// It had already ended; nothing changed.
     AlreadyTerminal,
+}
+
+/// Where a page of [`TaskStore::list`] starts: just after this task, in newest-first
+/// order (`created_at_ms` descending, then `task_id` descending).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListCursor {
+    pub created_at_ms: u64,
+    pub task_id: String,
+}
+
+impl ListCursor {
+    /// The cursor that continues after `task`.
+    pub fn after(task: &TaskRecord) -> Self {
+        Self {
+            created_at_ms: task.created_at_ms,
+            task_id: task.task_id.clone(),
+        }
+    }
 }
 
 /// Task state, shared by the in-memory and Redis implementations. Every change is a
@@ -92,6 +115,16 @@ pub trait TaskStore: Send + Sync + 'static {
         task_id: &str,
         principal: &str,
     ) -> Result<Option<Arc<TaskRecord>>, StoreError>;
+
+    /// `principal`'s live tasks, newest first (`created_at_ms` descending, ties by
+    /// `task_id` descending), starting just after `after`; at most `limit`. Expired and
+    /// deleted tasks are left out, and so is every other principal's task.
+    async fn list(
+        &self,
+        principal: &str,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<Arc<TaskRecord>>, StoreError>;
 
     /// Removes a task the client never saw (it was answered inline).
     async fn delete(&self, task_id: &str) -> Result<(), StoreError>;
@@ -143,8 +176,14 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Moves a task to a terminal state; `false` if it already was in one.
     async fn finish(&self, task_id: &str, outcome: Outcome) -> Result<bool, StoreError>;
 
-    /// Cancels a non-terminal task for the client.
-    async fn cancel(&self, task_id: &str, principal: &str) -> Result<CancelOutcome, StoreError>;
+    /// Cancels a non-terminal task of `principal`, with `message` as its statusMessage
+    /// ([`CANCELLED_BY_CLIENT`] or [`CANCELLED_BY_OPERATOR`]).
+    async fn cancel(
+        &self,
+        task_id: &str,
+        principal: &str,
+        message: &str,
+    ) -> Result<CancelOutcome, StoreError>;
 
     /// Checks that the store answers.
     async fn ping(&self) -> Result<(), StoreError>;

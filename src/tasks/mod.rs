@@ -3,10 +3,14 @@
 
 pub mod held;
 mod limits;
+mod listen;
 pub mod mrtr;
+mod native;
 pub mod policy;
 pub mod render;
 mod runner;
+pub mod session;
+pub mod watch;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,7 +23,10 @@ use tokio::sync::{Notify, oneshot};
 
 use crate::protocol::jsonrpc::ErrorObject;
 use crate::protocol::wire::TaskStatus;
-use crate::store::{CancelOutcome, Store, TaskRecord, TaskStore, UpdateOutcome, WakeUps, now_ms};
+use crate::store::{
+    CANCELLED_BY_CLIENT, CANCELLED_BY_OPERATOR, CancelOutcome, Changes, Store, TaskChange,
+    TaskRecord, TaskStore, UpdateOutcome, WakeUps, now_ms,
+};
 use crate::telemetry;
 use crate::upstream::Upstream;
 
@@ -28,6 +35,8 @@ use crate::upstream::Upstream;
 pub struct TaskSettings {
     pub instance_id: String,
     pub ttl_ms: u64,
+    /// The longest TTL a client may ask for (`--max-ttl-ms`).
+    pub max_ttl_ms: u64,
     pub poll_interval_ms: u64,
     pub upstream_timeout: Option<Duration>,
     pub promote_after: Duration,
@@ -49,6 +58,11 @@ pub struct ToolCall {
     pub capabilities: Map<String, Value>,
     pub auth: Option<HeaderValue>,
     pub principal: String,
+    /// For a 2025-xx session client's task: where the call runs and whom its changes
+    /// concern.
+    pub session: Option<session::SessionLink>,
+    /// The TTL the client asked for, already capped; the default otherwise.
+    pub ttl_ms: Option<u64>,
 }
 
 impl ToolCall {
@@ -70,6 +84,9 @@ pub enum Started {
 pub struct TaskService {
     store: Arc<dyn TaskStore>,
     wakeups: Arc<dyn WakeUps>,
+    changes: Arc<dyn Changes>,
+    /// Who here waits for a task to change (`tasks/result`, session GET streams).
+    watchers: watch::Watchers,
     upstream: Arc<dyn Upstream>,
     settings: TaskSettings,
     /// Wake-up handles of the runners on this instance, by task id.
@@ -84,15 +101,20 @@ pub struct TaskService {
     /// asks for goes to that caller as the call's answer, and no task is kept.
     early_input: Mutex<HashMap<String, oneshot::Sender<Value>>>,
     running_limit: limits::RunningLimit,
+    /// Tools the upstream runs only as its own tasks.
+    native_tasks: native::NativeTaskTools,
 }
 
 impl TaskService {
     pub fn start(store: &Store, upstream: Arc<dyn Upstream>, settings: TaskSettings) -> Arc<Self> {
         let mut wakeups = store.wakeups.wakeups(&settings.instance_id);
+        let mut changes = store.changes.changes();
         let running_limit = limits::RunningLimit::new(settings.max_running_per_principal);
         let service = Arc::new(Self {
             store: store.tasks.clone(),
             wakeups: store.wakeups.clone(),
+            changes: store.changes.clone(),
+            watchers: watch::Watchers::default(),
             upstream,
             settings,
             runners: Mutex::new(HashMap::new()),
@@ -100,6 +122,7 @@ impl TaskService {
             moved_on: Notify::new(),
             early_input: Mutex::new(HashMap::new()),
             running_limit,
+            native_tasks: native::NativeTaskTools::default(),
         });
         let weak = Arc::downgrade(&service);
         tokio::spawn(async move {
@@ -110,7 +133,23 @@ impl TaskService {
                 service.wake_local(&task_id);
             }
         });
+        let weak = Arc::downgrade(&service);
+        tokio::spawn(async move {
+            while let Some(change) = changes.recv().await {
+                let Some(service) = weak.upgrade() else {
+                    return;
+                };
+                service.watchers.dispatch(&change);
+            }
+        });
         service
+    }
+
+    /// The TTL a task gets when its client asks for `requested` ms: within the maximum,
+    /// and never so short that it expires before the client's first poll.
+    pub fn clamp_ttl_ms(&self, requested: u64) -> u64 {
+        let shortest = crate::config::MIN_TTL_MS.max(self.settings.poll_interval_ms);
+        requested.min(self.settings.max_ttl_ms).max(shortest)
     }
 
     pub fn store(&self) -> &Arc<dyn TaskStore> {
@@ -129,25 +168,48 @@ impl TaskService {
         self.store.create(record).await?;
         telemetry::task_created();
 
-        let budget = self.settings.promote_after;
-        let early_input = (!budget.is_zero()).then(|| {
+        // A session client answers no MRTR round: within the budget it can only get
+        // the final result, and only if its response mode allows (SEP-1905).
+        let (budget, early_input) = match &call.session {
+            None => (self.settings.promote_after, true),
+            Some(link) if link.immediate => (self.settings.promote_after, false),
+            Some(_) => (Duration::ZERO, false),
+        };
+        let early_input = (early_input && !budget.is_zero()).then(|| {
             let (tx, rx) = oneshot::channel();
             self.lock_early_input().insert(task_id.clone(), tx);
             rx
         });
+        if let Some(link) = &call.session {
+            self.watchers.expect_session(&link.client_session);
+        }
         let done_rx = self.spawn_runner(&task_id, call, None, slot);
 
-        if let Some(early_input) = early_input
-            && let Some(inline) = self
+        if !budget.is_zero() {
+            // The caller does not know the task's id until this returns: if it hangs up
+            // meanwhile, nobody could ever read or cancel the task.
+            let mut unclaimed = Unclaimed {
+                service: self.clone(),
+                task_id: Some(task_id.clone()),
+                principal: principal.clone(),
+            };
+            let inline = self
                 .within_budget(&task_id, &principal, done_rx, early_input)
-                .await
-        {
-            return Ok(Started::Inline(inline));
+                .await;
+            unclaimed.task_id = None;
+            if let Some(inline) = inline {
+                return Ok(Started::Inline(inline));
+            }
         }
         Ok(Started::Task(seed))
     }
 
     /// A new record for `call`, owned by this instance, `working`.
+    /// The TTL of `call`'s task: the client's (already clamped) or the default.
+    fn ttl_of(&self, call: &ToolCall) -> u64 {
+        call.ttl_ms.unwrap_or(self.settings.ttl_ms)
+    }
+
     fn new_record(&self, call: &ToolCall) -> TaskRecord {
         let now = now_ms();
         TaskRecord {
@@ -158,7 +220,7 @@ impl TaskService {
             status_message: None,
             created_at_ms: now,
             last_updated_at_ms: now,
-            ttl_ms: self.settings.ttl_ms,
+            ttl_ms: self.ttl_of(call),
             poll_interval_ms: self.settings.poll_interval_ms,
             input_requests: Default::default(),
             answers: Default::default(),
@@ -208,8 +270,14 @@ impl TaskService {
         task_id: &str,
         principal: &str,
         done: oneshot::Receiver<()>,
-        mut early_input: oneshot::Receiver<Value>,
+        early_input: Option<oneshot::Receiver<Value>>,
     ) -> Option<Result<Box<RawValue>, ErrorObject>> {
+        let Some(mut early_input) = early_input else {
+            return match tokio::time::timeout(self.settings.promote_after, done).await {
+                Ok(_) => self.take_inline(task_id, principal).await,
+                Err(_) => None,
+            };
+        };
         let first = tokio::time::timeout(self.settings.promote_after, async {
             tokio::select! {
                 // The runner hands input over before it ends, so input wins a tie.
@@ -310,6 +378,7 @@ impl TaskService {
                     telemetry::input_requests_answered(keys.len());
                     tracing::debug!(task_id, ?keys, "accepted input responses");
                     self.wakeups.wake(&owner, task_id).await?;
+                    self.announce(task_id, None).await;
                 }
                 Ok(())
             }
@@ -317,17 +386,41 @@ impl TaskService {
     }
 
     pub async fn cancel(&self, task_id: &str, principal: &str) -> Result<(), ErrorObject> {
-        match self.store.cancel(task_id, principal).await? {
+        match self
+            .cancel_as(task_id, principal, CANCELLED_BY_CLIENT, None)
+            .await?
+        {
             CancelOutcome::NotFound => Err(not_found(task_id)),
-            CancelOutcome::AlreadyTerminal => Ok(()),
-            CancelOutcome::Cancelled { owner } => {
-                tracing::info!(task_id, "task cancelled by the client");
-                self.wakeups
-                    .wake(&owner, task_id)
-                    .await
-                    .map_err(ErrorObject::from)
-            }
+            CancelOutcome::AlreadyTerminal | CancelOutcome::Cancelled { .. } => Ok(()),
         }
+    }
+
+    /// An operator's cancel (admin API): the same as the client's, under the task's own
+    /// principal, with a statusMessage that says who did it.
+    pub async fn cancel_as_operator(
+        &self,
+        task: &TaskRecord,
+    ) -> Result<CancelOutcome, ErrorObject> {
+        self.cancel_as(&task.task_id, &task.principal, CANCELLED_BY_OPERATOR, None)
+            .await
+    }
+
+    /// Cancels in the store, wakes the owner (which stops the upstream call) and tells
+    /// whoever watches the task; `session` names the session client whose task it is.
+    async fn cancel_as(
+        &self,
+        task_id: &str,
+        principal: &str,
+        message: &str,
+        session: Option<&str>,
+    ) -> Result<CancelOutcome, ErrorObject> {
+        let outcome = self.store.cancel(task_id, principal, message).await?;
+        if let CancelOutcome::Cancelled { owner } = &outcome {
+            tracing::info!(task_id, message, "task cancelled");
+            self.wakeups.wake(owner, task_id).await?;
+            self.announce(task_id, session).await;
+        }
+        Ok(outcome)
     }
 
     /// Waits up to `limit` for the tasks running here to finish, then fails the rest, so
@@ -356,10 +449,33 @@ impl TaskService {
                 message: crate::store::INSTANCE_STOPPED.into(),
             };
             match self.store.finish(&task_id, outcome).await {
-                Ok(true) => telemetry::task_finished("failed", Duration::ZERO),
+                Ok(true) => {
+                    telemetry::task_finished("failed", Duration::ZERO);
+                    self.announce(&task_id, None).await;
+                }
                 Ok(false) => {}
                 Err(e) => tracing::error!(task_id, error = %e, "could not fail a task at shutdown"),
             }
+        }
+    }
+
+    /// Tells watchers on every instance that a task changed (a session's GET stream, a
+    /// `tasks/result`, a `subscriptions/listen` stream); `session` names the session
+    /// client whose task it is, if any.
+    async fn announce(&self, task_id: &str, session: Option<&str>) {
+        self.announce_change(task_id, session, None).await;
+    }
+
+    /// The same, with the upstream's progress on the task (only a session client hears
+    /// progress: SEP-2663 has none on tasks).
+    async fn announce_change(&self, task_id: &str, session: Option<&str>, progress: Option<Value>) {
+        let change = TaskChange {
+            task_id: task_id.to_owned(),
+            session: session.map(str::to_owned),
+            progress,
+        };
+        if let Err(e) = self.changes.announce(&change).await {
+            tracing::warn!(task_id, error = %e, "could not announce a task's change");
         }
     }
 
@@ -383,7 +499,46 @@ impl TaskService {
     }
 }
 
-fn not_found(task_id: &str) -> ErrorObject {
+/// A task whose creator waits within the promotion budget; dropped while still set (the
+/// client hung up), it is cancelled, so its upstream call stops and its running slot
+/// frees.
+struct Unclaimed {
+    service: Arc<TaskService>,
+    task_id: Option<String>,
+    principal: String,
+}
+
+impl Drop for Unclaimed {
+    fn drop(&mut self) {
+        let Some(task_id) = self.task_id.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let service = self.service.clone();
+        let principal = std::mem::take(&mut self.principal);
+        runtime.spawn(async move {
+            service.lock_early_input().remove(&task_id);
+            match service
+                .cancel_as(&task_id, &principal, CANCELLED_CLIENT_GONE, None)
+                .await
+            {
+                Ok(CancelOutcome::Cancelled { .. }) => {
+                    tracing::info!(task_id, "the caller hung up before it learned of the task; cancelled");
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(task_id, error = %e.message, "could not cancel a task its caller abandoned"),
+            }
+        });
+    }
+}
+
+/// statusMessage of a task whose caller hung up before the task's id reached it.
+const CANCELLED_CLIENT_GONE: &str =
+    "cancelled: the client disconnected before it learned of the task";
+
+pub(crate) fn not_found(task_id: &str) -> ErrorObject {
     ErrorObject::invalid_params(format!(
         "Failed to retrieve task: no task {task_id:?} (unknown, expired, or not yours)"
     ))

@@ -148,6 +148,7 @@ async fn record_round(
         .store
         .set_upstream_state(task_id, Some(state.to_upstream_state()))
         .await?;
+    service.announce(task_id, None).await;
     Ok(Some(keys))
 }
 

@@ -49,12 +49,16 @@ impl Policies {
         Self { by_tool }
     }
 
-    pub fn plan(&self, tool: &str, client_declared_tasks: bool) -> CallPlan {
-        let policy = self
-            .by_tool
+    /// The tool's policy; `optional` unless configured.
+    pub fn policy_of(&self, tool: &str) -> TaskPolicy {
+        self.by_tool
             .get(tool)
             .copied()
-            .unwrap_or(TaskPolicy::Optional);
+            .unwrap_or(TaskPolicy::Optional)
+    }
+
+    pub fn plan(&self, tool: &str, client_declared_tasks: bool) -> CallPlan {
+        let policy = self.policy_of(tool);
         match (policy, client_declared_tasks) {
             (TaskPolicy::Forbidden, _) => CallPlan::Inline,
             (_, true) => CallPlan::Task,

@@ -40,6 +40,7 @@ pub(super) async fn run(
     done: oneshot::Sender<()>,
 ) {
     let started = std::time::Instant::now();
+    let session = call.session.as_ref().map(|s| s.client_session.clone());
     let outcome = drive(service, task_id, call, held, &wake).await;
     if let Some(outcome) = outcome {
         let label = outcome_label(&outcome);
@@ -64,6 +65,8 @@ pub(super) async fn run(
         }
     }
     service.moved_on.notify_waiters();
+    // Also after a cancel or expiry seen on a wake-up: the task ended either way.
+    Box::pin(service.announce(task_id, session.as_deref())).await;
     let _ = done.send(());
 }
 
@@ -92,12 +95,15 @@ async fn drive(
         call.params = raw;
     }
     let input_wait = held.as_ref().map(|h| h.input_wait);
+    // Created just before the runner started: this is at most a little late.
+    let expires_at = Instant::now() + std::time::Duration::from_millis(service.ttl_of(&call));
     let mut trip = TaskTrip {
         service,
         task_id,
         call: &call,
         wake,
         deadline,
+        expires_at,
         held,
         input_wait,
     };
@@ -140,6 +146,8 @@ struct TaskTrip<'a> {
     call: &'a ToolCall,
     wake: &'a Notify,
     deadline: Option<Instant>,
+    /// When the task expires: nobody can read its outcome after that.
+    expires_at: Instant,
     /// The call to take over instead of opening one, for the first round.
     held: Option<Held>,
     /// For held calls: how long outstanding input may wait for the client.
@@ -155,8 +163,14 @@ impl RoundTrip for TaskTrip<'_> {
         let caller = Caller {
             capabilities: &self.call.capabilities,
             auth: self.call.auth.as_ref(),
+            session: self.call.session.as_ref().and_then(|s| s.upstream.as_ref()),
         };
         let digest = super::held::request_digest(method::TOOLS_CALL, Some(&params));
+        let mut params = params;
+        let native = self.held.is_none() && Box::pin(self.native_task(&caller, &params)).await;
+        if native && let Some(object) = params.as_object_mut() {
+            object.insert("task".into(), json!({}));
+        }
         let (exchange, pending, later) = match self.held.take() {
             Some(held) => (held.exchange, held.pending, held.later),
             None => {
@@ -172,11 +186,18 @@ impl RoundTrip for TaskTrip<'_> {
         let mut attempt = Call {
             service: self.service,
             task_id: self.task_id,
+            session: self
+                .call
+                .session
+                .as_ref()
+                .map(|s| s.client_session.as_str()),
             principal: &self.call.principal,
             digest,
             exchange,
             pending,
             waiting_since: Instant::now(),
+            native: native.then(NativeTask::default),
+            caller,
         };
         for event in later {
             if let Some(reply) = Box::pin(attempt.on_event(Some(Ok(event)))).await {
@@ -193,6 +214,7 @@ impl RoundTrip for TaskTrip<'_> {
                     if let Some(reply) = Box::pin(attempt.on_event(event)).await {
                         return Ok(reply);
                     }
+                    Box::pin(attempt.follow_upstream_task()).await?;
                 }
                 () = self.wake.notified() => {
                     if !Box::pin(attempt.on_wake()).await {
@@ -204,6 +226,11 @@ impl RoundTrip for TaskTrip<'_> {
                     Box::pin(attempt.cancel_upstream("the gateway's upstream timeout passed")).await;
                     return Err(Halt::Finish(timed_out(self.service)));
                 }
+                () = tokio::time::sleep_until(self.expires_at) => {
+                    tracing::info!("task expired while its call ran; cancelling it upstream");
+                    Box::pin(attempt.cancel_upstream("the task expired")).await;
+                    return Err(Halt::Ended);
+                }
                 () = sleep_until(abandoned_at) => {
                     let wait = self.input_wait.unwrap_or_default();
                     Box::pin(attempt.cancel_upstream("the client did not answer in time")).await;
@@ -214,10 +241,33 @@ impl RoundTrip for TaskTrip<'_> {
     }
 }
 
+impl TaskTrip<'_> {
+    /// Whether the upstream runs this tool only as a task of its own (`native`).
+    async fn native_task(&self, caller: &Caller<'_>, params: &Value) -> bool {
+        let Some(tool) = params.get("name").and_then(Value::as_str) else {
+            return false;
+        };
+        self.service
+            .native_tasks
+            .required(self.service.upstream.as_ref(), caller, tool)
+            .await
+    }
+}
+
+/// An upstream task the call created (`native`): the upstream's task id once it
+/// answered, and whether its `tasks/result` is the exchange now.
+#[derive(Default)]
+struct NativeTask {
+    created: Option<String>,
+    following: bool,
+}
+
 /// One task's call in flight.
 struct Call<'a> {
     service: &'a Arc<TaskService>,
     task_id: &'a str,
+    /// The session client whose task this is: its watchers hear of each change.
+    session: Option<&'a str>,
     principal: &'a str,
     exchange: Box<dyn Exchange>,
     /// Upstream request ids of outstanding input requests, by key.
@@ -226,6 +276,10 @@ struct Call<'a> {
     waiting_since: Instant,
     /// Binds an early `requestState` to the client's request.
     digest: String,
+    /// The upstream's own task behind this call, for tools it runs only as tasks.
+    native: Option<NativeTask>,
+    /// Who the call is made for (the follow-up requests of a native task too).
+    caller: Caller<'a>,
 }
 
 impl Call<'_> {
@@ -244,9 +298,22 @@ impl Call<'_> {
         };
         match event {
             UpstreamEvent::Response { id, outcome } if &id == self.exchange.request_id() => {
+                if let Some(native) = self.native.as_mut()
+                    && !native.following
+                    && let Ok(result) = &outcome
+                    && let Some(upstream_task) = super::native::created_task_id(result)
+                {
+                    // Not the result yet: the upstream's task, to follow.
+                    native.created = Some(upstream_task.to_owned());
+                    return None;
+                }
+                let outcome = match (&self.native, outcome) {
+                    (Some(_), Ok(result)) => Ok(super::native::without_upstream_task(result)),
+                    (_, outcome) => outcome,
+                };
                 return Some(match outcome {
                     Ok(result) if mrtr::asks_for_input(&result) => Reply::InputRequired(result),
-                    Ok(result) => Reply::Done(completed(result)),
+                    Ok(result) => Reply::Done(completed(result, self.session.is_none())),
                     Err(error) => Reply::Done(Outcome::Failed {
                         message: format!("the tool call failed upstream: {}", error.message),
                         error,
@@ -264,6 +331,12 @@ impl Call<'_> {
                             .await
                     {
                         tracing::warn!(error = %e, "could not record progress");
+                    }
+                    // A session client hears it too, under its own progress token.
+                    if self.session.is_some() {
+                        self.service
+                            .announce_change(self.task_id, self.session, params)
+                            .await;
                     }
                 }
                 // The upstream gave up on one of its requests (e.g. its own timeout).
@@ -284,6 +357,7 @@ impl Call<'_> {
                         {
                             tracing::warn!(error = %e, "could not withdraw an input request");
                         }
+                        self.service.announce(self.task_id, self.session).await;
                     }
                 }
                 _ => {}
@@ -323,6 +397,7 @@ impl Call<'_> {
                 }
                 self.pending.insert(key, id);
                 self.service.moved_on.notify_waiters();
+                self.service.announce(self.task_id, self.session).await;
                 self.hand_over_if_early().await;
             }
             Ok(None) => {}
@@ -375,7 +450,7 @@ impl Call<'_> {
             Ok(answers) => {
                 for (key, answer) in answers {
                     if let Some(id) = self.pending.remove(&key) {
-                        self.reply(id, Ok(answer)).await;
+                        self.reply(id, super::session::decode_answer(answer)).await;
                         self.waiting_since = Instant::now();
                     }
                 }
@@ -395,12 +470,51 @@ impl Call<'_> {
         if let Err(e) = self.exchange.cancel(reason).await {
             tracing::warn!(error = %e, "could not send notifications/cancelled upstream");
         }
+        if let Some(upstream_task) = self.native.as_ref().and_then(|n| n.created.as_deref()) {
+            let params = json!({ "taskId": upstream_task });
+            let cancelled = crate::upstream::forward::forward(
+                self.service.upstream.as_ref(),
+                &self.caller,
+                method::TASKS_CANCEL,
+                Some(params),
+                Some(std::time::Duration::from_secs(10)),
+            )
+            .await;
+            if let Err(e) = cancelled {
+                tracing::warn!(error = %e, "could not cancel the upstream's task");
+            }
+        }
+    }
+
+    /// Once the upstream answered with its own task, the call goes on as that task's
+    /// `tasks/result`, which delivers its input requests and ends with the result.
+    async fn follow_upstream_task(&mut self) -> Result<(), Halt> {
+        let Some(native) = self.native.as_mut() else {
+            return Ok(());
+        };
+        let Some(upstream_task) = native.created.clone().filter(|_| !native.following) else {
+            return Ok(());
+        };
+        native.following = true;
+        tracing::info!(upstream_task, "following the upstream's own task");
+        self.exchange = self
+            .service
+            .upstream
+            .open_call(
+                &self.caller,
+                method::TASKS_RESULT,
+                Some(json!({ "taskId": upstream_task })),
+            )
+            .await
+            .map_err(|e| Halt::Finish(upstream_failure(&e)))?;
+        Ok(())
     }
 }
 
-/// The upstream's result as the task's `result`, completed with `resultType`.
-fn completed(mut result: Value) -> Outcome {
-    if let Some(obj) = result.as_object_mut() {
+/// The upstream's result as the task's `result`; for 2026-07-28 clients completed with
+/// `resultType` (a session client's result has none).
+fn completed(mut result: Value, for_2026: bool) -> Outcome {
+    if for_2026 && let Some(obj) = result.as_object_mut() {
         obj.entry("resultType").or_insert_with(|| "complete".into());
     }
     match serde_json::value::to_raw_value(&result) {

@@ -1,29 +1,19 @@
 //! Metrics: names and recording helpers in one place, and the Prometheus endpoint.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
-use metrics_exporter_prometheus::{BuildError, PrometheusBuilder};
+use metrics_exporter_prometheus::{BuildError, PrometheusBuilder, PrometheusHandle};
 
-#[derive(Debug, thiserror::Error)]
-#[error("cannot serve metrics on {addr}: {source}")]
-pub struct MetricsError {
-    addr: SocketAddr,
-    #[source]
-    source: BuildError,
-}
-
-/// Starts the Prometheus exporter on `addr` (`GET /metrics`).
-pub fn install_metrics(addr: SocketAddr) -> Result<(), MetricsError> {
+/// Installs the Prometheus recorder; the handle renders `/metrics` (served by
+/// `crate::admin`, beside the admin API).
+pub fn install_metrics() -> Result<PrometheusHandle, BuildError> {
     PrometheusBuilder::new()
-        .with_http_listener(addr)
         .set_buckets(&[
             0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
             30.0, 60.0, 300.0,
-        ])
-        .and_then(PrometheusBuilder::install)
-        .map_err(|source| MetricsError { addr, source })
+        ])?
+        .install_recorder()
 }
 
 /// Methods get their own label; anything else is `other`, so clients cannot grow the
@@ -132,4 +122,15 @@ pub fn session_ended(reason: &'static str) {
 /// An `initialize` was refused: the session table was full of sessions in use.
 pub fn session_refused() {
     counter!("mtg_sessions_refused_total").increment(1);
+}
+
+/// Tasks failed because the instance running them disappeared (its lease lapsed).
+pub fn lost_owner_tasks_failed(count: usize) {
+    counter!("mtg_lost_owner_tasks_failed_total").increment(count as u64);
+}
+
+/// Whether this instance's last lease renewal reached the store (1) or not (0): with
+/// Redis, 0 means every instance may soon take this one for lost.
+pub fn lease_held(held: bool) {
+    gauge!("mtg_lease_held").set(if held { 1.0 } else { 0.0 });
 }

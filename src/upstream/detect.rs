@@ -156,6 +156,18 @@ impl Upstream for AutoUpstream {
         self.chosen(caller).await?.discover_result(caller).await
     }
 
+    async fn tool_annotations(
+        &self,
+        caller: &Caller<'_>,
+        tool: &str,
+    ) -> Option<Vec<crate::protocol::param_headers::ParamHeader>> {
+        self.chosen(caller)
+            .await
+            .ok()?
+            .tool_annotations(caller, tool)
+            .await
+    }
+
     async fn ready(&self) -> Result<(), UpstreamError> {
         match self.chosen.get() {
             Some(chosen) => chosen.ready().await,
@@ -177,6 +189,7 @@ impl Upstream for AutoUpstream {
         let caller = Caller {
             capabilities: &Map::new(),
             auth,
+            session: None,
         };
         Ok(self.chosen(&caller).await?.passthrough_url())
     }

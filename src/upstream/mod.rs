@@ -67,6 +67,19 @@ impl UpstreamError {
 pub struct Caller<'a> {
     pub capabilities: &'a Map<String, Value>,
     pub auth: Option<&'a ::http::HeaderValue>,
+    /// A 2025-xx session client's own upstream session: a task of that client runs
+    /// there (the upstream knows the client's capabilities and tools), not in a session
+    /// of the gateway's. Only 2025-xx HTTP upstreams have one.
+    pub session: Option<&'a SessionRef>,
+}
+
+/// An upstream session a client opened through the gateway (pass-through).
+#[derive(Debug, Clone)]
+pub struct SessionRef {
+    /// Its `Mcp-Session-Id`; `None` when the upstream issued none.
+    pub id: Option<::http::HeaderValue>,
+    /// The `MCP-Protocol-Version` the client negotiated.
+    pub protocol_version: ::http::HeaderValue,
 }
 
 /// A request sent upstream, or why it could not be.
@@ -87,6 +100,17 @@ pub trait Upstream: Send + Sync + 'static {
         Ok(crate::protocol::bridge::discover_result(
             &self.server_info(caller).await?,
         ))
+    }
+
+    /// `tool`'s `x-mcp-header` annotations, from the upstream's `tools/list`, to check a
+    /// client's `Mcp-Param-*` headers against. `None`: not known (only 2026-07-28
+    /// upstreams are asked; their tools are the ones annotated).
+    async fn tool_annotations(
+        &self,
+        _caller: &Caller<'_>,
+        _tool: &str,
+    ) -> Option<Vec<crate::protocol::param_headers::ParamHeader>> {
+        None
     }
 
     /// Where 2025-xx session clients are passed through to, for HTTP upstreams.

@@ -5,9 +5,10 @@
 //! offer a tool only to sessions that declared elicitation), so sessions are keyed by
 //! the capabilities declared and by the caller's credentials.
 
+use crate::protocol::meta;
 use crate::protocol::names::method;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,8 +23,10 @@ use tokio::task::AbortHandle;
 use async_trait::async_trait;
 
 use super::http::{HttpClient, describe_client_error, truncate_on_char};
-use super::{CallStream, Caller, Exchange, Opened, Upstream, UpstreamError, UpstreamEvent};
-use crate::protocol::jsonrpc::{self, ErrorObject, code};
+use super::{
+    CallStream, Caller, Exchange, Opened, SessionRef, Upstream, UpstreamError, UpstreamEvent,
+};
+use crate::protocol::jsonrpc::{self, ErrorObject, Message, code};
 use crate::protocol::names::SESSION_VERSION;
 
 use crate::protocol::names::header::{
@@ -97,6 +100,8 @@ impl SessionHttpUpstream {
         capabilities: &Map<String, Value>,
         auth: Option<&HeaderValue>,
     ) -> Result<Arc<UpstreamSession>, UpstreamError> {
+        let subset = meta::session_subset(capabilities);
+        let capabilities = &subset;
         let key = session_key(capabilities, auth);
         let cell = {
             let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
@@ -192,6 +197,51 @@ impl SessionHttpUpstream {
         self.send(&session, &initialized).await?;
         tracing::info!(upstream = %self.url, session = ?session.id, "opened upstream session");
         Ok(session)
+    }
+
+    /// Sends a request in a session a client opened through the gateway. The client
+    /// numbers its own requests in that session, so the gateway's ids are strings it
+    /// would not pick; a session the upstream forgot is the client's to reopen.
+    async fn open_in_client_session(
+        &self,
+        client_session: &SessionRef,
+        auth: Option<&HeaderValue>,
+        method: &str,
+        params: Option<Value>,
+    ) -> Opened {
+        let session = Arc::new(UpstreamSession {
+            id: client_session.id.clone(),
+            protocol_version: client_session.protocol_version.clone(),
+            server: Value::Null,
+            auth: auth.cloned(),
+            key: String::new(),
+            listener: Mutex::new(None),
+        });
+        let id = Value::String(format!(
+            "mtg-{}",
+            self.next_id.fetch_add(1, Ordering::Relaxed)
+        ));
+        let stream = self.call(&session, id.clone(), method, params).await?;
+        Ok(self.exchange(session, stream, id))
+    }
+
+    /// The exchange of a request sent on `session` as `id`.
+    fn exchange(
+        &self,
+        session: Arc<UpstreamSession>,
+        stream: CallStream,
+        id: Value,
+    ) -> Box<dyn Exchange> {
+        Box::new(SessionHttpExchange {
+            upstream: self
+                .me
+                .upgrade()
+                .expect("the upstream is alive while called"),
+            session,
+            stream,
+            id,
+            settled: AtomicBool::new(false),
+        })
     }
 
     /// Sends a request on `session`; the returned stream yields what comes back.
@@ -351,6 +401,11 @@ impl SessionHttpUpstream {
 #[async_trait]
 impl Upstream for SessionHttpUpstream {
     async fn open_call(&self, caller: &Caller<'_>, method: &str, params: Option<Value>) -> Opened {
+        if let Some(client_session) = caller.session {
+            return self
+                .open_in_client_session(client_session, caller.auth, method, params)
+                .await;
+        }
         let mut retried = false;
         loop {
             let session = self.session(caller.capabilities, caller.auth).await?;
@@ -359,17 +414,7 @@ impl Upstream for SessionHttpUpstream {
                 .call(&session, id.clone(), method, params.clone())
                 .await
             {
-                Ok(stream) => {
-                    return Ok(Box::new(SessionHttpExchange {
-                        upstream: self
-                            .me
-                            .upgrade()
-                            .expect("the upstream is alive while called"),
-                        session,
-                        stream,
-                        id,
-                    }));
-                }
+                Ok(stream) => return Ok(self.exchange(session, stream, id)),
                 // The upstream forgot the session (restart, expiry): open a new one, once.
                 Err(UpstreamError::SessionExpired) if !retried => {
                     self.invalidate(&session);
@@ -403,12 +448,46 @@ struct SessionHttpExchange {
     session: Arc<UpstreamSession>,
     stream: CallStream,
     id: Value,
+    /// The answer came, the stream ended, or the call was cancelled: nothing to stop.
+    settled: AtomicBool,
+}
+
+impl Drop for SessionHttpExchange {
+    /// A caller that stops listening before the answer (its client hung up, a timeout)
+    /// cancels the call: a 2025-xx server goes on working after a closed stream.
+    fn drop(&mut self) {
+        if self.settled.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (upstream, session) = (self.upstream.clone(), self.session.clone());
+        let notice = jsonrpc::notification_value(
+            method::CANCELLED,
+            Some(json!({"requestId": self.id, "reason": "the gateway's caller stopped waiting"})),
+        );
+        runtime.spawn(async move {
+            if let Err(e) = upstream.send(&session, &notice).await {
+                tracing::debug!(error = %e, "could not cancel an abandoned call upstream");
+            }
+        });
+    }
 }
 
 #[async_trait]
 impl Exchange for SessionHttpExchange {
     async fn next(&mut self) -> Option<Result<UpstreamEvent, UpstreamError>> {
-        self.stream.next().await
+        let event = self.stream.next().await;
+        let answered = match &event {
+            Some(Ok(Message::Response { id, .. })) => *id == self.id,
+            Some(Ok(_)) => false,
+            None | Some(Err(_)) => true,
+        };
+        if answered {
+            self.settled.store(true, Ordering::Relaxed);
+        }
+        event
     }
 
     async fn reply(
@@ -421,6 +500,9 @@ impl Exchange for SessionHttpExchange {
     }
 
     async fn cancel(&self, reason: &str) -> Result<(), UpstreamError> {
+        if self.settled.swap(true, Ordering::Relaxed) {
+            return Ok(());
+        }
         let notice = jsonrpc::notification_value(
             method::CANCELLED,
             Some(json!({"requestId": self.id, "reason": reason})),

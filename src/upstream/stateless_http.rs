@@ -117,6 +117,16 @@ impl StatelessHttpUpstream {
 
 #[async_trait]
 impl Upstream for StatelessHttpUpstream {
+    async fn tool_annotations(
+        &self,
+        caller: &Caller<'_>,
+        tool: &str,
+    ) -> Option<Vec<crate::protocol::param_headers::ParamHeader>> {
+        self.tool_headers
+            .annotations_for(tool, || self.list_tools(caller))
+            .await
+    }
+
     async fn open_call(&self, caller: &Caller<'_>, method: &str, params: Option<Value>) -> Opened {
         Ok(Box::new(self.call(caller, method, params).await?))
     }

@@ -32,14 +32,27 @@ struct Listing {
 
 impl ToolHeaderCache {
     /// The headers (name, unencoded value) a call of `tool` with `arguments` carries.
-    /// `list` fetches the upstream's tools when the listing is stale or lacks the tool;
-    /// if that fails, the call goes without headers and the upstream decides.
+    /// If the listing fails, the call goes without headers and the upstream decides.
     pub async fn headers_for<F, Fut>(
         &self,
         tool: &str,
         arguments: Option<&Value>,
         list: F,
     ) -> Vec<(String, String)>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Vec<Value>, UpstreamError>>,
+    {
+        self.annotations_for(tool, list)
+            .await
+            .map(|annotations| param_headers::values(&annotations, arguments))
+            .unwrap_or_default()
+    }
+
+    /// `tool`'s `x-mcp-header` annotations; `None` when the upstream lists no such tool
+    /// (or could not be asked). `list` fetches the upstream's tools when the listing is
+    /// stale or lacks the tool.
+    pub async fn annotations_for<F, Fut>(&self, tool: &str, list: F) -> Option<Vec<ParamHeader>>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Vec<Value>, UpstreamError>>,
@@ -73,11 +86,7 @@ impl ToolHeaderCache {
                 }
             }
         }
-        listing
-            .as_ref()
-            .and_then(|l| l.tools.get(tool))
-            .map(|annotations| param_headers::values(annotations, arguments))
-            .unwrap_or_default()
+        listing.as_ref().and_then(|l| l.tools.get(tool)).cloned()
     }
 }
 

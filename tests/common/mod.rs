@@ -275,6 +275,36 @@ impl Client {
         Some(Reply { status, body })
     }
 
+    /// Opens `subscriptions/listen` (JSON-RPC id `id`) with `notifications` as its
+    /// filter: the SSE stream, or the reply when the gateway refused.
+    pub async fn listen(&self, id: u64, notifications: Value) -> Result<mrtr::SseMessages, Reply> {
+        let params = self.params(json!({ "notifications": notifications }));
+        let body =
+            json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": params});
+        let mut request = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", MODERN)
+            .header("mcp-method", "subscriptions/listen")
+            .json(&body);
+        if let Some(auth) = &self.authorization {
+            request = request.header("authorization", auth);
+        }
+        let response = request.send().await.expect("gateway reachable");
+        let is_sse = response
+            .headers()
+            .get("content-type")
+            .is_some_and(|ct| ct.to_str().unwrap_or("").starts_with("text/event-stream"));
+        if is_sse {
+            return Ok(mrtr::SseMessages::of(response));
+        }
+        let status = response.status().as_u16();
+        let body = response.json().await.unwrap_or_else(|_| json!({}));
+        Err(Reply { status, body })
+    }
+
     pub async fn call_tool(&self, name: &str, arguments: Value) -> Reply {
         self.request("tools/call", json!({"name": name, "arguments": arguments}))
             .await
@@ -358,6 +388,15 @@ impl Client {
 }
 
 /// The text of the first content block of a tool result.
+/// The gateway's acknowledgement of `tasks/update` and `tasks/cancel`: empty, naming the
+/// gateway as the server that made it.
+pub fn gateway_ack() -> Value {
+    json!({
+        "resultType": "complete",
+        "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "mcp-task-gateway", "version": env!("CARGO_PKG_VERSION")}},
+    })
+}
+
 pub fn first_text(result: &Value) -> &str {
     result["content"][0]["text"]
         .as_str()

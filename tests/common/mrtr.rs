@@ -81,6 +81,14 @@ pub struct SseMessages {
 }
 
 impl SseMessages {
+    /// The messages of an SSE response, as they come.
+    pub fn of(response: reqwest::Response) -> Self {
+        SseMessages {
+            body: Box::pin(response.bytes_stream()),
+            buffer: String::new(),
+        }
+    }
+
     /// The next JSON-RPC message; `None` when the stream ended.
     pub async fn next(&mut self) -> Option<Value> {
         use futures_util::StreamExt;

@@ -8,12 +8,19 @@ What it does, all without a cluster or network:
   * validates each values file against values.schema.json, renders the chart with it and checks
     every rendered object with kubernetes-validate in strict mode (unknown fields are errors)
     against the oldest Kubernetes the chart supports and the newest kubernetes-validate knows;
-  * ServiceMonitor (a prometheus-operator CRD, not in kubernetes-validate's schemas) is checked
-    instead against the pydantic models of cloudcoil-models-prometheus-operator, generated from
-    the CRDs, plus a check that no field was dropped as unknown; any other kind without a schema
-    is a failure, never a silent skip;
+  * ServiceMonitor and PrometheusRule (prometheus-operator CRDs, not in kubernetes-validate's
+    schemas) are checked instead against the pydantic models of
+    cloudcoil-models-prometheus-operator, generated from the CRDs, plus a check that no field was
+    dropped as unknown; any other kind without a schema is a failure, never a silent skip;
   * checks what the chart promises (security context, probes, instance id, grace period, Redis
-    URL only from a Secret, ...) and that bad values fail with a clear message;
+    URL only from a Secret, admin token only from a read-only Secret file, ...) and that bad
+    values fail with a clear message;
+  * alert rules (files/alerts.yaml, as rendered) and the Grafana dashboard (files/dashboard.json,
+    as rendered): every PromQL expression parses with a real PromQL parser (PyPI
+    `promql-parser`; Grafana variables are substituted first), every metric named is one the
+    gateway's Rust sources name in a string literal, every alert has a severity, a summary, a
+    description and a runbook_url whose anchor is a heading of docs/operations.md, and the
+    dashboard has unique panel ids and takes every query from its data source variable;
   * builds the kustomize base and overlays with `kubectl kustomize` and validates them the same way;
   * checks that README.md documents every value in values.yaml;
   * parses deploy/Dockerfile with BuildKit's own parser (PyPI `dockerfile`) and checks its
@@ -29,6 +36,7 @@ import argparse
 import copy
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -38,12 +46,15 @@ from typing import Any, Callable
 
 import helm_python as helm
 import kubernetes_validate.utils as kv
+import promql_parser
 import yaml
 from kubernetes_validate.version import __version__ as kv_version
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "mcp-task-gateway"
 VALUES_DIR = ROOT / "tests" / "helm"
+SOURCES = ROOT / "src"
+OPERATIONS_DOC = ROOT / "docs" / "operations.md"
 KUSTOMIZE_DIRS = [
     ROOT / "deploy" / "kustomize" / "base",
     ROOT / "deploy" / "kustomize" / "overlays" / "redis",
@@ -85,14 +96,18 @@ def check(what: str, fn: Callable[[], None]) -> None:
 # Validating Kubernetes objects
 
 
-def validate_servicemonitor(doc: dict) -> None:
-    """ServiceMonitor against the prometheus-operator CRD's generated models, strictly."""
-    from cloudcoil.models.prometheus_operator.v1 import ServiceMonitor
+def crd_validator(kind: str) -> Callable[[dict], None]:
+    """A prometheus-operator object against its CRD's generated model, strictly."""
 
-    model = ServiceMonitor.model_validate(doc)
-    dumped = model.model_dump(by_alias=True, exclude_unset=True, mode="json")
-    dropped = unknown_fields(doc, dumped)
-    assert not dropped, f"fields unknown to the ServiceMonitor CRD: {', '.join(dropped)}"
+    def validate(doc: dict) -> None:
+        from cloudcoil.models.prometheus_operator import v1
+
+        model = getattr(v1, kind).model_validate(doc)
+        dumped = model.model_dump(by_alias=True, exclude_unset=True, mode="json")
+        dropped = unknown_fields(doc, dumped)
+        assert not dropped, f"fields unknown to the {kind} CRD: {', '.join(dropped)}"
+
+    return validate
 
 
 def unknown_fields(given: Any, kept: Any, path: str = "") -> list[str]:
@@ -115,7 +130,11 @@ def unknown_fields(given: Any, kept: Any, path: str = "") -> list[str]:
 NON_CORE_KINDS: dict[tuple[str, str], tuple[str, Callable[[dict], None]]] = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): (
         "prometheus-operator CRD models (cloudcoil-models-prometheus-operator)",
-        validate_servicemonitor,
+        crd_validator("ServiceMonitor"),
+    ),
+    ("monitoring.coreos.com/v1", "PrometheusRule"): (
+        "prometheus-operator CRD models (cloudcoil-models-prometheus-operator)",
+        crd_validator("PrometheusRule"),
     ),
 }
 noted_non_core: set[tuple[str, str]] = set()
@@ -387,12 +406,347 @@ def expect_evaluation_redis(docs: list[dict], notes: str) -> None:
     assert "WARNING" in notes
 
 
+# ---------------------------------------------------------------------------------------------
+# Operations: alert rules, the Grafana dashboard, the admin API
+
+ALERTS_FILE = CHART / "files" / "alerts.yaml"
+DASHBOARD_FILE = CHART / "files" / "dashboard.json"
+HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+# What every dashboard query's data source must be: the data source variable.
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+# Grafana's built-in variables, each replaced by a value of the same PromQL type.
+GRAFANA_BUILTINS = {"__rate_interval": "1m", "__interval": "30s", "__range": "6h",
+                    "__interval_ms": "30000", "__range_s": "21600", "__range_ms": "21600000"}
+ADMIN_TOKEN_ENV = "MTG_ADMIN_TOKEN_FILE"
+
+_metric_names: set[str] | None = None
+
+
+def rust_metric_names() -> set[str]:
+    """Metric names the gateway exports: every "mtg_..." string literal in src/**/*.rs."""
+    global _metric_names
+    if _metric_names is None:
+        _metric_names = set()
+        for path in SOURCES.rglob("*.rs"):
+            _metric_names.update(re.findall(r'"(mtg_[a-z0-9_]+)"', path.read_text()))
+        assert _metric_names, f"no \"mtg_...\" string literal under {SOURCES}"
+    return _metric_names
+
+
+def promql_metrics(expr: str, where: str) -> set[str]:
+    """Parses `expr` (a syntax or type error fails) and returns the metric names it selects."""
+    try:
+        ast = promql_parser.parse(expr)
+    except ValueError as e:
+        raise AssertionError(f"{where}: PromQL does not parse: {e}\n{expr}") from None
+    names: set[str] = set()
+
+    def visit(node: Any) -> None:
+        if isinstance(node, promql_parser.VectorSelector):
+            if node.name:
+                names.add(node.name)
+            names.update(m.value for m in node.matchers.matchers if m.name == "__name__")
+
+    promql_parser.walk(ast, visit)
+    return names
+
+
+def check_metrics_exist(names: set[str], where: str) -> None:
+    known = rust_metric_names()
+    missing = []
+    for name in sorted(names):
+        base = next((name[: -len(s)] for s in HISTOGRAM_SUFFIXES if name.endswith(s)), name)
+        if name not in known and base not in known:
+            missing.append(name)
+    assert not missing, (f"{where}: metrics no Rust source under src/ names: "
+                         f"{', '.join(missing)}")
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading: lowercase, punctuation dropped (but - and
+    _), spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def doc_anchors(path: Path) -> set[str]:
+    """Anchors of every heading in a Markdown file (fenced code skipped; repeats get -1, -2)."""
+    anchors: set[str] = set()
+    fenced = False
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        m = None if fenced else re.match(r"#{1,6} +(.+?) *#* *$", line)
+        if m:
+            base = anchor = github_anchor(m.group(1))
+            n = 0
+            while anchor in anchors:
+                n += 1
+                anchor = f"{base}-{n}"
+            anchors.add(anchor)
+    return anchors
+
+
+def alert_file_rules() -> list[dict]:
+    doc = yaml.safe_load(ALERTS_FILE.read_text())
+    assert isinstance(doc, dict) and list(doc) == ["groups"], "files/alerts.yaml: not a groups: file"
+    return [r for g in doc["groups"] for r in g["rules"]]
+
+
+def check_rule(rule: dict, where: str) -> None:
+    """What every alert needs, in the file and as rendered."""
+    name = rule.get("alert")
+    assert name, f"{where}: a rule without `alert` (recording rules do not belong here)"
+    assert rule.get("labels", {}).get("severity") in ("critical", "warning", "info"), \
+        f"{where}: {name} has no severity critical|warning|info"
+    for a in ("summary", "description"):
+        assert rule.get("annotations", {}).get(a), f"{where}: {name} has no {a} annotation"
+    check_metrics_exist(promql_metrics(rule["expr"], f"{where}: {name}"), f"{where}: {name}")
+
+
+def check_alert_file() -> None:
+    """files/alerts.yaml on its own: well-formed rules, each with a runbook and a schema entry."""
+    rules = alert_file_rules()
+    names = [r.get("alert") for r in rules]
+    assert len(names) == len(set(names)), f"alert names repeat: {names}"
+    anchors = doc_anchors(OPERATIONS_DOC)
+    for rule in rules:
+        check_rule(rule, "files/alerts.yaml")
+        assert "runbook_url" not in rule.get("annotations", {}), \
+            f"{rule['alert']}: runbook_url is the chart's to add (metrics.prometheusRule.runbookBaseUrl)"
+        assert rule["expr"].count("# threshold") <= 1, f"{rule['alert']}: two `# threshold` marks"
+        assert rule["alert"].lower() in anchors, \
+            f"docs/operations.md has no heading `{rule['alert']}` (the alert's runbook)"
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    enum = (schema["properties"]["metrics"]["properties"]["prometheusRule"]["properties"]
+            ["alerts"]["propertyNames"]["enum"])
+    assert sorted(enum) == sorted(names), \
+        f"values.schema.json names alerts {sorted(enum)}, files/alerts.yaml {sorted(names)}"
+
+
+def check_prometheus_rule(docs: list[dict], merged: dict) -> None:
+    """The rendered PrometheusRule: present exactly when enabled, every alert complete, its
+    runbook_url a heading of docs/operations.md, overrides applied."""
+    pr = merged["metrics"]["prometheusRule"]
+    found = by_kind(docs, "PrometheusRule")
+    if not pr["enabled"]:
+        assert not found, "PrometheusRule rendered while metrics.prometheusRule.enabled is false"
+        return
+    assert len(found) == 1, f"expected one PrometheusRule, found {len(found)}"
+    obj = found[0]
+    assert obj["metadata"]["namespace"] == (pr["namespace"] or NAMESPACE)
+    for k, v in pr["labels"].items():
+        assert obj["metadata"]["labels"].get(k) == v, f"PrometheusRule lacks label {k}={v}"
+    anchors = doc_anchors(OPERATIONS_DOC)
+    in_file = {r["alert"]: r for r in alert_file_rules()}
+    rendered = [r for g in obj["spec"]["groups"] for r in g["rules"]]
+    wanted = [n for n in in_file if pr["alerts"].get(n, {}).get("enabled", True)]
+    assert [r["alert"] for r in rendered] == wanted, \
+        f"rendered alerts {[r['alert'] for r in rendered]}, expected {wanted}"
+    for rule in rendered:
+        name = rule["alert"]
+        check_rule(rule, "PrometheusRule")
+        url = rule["annotations"].get("runbook_url", "")
+        base, _, anchor = url.partition("#")
+        assert base == pr["runbookBaseUrl"], f"{name}: runbook_url {url} not under runbookBaseUrl"
+        assert anchor == name.lower() and anchor in anchors, \
+            f"{name}: runbook_url anchor #{anchor} is not a heading of docs/operations.md"
+        for k, v in pr["alertLabels"].items():
+            assert k in in_file[name].get("labels", {}) or rule["labels"].get(k) == v, \
+                f"{name}: alert label {k}={v} missing"
+        o = pr["alerts"].get(name, {})
+        assert rule.get("for") == o.get("for", in_file[name].get("for")), f"{name}: for {rule.get('for')}"
+        severity = o.get("severity", in_file[name]["labels"]["severity"])
+        assert rule["labels"]["severity"] == severity, f"{name}: severity {rule['labels']['severity']}"
+        if "threshold" in o:
+            # Compared as numbers: Helm may write 250000000 as 2.5e+08.
+            set_to = re.findall(r"(?m)(-?[0-9][0-9.eE+-]*) # threshold$", rule["expr"])
+            assert [float(t) for t in set_to] == [float(o["threshold"])], \
+                f"{name}: threshold {o['threshold']} not set:\n{rule['expr']}"
+        else:
+            assert rule["expr"] == in_file[name]["expr"], f"{name}: expr differs from the file"
+
+
+def grafana_to_promql(expr: str, variables: set[str], where: str) -> str:
+    """A Grafana query with its variables replaced: built-ins by a value of their type, the
+    dashboard's own by a regex that matches anything (they sit in `=~` matchers)."""
+
+    def sub(m: re.Match) -> str:
+        name = m.group(1) or m.group(2) or m.group(3)
+        if name in GRAFANA_BUILTINS:
+            return GRAFANA_BUILTINS[name]
+        assert name in variables, f"{where}: unknown variable ${name}"
+        return ".*"
+
+    return re.sub(r"\$\{(\w+)(?::\w+)?\}|\[\[(\w+)\]\]|\$(\w+)", sub, expr)
+
+
+def all_panels(dashboard: dict) -> list[dict]:
+    """Every panel, those inside collapsed rows too."""
+    out = []
+    for p in dashboard["panels"]:
+        out.append(p)
+        out.extend(p.get("panels", []))
+    return out
+
+
+def dashboard_queries(dashboard: dict) -> list[tuple[str, str]]:
+    """(where, PromQL) of every panel target and query variable; label_values(selector, label)
+    contributes its selector."""
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    out = []
+    for panel in all_panels(dashboard):
+        for t in panel.get("targets", []):
+            where = f"panel {panel['id']} ({panel.get('title')}) target {t.get('refId')}"
+            out.append((where, grafana_to_promql(t["expr"], variables, where)))
+    for v in dashboard["templating"]["list"]:
+        if v["type"] != "query":
+            continue
+        query = v["query"]["query"] if isinstance(v["query"], dict) else v["query"]
+        m = re.fullmatch(r"\s*label_values\((.*),\s*\w+\)\s*", query)
+        assert m, f"variable {v['name']}: only label_values(selector, label) is checked: {query}"
+        where = f"variable {v['name']}"
+        out.append((where, grafana_to_promql(m.group(1), variables, where)))
+    return out
+
+
+def check_dashboard_json(text: str) -> None:
+    """The dashboard: valid JSON, unique ids, non-overlapping panels, a Prometheus data
+    source variable every query uses, every query valid PromQL over existing metrics."""
+    dashboard = json.loads(text)
+    assert dashboard.get("uid") and dashboard.get("title"), "no uid or title"
+    assert dashboard.get("schemaVersion", 0) >= 36, f"schemaVersion {dashboard.get('schemaVersion')}"
+    variables = dashboard["templating"]["list"]
+    ds = [v for v in variables if v["type"] == "datasource"]
+    assert len(ds) == 1 and ds[0]["name"] == "datasource" and ds[0]["query"] == "prometheus", \
+        "no Prometheus data source variable named `datasource`"
+    for v in variables:
+        if v["type"] == "query":
+            assert v.get("datasource") == DATASOURCE, f"variable {v['name']}: datasource {v.get('datasource')}"
+    panels = all_panels(dashboard)
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids)), f"panel ids repeat: {sorted(i for i in ids if ids.count(i) > 1)}"
+    cells: dict[tuple[int, int], int] = {}
+    for p in panels:
+        g = p["gridPos"]
+        assert g["x"] + g["w"] <= 24, f"panel {p['id']} is wider than the grid"
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"panels {cells[(x, y)]} and {p['id']} overlap"
+                cells[(x, y)] = p["id"]
+        if p["type"] == "row":
+            continue
+        assert p.get("targets"), f"panel {p['id']} ({p.get('title')}) has no query"
+        assert p.get("datasource") == DATASOURCE, f"panel {p['id']}: datasource {p.get('datasource')}"
+        for t in p["targets"]:
+            assert t.get("datasource", DATASOURCE) == DATASOURCE, \
+                f"panel {p['id']} target {t.get('refId')}: datasource {t.get('datasource')}"
+    for where, expr in dashboard_queries(dashboard):
+        check_metrics_exist(promql_metrics(expr, where), where)
+
+
+def check_dashboard(docs: list[dict], merged: dict) -> None:
+    """The dashboard ConfigMap: present exactly when enabled, with the sidecar's label and
+    the dashboard file unchanged."""
+    gd = merged["metrics"]["grafanaDashboard"]
+    name = f"{gateway_deployment(docs)['metadata']['name']}-dashboard"
+    found = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"] == name]
+    if not gd["enabled"]:
+        assert not found, "dashboard ConfigMap rendered while metrics.grafanaDashboard.enabled is false"
+        return
+    assert len(found) == 1, f"no ConfigMap {name}"
+    cm = found[0]
+    assert cm["metadata"]["namespace"] == (gd["namespace"] or NAMESPACE)
+    assert cm["metadata"]["labels"].get(gd["label"]) == gd["labelValue"], \
+        f"ConfigMap lacks the sidecar label {gd['label']}={gd['labelValue']}"
+    assert (cm["metadata"].get("annotations") or {}) == gd["annotations"]
+    assert list(cm["data"]) == ["mcp-task-gateway.json"], list(cm["data"])
+    text = cm["data"]["mcp-task-gateway.json"]
+    assert text.strip() == DASHBOARD_FILE.read_text().strip(), "dashboard differs from files/dashboard.json"
+    check_dashboard_json(text)
+
+
+def check_admin(docs: list[dict], merged: dict) -> None:
+    """With admin.enabled the token reaches the gateway only as a file of a read-only Secret
+    volume named by MTG_ADMIN_TOKEN_FILE (which the CLI in the pod reads too); without it,
+    none of that."""
+    a = merged["admin"]
+    dep = gateway_deployment(docs)
+    pod = dep["spec"]["template"]["spec"]
+    c = container(dep, "gateway")
+    env = env_of(c)
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    chart_secret = [d for d in by_kind(docs, "Secret")
+                    if d["metadata"]["name"] == f"{dep['metadata']['name']}-admin"]
+    if not a["enabled"]:
+        assert ADMIN_TOKEN_ENV not in env, f"{ADMIN_TOKEN_ENV} set while admin.enabled is false"
+        assert not any("secret" in v for v in volumes.values()), "a Secret volume without admin"
+        assert not chart_secret, "an admin Secret without admin"
+        return
+    path = env[ADMIN_TOKEN_ENV].get("value")
+    assert path and path.startswith("/"), f"{ADMIN_TOKEN_ENV} is not an absolute path: {env[ADMIN_TOKEN_ENV]}"
+    mounts = [m for m in c["volumeMounts"] if path.startswith(m["mountPath"].rstrip("/") + "/")]
+    assert len(mounts) == 1, f"{path} is under {len(mounts)} mounts"
+    mount = mounts[0]
+    assert mount.get("readOnly") is True, f"{mount['name']} is not mounted read-only"
+    assert "subPath" not in mount, "a subPath mount never sees the Secret change"
+    outer = [m["mountPath"] for m in c["volumeMounts"] if m is not mount
+             and mount["mountPath"].startswith(m["mountPath"].rstrip("/") + "/")]
+    assert not outer, f"{mount['mountPath']} is inside {outer}: no mount point can be made there"
+    secret = volumes[mount["name"]].get("secret")
+    assert secret, f"volume {mount['name']} is not a Secret"
+    expected_name = a["existingSecret"] or f"{dep['metadata']['name']}-admin"
+    expected_key = a["existingSecretKey"] if a["existingSecret"] else "token"
+    assert secret["secretName"] == expected_name, f"Secret {secret['secretName']}, expected {expected_name}"
+    rel = path[len(mount["mountPath"].rstrip("/")) + 1:]
+    assert secret.get("items") == [{"key": expected_key, "path": rel}], secret.get("items")
+    assert secret.get("defaultMode", 0o644) & 0o007 == 0, "the token file is world-readable"
+    assert pod["securityContext"].get("fsGroup") is not None, \
+        "no fsGroup: the gateway cannot read the 0440 token file"
+    # The CLI's default URL is MTG_METRICS_LISTEN, and the API lives on that port.
+    listen = cm_data(docs).get("MTG_METRICS_LISTEN", "")
+    assert listen.endswith(f":{merged['containerPorts']['metrics']}"), f"MTG_METRICS_LISTEN={listen!r}"
+    if a["existingSecret"]:
+        assert not chart_secret, "the chart rendered an admin Secret beside admin.existingSecret"
+    else:
+        assert chart_secret and chart_secret[0]["stringData"] == {"token": a["token"]}, \
+            "the chart's admin Secret does not hold admin.token under `token`"
+        annotations = dep["spec"]["template"]["metadata"]["annotations"]
+        assert "checksum/admin-token" in annotations, "pods do not roll when admin.token changes"
+
+
+def expect_operations(docs: list[dict], notes: str) -> None:
+    rule = one(docs, "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert len(rules) == 6, sorted(rules)
+    assert rules["MtgUpstreamErrors"]["for"] == "15m"
+    assert "> 0.25 # threshold" in rules["MtgUpstreamErrors"]["expr"]
+    assert rules["MtgTasksRefusedAtLimit"]["labels"]["severity"] == "warning"
+    assert rules["MtgTaskStoreUnavailable"]["labels"] == {"severity": "critical", "team": "platform"}
+    assert rules["MtgInstanceLost"]["annotations"]["runbook_url"] == \
+        "https://git.example.com/platform/mcp-task-gateway/blob/main/docs/operations.md#mtginstancelost"
+    cm = one(docs, "ConfigMap", f"{RELEASE}-mcp-task-gateway-dashboard")
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "MCP"}
+    dep = gateway_deployment(docs)
+    assert env_of(container(dep, "gateway"))[ADMIN_TOKEN_ENV]["value"] == \
+        "/etc/mcp-task-gateway-admin/token"
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["admin-token"]["secret"] == {
+        "secretName": "mtg-admin", "items": [{"key": "admin-token", "path": "token"}],
+        "defaultMode": 0o440}, volumes["admin-token"]
+    assert "config-file" in volumes, "the config file's volume is gone"
+    assert "mcp-task-gateway admin tasks list" in notes, "NOTES.txt does not show the admin CLI"
+
+
 EXPECTATIONS: dict[str, Callable[[list[dict], str], None]] = {
     "values-defaults.yaml": expect_defaults,
     "values-external-redis.yaml": expect_external_redis,
     "values-redis-cluster.yaml": expect_redis_cluster,
     "values-ingress-hpa.yaml": expect_ingress_hpa,
     "values-evaluation-redis.yaml": expect_evaluation_redis,
+    "values-operations.yaml": expect_operations,
 }
 
 UPSTREAM = {"gateway": {"upstream": "http://mcp-server:8000/mcp"}}
@@ -437,6 +791,67 @@ MUST_FAIL: list[tuple[str, dict, str]] = [
     ("PDB without minAvailable/maxUnavailable",
      with_upstream({"podDisruptionBudget": {"maxUnavailable": None}}),
      "needs minAvailable or maxUnavailable"),
+    ("PrometheusRule without metrics",
+     with_upstream({"metrics": {"enabled": False, "prometheusRule": {"enabled": True}}}),
+     "metrics.prometheusRule.enabled requires metrics.enabled"),
+    ("Grafana dashboard without metrics",
+     with_upstream({"metrics": {"enabled": False, "grafanaDashboard": {"enabled": True}}}),
+     "metrics.grafanaDashboard.enabled requires metrics.enabled"),
+    ("an override of an alert that does not exist",
+     with_upstream({"metrics": {"prometheusRule": {"enabled": True,
+                                                   "alerts": {"MtgNoSuchAlert": {"for": "5m"}}}}}),
+     "MtgNoSuchAlert"),
+    ("a threshold for an alert without one",
+     with_upstream({"metrics": {"prometheusRule": {
+         "enabled": True, "alerts": {"MtgTaskStoreUnavailable": {"threshold": 1}}}}}),
+     "MtgTaskStoreUnavailable.threshold: this alert has no threshold"),
+    ("an alert `for` the CRD refuses",
+     with_upstream({"metrics": {"prometheusRule": {
+         "enabled": True, "alerts": {"MtgInstanceLost": {"for": "5m30s1h"}}}}}),
+     "/metrics/prometheusRule/alerts/MtgInstanceLost/for"),
+    ("every alert disabled",
+     with_upstream({"metrics": {"prometheusRule": {"enabled": True, "alerts": {
+         n: {"enabled": False} for n in ("MtgTasksFailingFast", "MtgInstanceLost",
+                                         "MtgTaskStoreUnavailable", "MtgAcceptErrors",
+                                         "MtgTasksRefusedAtLimit", "MtgUpstreamErrors")}}}}),
+     "set metrics.prometheusRule.enabled=false instead"),
+    ("admin API without metrics",
+     with_upstream({"metrics": {"enabled": False},
+                    "admin": {"enabled": True, "existingSecret": "mtg-admin"}}),
+     "admin.enabled requires metrics.enabled"),
+    ("admin API without a token", with_upstream({"admin": {"enabled": True}}),
+     "admin.enabled needs a token"),
+    ("admin API with a token and an existingSecret",
+     with_upstream({"admin": {"enabled": True, "existingSecret": "mtg-admin",
+                              "token": "0123456789abcdef0123"}}),
+     "set only one of admin.token and admin.existingSecret"),
+    ("an admin token shorter than 16 characters",
+     with_upstream({"admin": {"enabled": True, "token": "short"}}), "/admin/token"),
+]
+
+
+def expect_admin_token(docs: list[dict], notes: str) -> None:
+    secret = one(docs, "Secret", f"{RELEASE}-mcp-task-gateway-admin")
+    assert secret["stringData"] == {"token": "evaluation-only-admin-token"}, secret["stringData"]
+    assert f'Secret "{RELEASE}-mcp-task-gateway-admin" key "token"' in notes, notes
+
+
+def expect_alert_disabled(docs: list[dict], notes: str) -> None:
+    rule = one(docs, "PrometheusRule")
+    names = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert "MtgTasksRefusedAtLimit" not in names and len(names) == 5, names
+
+
+# Values beyond the files' that must render: (description, values, expectations). Each is
+# validated like a values file.
+MUST_RENDER: list[tuple[str, dict, Callable[[list[dict], str], None]]] = [
+    ("admin.token: the chart's own Secret, mounted as the token file",
+     with_upstream({"admin": {"enabled": True, "token": "evaluation-only-admin-token"}}),
+     expect_admin_token),
+    ("an alert disabled by metrics.prometheusRule.alerts",
+     with_upstream({"metrics": {"prometheusRule": {
+         "enabled": True, "alerts": {"MtgTasksRefusedAtLimit": {"enabled": False}}}}}),
+     expect_alert_disabled),
 ]
 
 
@@ -493,9 +908,34 @@ def check_values_documented() -> None:
     assert not missing, "README.md does not document: " + ", ".join(missing)
 
 
+def check_rendering(chart: helm.Chart, label: str, values: dict,
+                    expect: Callable[[list[dict], str], None] | None) -> None:
+    """Render `values` and check every object and what the chart promises."""
+    try:
+        docs, notes = render(chart, values)
+    except helm.HelmError as e:
+        fail(f"{label}: render", str(e))
+        return
+    ok(f"{label}: schema + render ({len(docs)} objects)")
+    validate_all(docs, label)
+    merged = chart.merge_values(values)
+    check(f"{label}: gateway invariants", lambda: check_gateway(docs, merged))
+    check(f"{label}: alert rules", lambda: check_prometheus_rule(docs, merged))
+    check(f"{label}: Grafana dashboard", lambda: check_dashboard(docs, merged))
+    check(f"{label}: admin API wiring", lambda: check_admin(docs, merged))
+    if expect is None:
+        print(f"note  {label} has no specific expectations in validate.py")
+    else:
+        check(f"{label}: expected objects and settings", lambda: expect(docs, notes))
+
+
 def chart_checks() -> None:
     check("chart: values.yaml, values.schema.json and README.md list the same values",
           check_values_documented)
+    check("chart: files/alerts.yaml: PromQL parses, metrics exist, runbooks in docs/operations.md",
+          check_alert_file)
+    check("chart: files/dashboard.json: ids, data source, PromQL parses, metrics exist",
+          lambda: check_dashboard_json(DASHBOARD_FILE.read_text()))
     chart = helm.Chart.load(str(CHART))
     try:
         files = sorted(VALUES_DIR.glob("values-*.yaml"))
@@ -504,20 +944,9 @@ def chart_checks() -> None:
             label = f"chart[{vf.name}]"
             values = load_values(vf)
             check(f"{label}: helm lint --strict", lambda values=values: check_lint(values))
-            try:
-                docs, notes = render(chart, values)
-            except helm.HelmError as e:
-                fail(f"{label}: render", str(e))
-                continue
-            ok(f"{label}: schema + render ({len(docs)} objects)")
-            validate_all(docs, label)
-            merged = chart.merge_values(values)
-            check(f"{label}: gateway invariants", lambda: check_gateway(docs, merged))
-            expect = EXPECTATIONS.get(vf.name)
-            if expect is None:
-                print(f"note  {vf.name} has no specific expectations in validate.py")
-            else:
-                check(f"{label}: expected objects and settings", lambda: expect(docs, notes))
+            check_rendering(chart, label, values, EXPECTATIONS.get(vf.name))
+        for what, values, expect in MUST_RENDER:
+            check_rendering(chart, f"chart[{what}]", values, expect)
         for what, values, needle in MUST_FAIL:
             check(f"chart: rejects {what}",
                   lambda values=values, needle=needle: check_must_fail(chart, values, needle))

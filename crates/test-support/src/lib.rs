@@ -4,6 +4,7 @@
 //! instances and clusters of a run's own. Every wait polls against a deadline.
 #![deny(unsafe_code)]
 
+pub mod bench;
 pub mod process;
 pub mod redis;
 

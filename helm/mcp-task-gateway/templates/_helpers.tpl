@@ -106,6 +106,15 @@ request-state-previous-key
 {{- end }}
 {{- end }}
 
+{{/* The Secret holding the admin API's token: the user's, or this chart's (admin.token). */}}
+{{- define "mtg.admin.secretName" -}}
+{{- default (printf "%s-admin" (include "mtg.fullname" .)) .Values.admin.existingSecret }}
+{{- end }}
+
+{{- define "mtg.admin.secretKey" -}}
+{{- ternary .Values.admin.existingSecretKey "token" (ne .Values.admin.existingSecret "") }}
+{{- end }}
+
 {{- define "mtg.redis.secretRef" -}}
 {{- if eq (include "mtg.redis.source" .) "existing" -}}
 name: {{ .Values.redis.existingSecret.name }}
@@ -168,5 +177,24 @@ them, so `helm template`/`install` stop with a clear message.
 {{- end }}
 {{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.enabled) }}
 {{- fail "metrics.serviceMonitor.enabled requires metrics.enabled" }}
+{{- end }}
+{{- if and .Values.metrics.prometheusRule.enabled (not .Values.metrics.enabled) }}
+{{- fail "metrics.prometheusRule.enabled requires metrics.enabled: the alerts are about the gateway's metrics" }}
+{{- end }}
+{{- if and .Values.metrics.grafanaDashboard.enabled (not .Values.metrics.enabled) }}
+{{- fail "metrics.grafanaDashboard.enabled requires metrics.enabled: the dashboard shows the gateway's metrics" }}
+{{- end }}
+{{- with .Values.admin }}
+{{- if .enabled }}
+{{- if not $.Values.metrics.enabled }}
+{{- fail "admin.enabled requires metrics.enabled: the admin API is served on the metrics listener (containerPorts.metrics)" }}
+{{- end }}
+{{- if and .token .existingSecret }}
+{{- fail "set only one of admin.token and admin.existingSecret" }}
+{{- end }}
+{{- if not (or .token .existingSecret) }}
+{{- fail "admin.enabled needs a token: admin.existingSecret (a Secret you manage, e.g. kubectl create secret generic mtg-admin --from-literal=token=\"$(openssl rand -hex 32)\"), or admin.token for evaluation only" }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end }}

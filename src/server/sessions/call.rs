@@ -36,6 +36,9 @@ pub(super) struct CallContext {
     /// The credentials of this request, passed to the upstream as they are.
     pub auth: Option<HeaderValue>,
     pub timeout: Option<Duration>,
+    /// For a session that declared tasks: each tool's `execution.taskSupport` in
+    /// `tools/list` comes from these.
+    pub tool_policies: Option<crate::tasks::policy::Policies>,
 }
 
 /// One JSON-RPC request of the session's client.
@@ -62,6 +65,7 @@ pub(super) async fn serve(
     let caller = Caller {
         capabilities: &session.capabilities,
         auth: context.auth.as_ref(),
+        session: None,
     };
     let answer = forward::forward(
         context.upstream.as_ref(),
@@ -73,7 +77,14 @@ pub(super) async fn serve(
     .await;
     session.touch();
     let body = match answer {
-        Ok(Ok(result)) => jsonrpc::success_body_of(&id, &result),
+        Ok(Ok(mut result)) => {
+            if method == method::TOOLS_LIST
+                && let Some(policies) = &context.tool_policies
+            {
+                crate::server::session_tasks::negotiate::annotate_tools(&mut result, policies);
+            }
+            jsonrpc::success_body_of(&id, &result)
+        }
         Ok(Err(error)) => jsonrpc::error_body(Some(&id), &error),
         Err(e) => jsonrpc::error_body(Some(&id), &ErrorObject::from(e)),
     };
@@ -227,6 +238,7 @@ impl RoundTrip for SessionTrip<'_> {
         let caller = Caller {
             capabilities: &self.client.session.capabilities,
             auth: self.auth,
+            session: None,
         };
         let mut exchange = self
             .upstream

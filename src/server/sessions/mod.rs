@@ -22,6 +22,7 @@ use serde_json::{Map, Value, json};
 
 use super::Gateway;
 use super::reply::{self, Body};
+use super::session_tasks::{self, Handled, TaskSession, negotiate::Declared};
 use crate::protocol::jsonrpc::{self, ErrorObject, Message, code};
 use crate::protocol::names::SESSION_VERSION;
 use crate::telemetry;
@@ -71,6 +72,19 @@ impl GatewaySessions {
                 None => session_not_found(),
             };
         }
+        if parts.method == Method::GET
+            && let Some(id) = session_id
+            && let Some(session) = self.find(id, &principal)
+            && session.tasks.is_some()
+        {
+            // The pushes of the session's tasks; nothing else is sent outside a call.
+            return session_tasks::push::stream(
+                gateway.tasks.clone(),
+                id.to_owned(),
+                principal,
+                None,
+            );
+        }
         if parts.method != Method::POST {
             let mut response = reply::plain(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -103,6 +117,22 @@ impl GatewaySessions {
         let Some(session) = self.find(session_id, &principal) else {
             return session_not_found();
         };
+        if let Some(declared) = session.tasks {
+            let tasks_session = TaskSession {
+                id: session_id.to_owned(),
+                upstream: None,
+                capabilities: session.capabilities.clone(),
+                auth: parts.headers.get(header::AUTHORIZATION).cloned(),
+                principal: principal.clone(),
+                modes: declared.modes,
+            };
+            if let Handled::Reply(response) =
+                session_tasks::handle(gateway, &tasks_session, &message).await
+            {
+                session.touch();
+                return response;
+            }
+        }
         match message {
             Message::Request { id, method, .. } if method == method::INITIALIZE => reply::error(
                 Some(&id),
@@ -116,6 +146,7 @@ impl GatewaySessions {
                     upstream: gateway.upstream.clone(),
                     auth: parts.headers.get(header::AUTHORIZATION).cloned(),
                     timeout: gateway.upstream_timeout,
+                    tool_policies: session.tasks.map(|_| gateway.policies.clone()),
                 };
                 let request = call::ClientRequest { id, method, params };
                 call::serve(session, context, request).await
@@ -164,13 +195,18 @@ impl GatewaySessions {
         let caller = Caller {
             capabilities: &capabilities,
             auth: parts.headers.get(header::AUTHORIZATION),
+            session: None,
         };
         let server = match gateway.upstream.server_info(&caller).await {
             Ok(server) => server,
             Err(e) => return reply::error(Some(id), &ErrorObject::from(e)),
         };
-        let result = initialize_result(&server, version);
-        let Some(session_id) = self.open(capabilities, principal) else {
+        let mut result = initialize_result(&server, version);
+        let tasks = session_tasks::negotiate::declared(params);
+        if let Some(declared) = tasks {
+            session_tasks::negotiate::advertise_tasks(&mut result, declared);
+        }
+        let Some(session_id) = self.open(capabilities, tasks, principal) else {
             return reply::error_with_status(
                 StatusCode::SERVICE_UNAVAILABLE,
                 &ErrorObject::internal(
@@ -186,7 +222,12 @@ impl GatewaySessions {
         response
     }
 
-    fn open(&self, capabilities: Map<String, Value>, principal: String) -> Option<String> {
+    fn open(
+        &self,
+        capabilities: Map<String, Value>,
+        tasks: Option<Declared>,
+        principal: String,
+    ) -> Option<String> {
         let mut sessions = self.lock();
         if sessions.len() >= self.limits.max_sessions {
             self.forget_idle(&mut sessions);
@@ -198,7 +239,7 @@ impl GatewaySessions {
         let id = uuid::Uuid::new_v4().simple().to_string();
         sessions.insert(
             id.clone(),
-            Arc::new(ClientSession::new(capabilities, principal)),
+            Arc::new(ClientSession::new(capabilities, tasks, principal)),
         );
         telemetry::session_opened();
         Some(id)
@@ -327,7 +368,7 @@ mod tests {
     #[test]
     fn a_session_is_found_only_by_its_principal() {
         let table = table(10, Duration::from_secs(60));
-        let id = table.open(Map::new(), "alice".into()).unwrap();
+        let id = table.open(Map::new(), None, "alice".into()).unwrap();
         assert!(table.find(&id, "alice").is_some());
         assert!(table.find(&id, "mallory").is_none());
         assert!(table.remove(&id, "mallory").is_none());
@@ -338,17 +379,17 @@ mod tests {
     #[test]
     fn a_full_table_makes_room_by_forgetting_idle_sessions_only() {
         let table = table(2, Duration::ZERO);
-        let busy = table.open(Map::new(), "p".into()).unwrap();
+        let busy = table.open(Map::new(), None, "p".into()).unwrap();
         // With no idle time allowed, `find` would forget them: reach them directly.
         let session = |id: &str| table.lock().get(id).cloned().unwrap();
         let in_flight = session(&busy).begin_call(&json!(1));
-        table.open(Map::new(), "p".into()).unwrap();
+        table.open(Map::new(), None, "p".into()).unwrap();
         // The idle one goes; the one with a call in flight stays.
-        let third = table.open(Map::new(), "p".into()).unwrap();
+        let third = table.open(Map::new(), None, "p".into()).unwrap();
         assert!(table.lock().contains_key(&busy));
         assert!(!in_flight.is_cancelled());
         // Now both are in use: no room.
         let _also_busy = session(&third).begin_call(&json!(1));
-        assert!(table.open(Map::new(), "p".into()).is_none());
+        assert!(table.open(Map::new(), None, "p".into()).is_none());
     }
 }

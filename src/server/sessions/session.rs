@@ -11,12 +11,15 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::protocol::jsonrpc::ErrorObject;
+use crate::server::session_tasks::negotiate::Declared;
 
 pub(super) type Answer = Result<Value, ErrorObject>;
 
 pub(super) struct ClientSession {
     /// What the client declared at `initialize` that the upstream must see.
     pub capabilities: Map<String, Value>,
+    /// What the client declared about tasks, if it declared `capabilities.tasks`.
+    pub tasks: Option<Declared>,
     /// Who opened it; another principal does not find it.
     principal: String,
     last_used: Mutex<Instant>,
@@ -40,9 +43,14 @@ fn id_key(id: &Value) -> String {
 }
 
 impl ClientSession {
-    pub(super) fn new(capabilities: Map<String, Value>, principal: String) -> Self {
+    pub(super) fn new(
+        capabilities: Map<String, Value>,
+        tasks: Option<Declared>,
+        principal: String,
+    ) -> Self {
         Self {
             capabilities,
+            tasks,
             principal,
             last_used: Mutex::new(Instant::now()),
             next_request_id: AtomicU64::new(0),
@@ -142,7 +150,7 @@ mod tests {
     use serde_json::json;
 
     fn session() -> Arc<ClientSession> {
-        Arc::new(ClientSession::new(Map::new(), "p".into()))
+        Arc::new(ClientSession::new(Map::new(), None, "p".into()))
     }
 
     #[tokio::test]

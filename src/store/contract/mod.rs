@@ -10,18 +10,22 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 mod input;
+mod inspect;
 mod lifecycle;
+mod listing;
 mod races;
 mod wakeups;
 
 pub(crate) use input::*;
+pub(crate) use inspect::*;
 pub(crate) use lifecycle::*;
+pub(crate) use listing::*;
 pub(crate) use races::*;
 pub(crate) use wakeups::*;
 
 use super::{
-    CancelOutcome, Outcome, Store, StoreError, TaskRecord, UpdateOutcome, WAKE_ALL, WakeReceiver,
-    now_ms,
+    CANCELLED_BY_CLIENT, CancelOutcome, Outcome, Store, StoreError, TaskRecord, UpdateOutcome,
+    WAKE_ALL, WakeReceiver, now_ms,
 };
 use crate::protocol::wire::{InputRequest, TaskStatus};
 
@@ -44,6 +48,9 @@ macro_rules! suite {
             cancelled_drops_outstanding_input_and_names_the_owner,
             terminal_states_are_final,
             an_expired_task_is_gone,
+            a_principal_lists_only_its_own_tasks_newest_first,
+            listing_pages_by_cursor_without_gaps_or_repeats,
+            deleted_and_expired_tasks_are_not_listed,
             input_keys_are_never_reused,
             an_answer_is_accepted_once_and_taken_once,
             racing_answers_to_one_key_are_accepted_once,
@@ -51,6 +58,10 @@ macro_rules! suite {
             a_round_of_input_requests_lands_at_once,
             upstream_state_round_trips,
             wake_ups_reach_their_owner,
+            operators_see_every_task_in_each_scope,
+            expired_tasks_are_not_inspected,
+            a_cursor_from_elsewhere_is_refused,
+            instances_show_their_leases_and_running_tasks,
         );
     };
     (@cases $subject:expr; $($case:ident),+ $(,)?) => {

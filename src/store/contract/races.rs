@@ -68,7 +68,9 @@ pub(crate) async fn cancel_racing_finish_has_one_winner(subject: &impl Subject) 
         };
         let canceller = {
             let (tasks, id) = (other.tasks.clone(), id.clone());
-            tokio::spawn(async move { tasks.cancel(&id, ALICE).await.unwrap() })
+            tokio::spawn(
+                async move { tasks.cancel(&id, ALICE, CANCELLED_BY_CLIENT).await.unwrap() },
+            )
         };
         races.push((id, finisher, canceller));
     }

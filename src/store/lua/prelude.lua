@@ -42,6 +42,10 @@ local function finish(now, status, fields)
     end
   end
   redis.call('HSET', task, 'status', status, 'out', 0)
+  -- The last progress text says nothing true of a completed task.
+  if status == 'completed' then
+    redis.call('HDEL', task, 'msg')
+  end
   if #fields > 0 then
     redis.call('HSET', task, unpack(fields))
   end

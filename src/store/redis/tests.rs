@@ -198,3 +198,106 @@ async fn an_unreachable_redis_fails_fast_and_clearly() {
         .unwrap_err();
     assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
 }
+
+async fn score_of(store: &RedisStore, principal: &str, task_id: &str) -> Option<f64> {
+    let mut score = redis::cmd("ZSCORE");
+    score.arg(principal_key(principal)).arg(task_id);
+    query(store, score).await
+}
+
+/// Waits for a background ZREM.
+async fn until_unlisted(store: &RedisStore, principal: &str, task_id: &str) {
+    let start = Instant::now();
+    while score_of(store, principal, task_id).await.is_some() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{task_id} still listed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_principals_listing_expires_and_sheds_dead_members() {
+    let server = redis_server();
+    let store = store(&server, "gw-1");
+    let live = record("gw-1");
+    store.create(live.clone()).await.unwrap();
+    let mut ttl = redis::cmd("PTTL");
+    ttl.arg(principal_key("alice"));
+    let pttl: i64 = query(&store, ttl).await;
+    assert!(
+        pttl > 59_000 && pttl <= 60_000 + KEY_GRACE.as_millis() as i64,
+        "{pttl}"
+    );
+
+    // Older than the max TTL: trimmed by the next page, though its hash is still there.
+    let mut ancient = record("gw-1");
+    ancient.created_at_ms -= 70_000;
+    store.create(ancient.clone()).await.unwrap();
+    // Members without a task: an old one is removed, a young one (maybe a create under
+    // way) only skipped; one that is no task id is never read.
+    let now = now_ms();
+    let old_ghost = uuid::Uuid::new_v4().to_string();
+    let young_ghost = uuid::Uuid::new_v4().to_string();
+    let mut ghosts = redis::cmd("ZADD");
+    ghosts
+        .arg(principal_key("alice"))
+        .arg(now - 20_000)
+        .arg(&old_ghost)
+        .arg(now)
+        .arg(&young_ghost)
+        .arg(now - 1_000)
+        .arg("mtg:{x}");
+    let _: i64 = query(&store, ghosts).await;
+
+    let listed = store.list("alice", None, 10).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|t| &t.task_id).collect::<Vec<_>>(),
+        [&live.task_id]
+    );
+    assert_eq!(score_of(&store, "alice", &ancient.task_id).await, None);
+    until_unlisted(&store, "alice", &old_ghost).await;
+    assert!(score_of(&store, "alice", &young_ghost).await.is_some());
+
+    // A cursor the gateway cannot have made lists nothing.
+    let odd = ListCursor {
+        created_at_ms: now,
+        task_id: "x}y".into(),
+    };
+    assert!(
+        store
+            .list("alice", Some(&odd), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    store.delete(&live.task_id).await.unwrap();
+    until_unlisted(&store, "alice", &live.task_id).await;
+}
+
+#[tokio::test]
+async fn many_tasks_of_one_millisecond_page_through() {
+    let server = redis_server();
+    let store = store(&server, "gw-1");
+    let created = now_ms();
+    let mut ids = Vec::new();
+    for _ in 0..9 {
+        let mut task = record("gw-1");
+        task.created_at_ms = created;
+        ids.push(task.task_id.clone());
+        store.create(task).await.unwrap();
+    }
+    ids.sort_unstable_by(|a, b| b.cmp(a));
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store.list("alice", after.as_ref(), 2).await.unwrap();
+        let Some(last) = page.last() else { break };
+        after = Some(ListCursor::after(last));
+        seen.extend(page.iter().map(|t| t.task_id.clone()));
+        assert!(seen.len() <= ids.len());
+    }
+    assert_eq!(seen, ids);
+}

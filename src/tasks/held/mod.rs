@@ -79,6 +79,8 @@ impl TaskService {
             capabilities: call.capabilities,
             auth: call.auth,
             principal: held_principal(&call.principal),
+            session: None,
+            ttl_ms: None,
         };
         let slot = match self.running_limit.reserve(&task.principal) {
             Ok(slot) => slot,

@@ -1,5 +1,8 @@
-//! The task shapes of SEP-2663 as they go on the wire. All task JSON the gateway writes
-//! is built here.
+//! The task shapes of SEP-2663 as they go on the wire, and (in `session`) those of the
+//! 2025-11-25 task dialect. All task JSON the gateway writes is built here.
+
+pub mod listen;
+pub mod session;
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -56,6 +59,9 @@ pub struct InputRequest {
 #[serde(rename_all = "camelCase")]
 pub struct TaskResult<'a> {
     pub result_type: ResultType,
+    /// The gateway made this result: it says so (`io.modelcontextprotocol/serverInfo`).
+    #[serde(rename = "_meta")]
+    pub meta: GatewayMeta,
     pub task_id: &'a str,
     pub status: TaskStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -78,11 +84,28 @@ pub struct TaskResult<'a> {
 #[serde(rename_all = "camelCase")]
 pub struct Ack {
     pub result_type: ResultType,
+    #[serde(rename = "_meta")]
+    pub meta: GatewayMeta,
 }
 
 pub const ACK: Ack = Ack {
     result_type: ResultType::Complete,
+    meta: GatewayMeta,
 };
+
+/// `_meta` of a result the gateway makes itself, naming the gateway as the server that
+/// made it, as 2026-07-28 asks of every result.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GatewayMeta;
+
+impl Serialize for GatewayMeta {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(1))?;
+        map.serialize_entry(super::meta::META_SERVER_INFO, &super::names::gateway_info())?;
+        map.end()
+    }
+}
 
 /// `tasks/get` and `tasks/cancel` params.
 #[derive(Debug, Deserialize)]
@@ -96,7 +119,7 @@ pub struct TaskIdParams {
 #[serde(rename_all = "camelCase")]
 pub struct UpdateTaskParams {
     pub task_id: String,
-    #[serde(default)]
+    /// Required: an update that answers nothing is a client bug worth telling.
     pub input_responses: Map<String, Value>,
 }
 

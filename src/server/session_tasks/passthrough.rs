@@ -1,0 +1,270 @@
+//! Task-declaring session clients of a 2025-xx HTTP upstream. The upstream keeps the
+//! session; the gateway marks the session id it hands the client (`mtg-t.<upstream
+//! id>`), so that any instance, without shared state, knows a session declared tasks and
+//! which upstream session it is. Unmarked sessions never come here: their traffic stays
+//! byte for byte.
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http::request::Parts;
+use http::{HeaderMap, HeaderValue, Method, Response, Uri, header};
+use http_body_util::{BodyExt, Full};
+use serde_json::{Map, Value};
+use sse_stream::SseStream;
+
+use super::negotiate::{self, Declared};
+use super::push;
+use super::{Handled, TaskSession};
+use crate::protocol::headers::MCP_PROTOCOL_VERSION;
+use crate::protocol::jsonrpc::{self, ErrorObject, Message};
+use crate::protocol::names::header::MCP_SESSION_ID;
+use crate::protocol::names::{SESSION_VERSION, method};
+use crate::server::Gateway;
+use crate::server::passthrough::forward;
+use crate::server::reply::{self, Body};
+use crate::upstream::SessionRef;
+use crate::upstream::lane::Lane;
+
+/// Session ids of clients that declared tasks, and of those that declared SEP-1905
+/// response modes too.
+const MARK: &str = "mtg-t.";
+const MARK_MODES: &str = "mtg-tm.";
+
+/// What a marked session id says.
+pub struct Marked {
+    /// The id as the client sends it.
+    client_id: String,
+    /// The upstream's own id; `None` when the upstream issued none.
+    upstream: Option<HeaderValue>,
+    modes: bool,
+}
+
+/// `Some` when the request's session id is one the gateway marked.
+pub fn unmark(headers: &HeaderMap) -> Option<Marked> {
+    let client_id = headers.get(MCP_SESSION_ID)?.to_str().ok()?;
+    let (rest, modes) = match client_id.strip_prefix(MARK_MODES) {
+        Some(rest) => (rest, true),
+        None => (client_id.strip_prefix(MARK)?, false),
+    };
+    let upstream = if rest.is_empty() {
+        None
+    } else {
+        Some(HeaderValue::from_str(rest).ok()?)
+    };
+    Some(Marked {
+        client_id: client_id.to_owned(),
+        upstream,
+        modes,
+    })
+}
+
+fn mark(upstream: Option<&HeaderValue>, modes: bool) -> Option<HeaderValue> {
+    let prefix = if modes { MARK_MODES } else { MARK };
+    let upstream = upstream.map_or(Ok(""), HeaderValue::to_str).ok()?;
+    HeaderValue::from_str(&format!("{prefix}{upstream}")).ok()
+}
+
+/// `initialize` from a client that declared `capabilities.tasks`.
+pub async fn initialize(
+    gateway: &Gateway,
+    lane: &Lane,
+    url: &Uri,
+    parts: Parts,
+    id: Value,
+    mut params: Value,
+    declared: Declared,
+) -> Response<Body> {
+    negotiate::without_client_tasks(&mut params);
+    let request = jsonrpc::request_value(id.clone(), method::INITIALIZE, Some(params));
+    let body = Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
+    let mut response = forward(&gateway.client, lane, url, parts, body).await;
+    if !response.status().is_success() {
+        return response;
+    }
+    let upstream = response.headers().get(MCP_SESSION_ID).cloned();
+    if let Some(marked) = mark(upstream.as_ref(), declared.modes) {
+        response.headers_mut().insert(MCP_SESSION_ID, marked);
+    }
+    rewrite_result(response, &id, |result| {
+        negotiate::advertise_tasks(result, declared);
+    })
+    .await
+}
+
+/// Any request of a marked session: the gateway's own methods are answered here; the
+/// rest goes to the upstream under the upstream's session id.
+pub async fn serve(
+    gateway: &Gateway,
+    lane: &Lane,
+    url: &Uri,
+    mut parts: Parts,
+    body: Bytes,
+    marked: Marked,
+) -> Response<Body> {
+    match &marked.upstream {
+        Some(id) => parts.headers.insert(MCP_SESSION_ID, id.clone()),
+        None => parts.headers.remove(MCP_SESSION_ID),
+    };
+    if parts.method == Method::GET {
+        let principal = gateway.principal(&parts.headers);
+        let upstream = forward(&gateway.client, lane, url, parts, body).await;
+        let upstream = if push::is_event_stream(&upstream) {
+            Some(upstream)
+        } else {
+            push::discard(upstream).await;
+            None
+        };
+        return push::stream(gateway.tasks.clone(), marked.client_id, principal, upstream);
+    }
+    if parts.method != Method::POST {
+        let response = forward(&gateway.client, lane, url, parts, body).await;
+        return remarked(response, marked.modes);
+    }
+    let message = match Message::parse(&body) {
+        Ok(message) => message,
+        Err(e) => return reply::error(None, &e.to_error_object()),
+    };
+    let session = TaskSession {
+        id: marked.client_id,
+        upstream: Some(SessionRef {
+            id: marked.upstream,
+            protocol_version: parts
+                .headers
+                .get(MCP_PROTOCOL_VERSION)
+                .cloned()
+                .unwrap_or(HeaderValue::from_static(SESSION_VERSION)),
+        }),
+        capabilities: Map::new(),
+        auth: parts.headers.get(header::AUTHORIZATION).cloned(),
+        principal: gateway.principal(&parts.headers),
+        modes: marked.modes,
+    };
+    if let Handled::Reply(response) = super::handle(gateway, &session, &message).await {
+        return response;
+    }
+    let response = remarked(
+        forward(&gateway.client, lane, url, parts, body).await,
+        marked.modes,
+    );
+    match message {
+        Message::Request { id, method, .. } if method == method::TOOLS_LIST => {
+            rewrite_result(response, &id, |result| {
+                negotiate::annotate_tools(result, &gateway.policies);
+            })
+            .await
+        }
+        _ => response,
+    }
+}
+
+/// The upstream's answer with its session id marked again: some upstreams (the
+/// TypeScript SDK's) send `Mcp-Session-Id` on every answer, and clients adopt it.
+fn remarked(mut response: Response<Body>, modes: bool) -> Response<Body> {
+    let upstream = response.headers().get(MCP_SESSION_ID).cloned();
+    if let Some(upstream) = upstream
+        && let Some(marked) = mark(Some(&upstream), modes)
+    {
+        response.headers_mut().insert(MCP_SESSION_ID, marked);
+    }
+    response
+}
+
+/// The upstream's answer with the result of response `id` edited, as JSON or as the
+/// same SSE events.
+async fn rewrite_result(
+    response: Response<Body>,
+    id: &Value,
+    edit: impl FnOnce(&mut Value),
+) -> Response<Body> {
+    let (mut parts, body) = response.into_parts();
+    let bytes = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) => {
+            return reply::error_with_status(
+                http::StatusCode::BAD_GATEWAY,
+                &ErrorObject::internal(format!("upstream connection lost: {e}")),
+            );
+        }
+    };
+    let is_sse = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("text/event-stream"));
+    let mut edit = Some(edit);
+    let rewritten = if is_sse {
+        let mut out = Vec::with_capacity(bytes.len() + 128);
+        let mut events = SseStream::new(Full::new(bytes));
+        while let Some(Ok(mut event)) = events.next().await {
+            if let Some(data) = &event.data
+                && let Some(edited) = edit_message(data.as_bytes(), id, &mut edit)
+            {
+                event.data = Some(String::from_utf8_lossy(&edited).into_owned());
+            }
+            out.extend_from_slice(&Bytes::from(event));
+        }
+        Bytes::from(out)
+    } else {
+        edit_message(&bytes, id, &mut edit).map_or(bytes, Bytes::from)
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, reply::full(rewritten))
+}
+
+/// The message re-serialised with its result edited, if it is the response `id`.
+fn edit_message(
+    data: &[u8],
+    id: &Value,
+    edit: &mut Option<impl FnOnce(&mut Value)>,
+) -> Option<Vec<u8>> {
+    let mut message: Value = serde_json::from_slice(data).ok()?;
+    if message.get("id") != Some(id) {
+        return None;
+    }
+    let result = message.get_mut("result")?;
+    (edit.take()?)(result);
+    serde_json::to_vec(&message).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(session: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(MCP_SESSION_ID, HeaderValue::from_str(session).unwrap());
+        headers
+    }
+
+    #[test]
+    fn marks_round_trip_and_plain_ids_are_not_marked() {
+        let upstream = HeaderValue::from_static("abc-123");
+        for modes in [false, true] {
+            let marked = mark(Some(&upstream), modes).unwrap();
+            let seen = unmark(&headers(marked.to_str().unwrap())).unwrap();
+            assert_eq!(seen.upstream, Some(upstream.clone()));
+            assert_eq!(seen.modes, modes);
+        }
+        let none = unmark(&headers(mark(None, false).unwrap().to_str().unwrap())).unwrap();
+        assert_eq!(none.upstream, None);
+        assert!(unmark(&headers("abc-123")).is_none());
+    }
+
+    #[tokio::test]
+    async fn an_sse_answer_keeps_its_other_events() {
+        let body = "id: 1\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}\n\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{\"tools\":[]}}\n\n";
+        let response = Response::builder()
+            .header(header::CONTENT_TYPE, "text/event-stream")
+            .body(reply::full(body))
+            .unwrap();
+        let rewritten = rewrite_result(response, &Value::from(4), |r| {
+            r["tools"] = Value::from(1);
+        })
+        .await;
+        let text = rewritten.into_body().collect().await.unwrap().to_bytes();
+        let text = String::from_utf8(text.to_vec()).unwrap();
+        assert!(text.contains("notifications/message"), "{text}");
+        assert!(text.contains("\"tools\":1"), "{text}");
+        assert!(text.contains("id: 1"), "{text}");
+    }
+}

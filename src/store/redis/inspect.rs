@@ -1,0 +1,246 @@
+//! What operators see (`TaskInspection`) on Redis, without `KEYS`: every task by `SCAN`
+//! (one server only), the unfinished ones by `SSCAN` of each owner's index, a principal's
+//! by its listing index. A page is one cursor step of `budget` entries.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use redis::Value;
+
+use super::{
+    INSTANCES_KEY, RedisStore, codec, corrupt, is_task_id, lease_key, listing, owned_key, parse,
+    pipe_of, task_key,
+};
+use crate::store::inspect::{
+    BadCursor, InspectError, InstanceInfo, ScanPage, Scope, TaskInspection,
+};
+use crate::store::{ListCursor, StoreError, TaskRecord, now_ms};
+
+/// Task keys are `mtg:{<uuid>}`; no other key of the gateway starts `mtg:{`.
+const TASK_KEY_PATTERN: &str = "mtg:{*";
+
+#[async_trait]
+impl TaskInspection for RedisStore {
+    async fn inspect(&self, task_id: &str) -> Result<Option<Arc<TaskRecord>>, StoreError> {
+        Ok(read_tasks(self, "inspect", &[task_id]).await?.pop())
+    }
+
+    async fn scan(
+        &self,
+        scope: Scope<'_>,
+        cursor: Option<&str>,
+        budget: usize,
+    ) -> Result<ScanPage, InspectError> {
+        let budget = budget.max(1);
+        match scope {
+            Scope::Principal(principal) => scan_principal(self, principal, cursor, budget).await,
+            Scope::Unfinished { owner } => scan_owners(self, owner, cursor, budget).await,
+            Scope::All if self.conn.backend_label() == "redis-cluster" => {
+                Err(InspectError::Unsupported(
+                    "on Redis Cluster every task cannot be listed without KEYS: filter by a \
+                     principal, or by status working or input_required",
+                ))
+            }
+            Scope::All => scan_keys(self, cursor, budget).await,
+        }
+    }
+
+    async fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError> {
+        let mut members = redis::cmd("SMEMBERS");
+        members.arg(INSTANCES_KEY);
+        let mut instances: Vec<String> = parse(self.conn.one("instances", members).await?)?;
+        instances.sort();
+        if instances.is_empty() {
+            return Ok(Vec::new());
+        }
+        // An instance's lease and index share its hash tag: one group each.
+        let reads = instances
+            .iter()
+            .map(|instance| {
+                let mut url = redis::cmd("GET");
+                url.arg(lease_key(instance));
+                let mut left = redis::cmd("PTTL");
+                left.arg(lease_key(instance));
+                let mut running = redis::cmd("SCARD");
+                running.arg(owned_key(instance));
+                pipe_of([url, left, running])
+            })
+            .collect();
+        let replies = self.conn.run("instances", reads).await?;
+        instances
+            .into_iter()
+            .zip(replies)
+            .map(|(instance, reply)| {
+                let mut reply = reply.into_iter();
+                let url: Option<String> = parse(reply.next().unwrap_or(Value::Nil))?;
+                let left: i64 = parse(reply.next().unwrap_or(Value::Nil))?;
+                let running: u64 = parse(reply.next().unwrap_or(Value::Nil))?;
+                Ok(InstanceInfo {
+                    instance,
+                    advertise_url: url.filter(|url| url != "-"),
+                    // PTTL is -2 for a lapsed lease (and -1 for one without expiry, never set).
+                    lease_expires_in_ms: u64::try_from(left).ok(),
+                    running_tasks: running,
+                })
+            })
+            .collect()
+    }
+}
+
+/// A principal's tasks, newest first; the cursor is the listing's own (`createdAt.taskId`).
+async fn scan_principal(
+    store: &RedisStore,
+    principal: &str,
+    cursor: Option<&str>,
+    budget: usize,
+) -> Result<ScanPage, InspectError> {
+    let after = cursor.map(parse_list_cursor).transpose()?;
+    let tasks = listing::list(store, principal, after.as_ref(), budget).await?;
+    let next = (tasks.len() == budget)
+        .then(|| tasks.last())
+        .flatten()
+        .map(|last| format!("{}.{}", last.created_at_ms, last.task_id));
+    Ok(ScanPage { tasks, next })
+}
+
+fn parse_list_cursor(text: &str) -> Result<ListCursor, BadCursor> {
+    let bad = || BadCursor(text.to_owned());
+    let (created, task_id) = text.split_once('.').ok_or_else(bad)?;
+    Ok(ListCursor {
+        created_at_ms: created.parse().map_err(|_| bad())?,
+        task_id: task_id.to_owned(),
+    })
+}
+
+/// Unfinished tasks from the owners' indexes, one owner after another in name order.
+/// The cursor is `<SSCAN cursor> <owner>`.
+async fn scan_owners(
+    store: &RedisStore,
+    owner: Option<&str>,
+    cursor: Option<&str>,
+    budget: usize,
+) -> Result<ScanPage, InspectError> {
+    let (position, current) = match cursor {
+        Some(text) => {
+            let (position, instance) = text
+                .split_once(' ')
+                .ok_or_else(|| BadCursor(text.to_owned()))?;
+            let position: u64 = position.parse().map_err(|_| BadCursor(text.to_owned()))?;
+            (position, instance.to_owned())
+        }
+        None => match owner {
+            Some(owner) => (0, owner.to_owned()),
+            None => match next_instance(store, None).await? {
+                Some(first) => (0, first),
+                None => return Ok(ScanPage::default()),
+            },
+        },
+    };
+    let mut sscan = redis::cmd("SSCAN");
+    sscan
+        .arg(owned_key(&current))
+        .arg(position)
+        .arg("COUNT")
+        .arg(budget);
+    let (position, ids): (u64, Vec<String>) = parse(store.conn.one("inspect", sscan).await?)?;
+    let next = if position != 0 {
+        Some(format!("{position} {current}"))
+    } else if owner.is_some() {
+        None
+    } else {
+        next_instance(store, Some(&current))
+            .await?
+            .map(|instance| format!("0 {instance}"))
+    };
+    let tasks = read_tasks(store, "inspect", &ids)
+        .await?
+        .into_iter()
+        .filter(|task| !task.status.is_terminal() && task.owner == current)
+        .collect();
+    Ok(ScanPage { tasks, next })
+}
+
+/// The first instance in name order after `after`.
+async fn next_instance(
+    store: &RedisStore,
+    after: Option<&str>,
+) -> Result<Option<String>, StoreError> {
+    let mut members = redis::cmd("SMEMBERS");
+    members.arg(INSTANCES_KEY);
+    let instances: Vec<String> = parse(store.conn.one("inspect", members).await?)?;
+    Ok(instances
+        .into_iter()
+        .filter(|instance| after.is_none_or(|after| instance.as_str() > after))
+        .min())
+}
+
+/// Every task, by `SCAN` of the task keys; the cursor is SCAN's own.
+async fn scan_keys(
+    store: &RedisStore,
+    cursor: Option<&str>,
+    budget: usize,
+) -> Result<ScanPage, InspectError> {
+    let position: u64 = match cursor {
+        Some(text) => text.parse().map_err(|_| BadCursor(text.to_owned()))?,
+        None => 0,
+    };
+    let mut scan = redis::cmd("SCAN");
+    scan.arg(position)
+        .arg("MATCH")
+        .arg(TASK_KEY_PATTERN)
+        .arg("COUNT")
+        .arg(budget)
+        .arg("TYPE")
+        .arg("hash");
+    let (position, keys): (u64, Vec<String>) = parse(store.conn.one("inspect", scan).await?)?;
+    let ids: Vec<String> = keys
+        .iter()
+        .filter_map(|key| key.strip_prefix("mtg:{")?.strip_suffix('}'))
+        .map(str::to_owned)
+        .collect();
+    Ok(ScanPage {
+        tasks: read_tasks(store, "inspect", &ids).await?,
+        next: (position != 0).then(|| position.to_string()),
+    })
+}
+
+/// The live tasks among `ids`, in one round trip (timed as `op`); unknown and expired
+/// ones left out.
+pub(super) async fn read_tasks(
+    store: &RedisStore,
+    op: &'static str,
+    ids: &[impl AsRef<str> + Sync],
+) -> Result<Vec<Arc<TaskRecord>>, StoreError> {
+    let ids: Vec<&str> = ids
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|id| is_task_id(id))
+        .collect();
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let reads = ids
+        .iter()
+        .map(|id| {
+            let mut read = redis::cmd("HGETALL");
+            read.arg(task_key(id));
+            pipe_of([read])
+        })
+        .collect();
+    let replies = store.conn.run(op, reads).await?;
+    let now = now_ms();
+    let mut tasks = Vec::with_capacity(ids.len());
+    for (id, reply) in ids.into_iter().zip(replies) {
+        let fields: HashMap<String, String> =
+            parse(reply.into_iter().next().unwrap_or(Value::Nil))?;
+        if fields.is_empty() {
+            continue;
+        }
+        let task = codec::decode(id, fields).map_err(corrupt)?;
+        if task.expires_at_ms() > now {
+            tasks.push(Arc::new(task));
+        }
+    }
+    Ok(tasks)
+}

@@ -1,0 +1,202 @@
+//! Who on this instance waits for a task to change: `tasks/result` calls (by task) and
+//! the GET streams of 2025-xx sessions (by session). Fed by the store's announced
+//! changes, whichever instance made them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Notify, mpsc};
+
+use crate::store::{TaskChange, WAKE_ALL};
+
+/// A session's feed: each change of its tasks (task id, and progress when that is it).
+type FeedSender = mpsc::UnboundedSender<(String, Option<serde_json::Value>)>;
+type SessionFeeds = Arc<Mutex<HashMap<String, FeedSender>>>;
+
+#[derive(Default)]
+pub struct Watchers {
+    tasks: Mutex<HashMap<String, Arc<Notify>>>,
+    sessions: SessionFeeds,
+    /// Feeds of sessions that created a task before opening their GET stream: the
+    /// changes queue here until the stream takes them (a client opens it while its first
+    /// call may already run). Kept for [`EARLY_FEED_KEPT`] at most.
+    early: Mutex<HashMap<String, (Instant, FeedReceiver)>>,
+}
+
+type FeedReceiver = mpsc::UnboundedReceiver<(String, Option<serde_json::Value>)>;
+
+/// How long changes wait for a session's GET stream to open.
+const EARLY_FEED_KEPT: Duration = Duration::from_secs(60);
+
+/// A watch on one task; dropping the last one for a task forgets the task.
+pub struct TaskWatch<'a> {
+    watchers: &'a Watchers,
+    task_id: String,
+    notify: Arc<Notify>,
+}
+
+impl TaskWatch<'_> {
+    /// Resolves at the next change after this call (register before reading the record,
+    /// so a change in between is not missed: `Notified::enable`).
+    pub fn changed(&self) -> std::pin::Pin<Box<tokio::sync::futures::Notified<'_>>> {
+        let mut notified = Box::pin(self.notify.notified());
+        notified.as_mut().enable();
+        notified
+    }
+}
+
+impl Drop for TaskWatch<'_> {
+    fn drop(&mut self) {
+        let mut tasks = lock(&self.watchers.tasks);
+        // Two references left: this watch and the map's.
+        if Arc::strong_count(&self.notify) <= 2 {
+            tasks.remove(&self.task_id);
+        }
+    }
+}
+
+/// The changes of one session's tasks, for its GET stream; ends the feed when dropped.
+pub struct SessionFeed {
+    feeds: SessionFeeds,
+    session: String,
+    pub changes: mpsc::UnboundedReceiver<(String, Option<serde_json::Value>)>,
+}
+
+impl Drop for SessionFeed {
+    fn drop(&mut self) {
+        self.changes.close();
+        let mut sessions = lock(&self.feeds);
+        if sessions.get(&self.session).is_some_and(|tx| tx.is_closed()) {
+            sessions.remove(&self.session);
+        }
+    }
+}
+
+impl Watchers {
+    pub fn watch_task(&self, task_id: &str) -> TaskWatch<'_> {
+        let notify = lock(&self.tasks)
+            .entry(task_id.to_owned())
+            .or_default()
+            .clone();
+        TaskWatch {
+            watchers: self,
+            task_id: task_id.to_owned(),
+            notify,
+        }
+    }
+
+    /// A feed of `session`'s task changes; a newer feed for the same session replaces
+    /// this one (a client reopening its GET stream). Changes since the session's first
+    /// task, if the stream opens late, come first.
+    pub fn feed_session(&self, session: &str) -> SessionFeed {
+        let changes = match lock(&self.early).remove(session) {
+            Some((_, queued)) => queued,
+            None => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                lock(&self.sessions).insert(session.to_owned(), tx);
+                rx
+            }
+        };
+        SessionFeed {
+            feeds: self.sessions.clone(),
+            session: session.to_owned(),
+            changes,
+        }
+    }
+
+    /// `session` is about to have a task: if it has no feed yet, its changes start
+    /// queueing for the GET stream it may open in a moment.
+    pub fn expect_session(&self, session: &str) {
+        let mut early = lock(&self.early);
+        let now = Instant::now();
+        early.retain(|_, (since, _)| now.duration_since(*since) < EARLY_FEED_KEPT);
+        let mut sessions = lock(&self.sessions);
+        sessions.retain(|_, tx| !tx.is_closed());
+        if sessions.contains_key(session) {
+            return;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        sessions.insert(session.to_owned(), tx);
+        early.insert(session.to_owned(), (now, rx));
+    }
+
+    pub fn dispatch(&self, change: &TaskChange) {
+        if change.task_id == WAKE_ALL {
+            lock(&self.tasks)
+                .values()
+                .for_each(|notify| notify.notify_waiters());
+            return;
+        }
+        if let Some(notify) = lock(&self.tasks).get(&change.task_id) {
+            notify.notify_waiters();
+        }
+        if let Some(session) = &change.session
+            && let Some(feed) = lock(&self.sessions).get(session)
+        {
+            let _ = feed.send((change.task_id.clone(), change.progress.clone()));
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(task: &str, session: Option<&str>) -> TaskChange {
+        TaskChange {
+            task_id: task.into(),
+            session: session.map(Into::into),
+            progress: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_change_after_registering_is_never_missed() {
+        let watchers = Watchers::default();
+        let watch = watchers.watch_task("t");
+        let changed = watch.changed();
+        watchers.dispatch(&change("t", None));
+        tokio::time::timeout(std::time::Duration::from_secs(1), changed)
+            .await
+            .expect("the change before awaiting still counts");
+    }
+
+    #[tokio::test]
+    async fn changes_before_the_stream_opens_wait_for_it() {
+        let watchers = Watchers::default();
+        watchers.expect_session("s");
+        watchers.dispatch(&change("t1", Some("s")));
+        let mut feed = watchers.feed_session("s");
+        watchers.dispatch(&change("t2", Some("s")));
+        assert_eq!(feed.changes.recv().await.unwrap().0, "t1");
+        assert_eq!(feed.changes.recv().await.unwrap().0, "t2");
+        // A session with a stream open already gets no queue of its own.
+        watchers.expect_session("s");
+        assert!(lock(&watchers.early).is_empty());
+    }
+
+    #[tokio::test]
+    async fn sessions_get_their_own_tasks_changes() {
+        let watchers = Watchers::default();
+        let mut feed = watchers.feed_session("s");
+        watchers.dispatch(&change("t1", Some("other")));
+        watchers.dispatch(&change("t2", Some("s")));
+        assert_eq!(feed.changes.recv().await.unwrap().0, "t2");
+    }
+
+    #[test]
+    fn the_last_watch_dropped_forgets_the_task() {
+        let watchers = Watchers::default();
+        let a = watchers.watch_task("t");
+        let b = watchers.watch_task("t");
+        drop(a);
+        assert!(lock(&watchers.tasks).contains_key("t"));
+        drop(b);
+        assert!(!lock(&watchers.tasks).contains_key("t"));
+    }
+}
