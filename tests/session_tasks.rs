@@ -434,14 +434,26 @@ async fn bad_input_gets_the_2025_codes_and_never_reaches_the_upstream() {
         let message = answer["error"]["message"].as_str().unwrap();
         assert!(message.contains(mentions), "{request} -> {message}");
     }
+    let calls_after_bad_input = upstream_stats(&upstream_url).await["callsStarted"].clone();
+    assert_eq!(
+        calls_after_bad_input, calls_before,
+        "bad input reached the upstream"
+    );
 
-    // A cancelled task has no result to give, and cannot be cancelled again.
+    // A cancelled task has no result to give, and cannot be cancelled again. The cancel is
+    // sent once the call runs upstream: the task is stored before its call is sent.
     let created = post_one(
         &client,
         json!({"jsonrpc": "2.0", "id": 50, "method": "tools/call", "params": {"name": "sleep", "arguments": {"ms": 60000}, "task": {}}}),
     )
     .await;
     let task_id = created["result"]["task"]["taskId"].clone();
+    let one_more = calls_before.as_u64().map(|n| n + 1);
+    eventually("the sleep reaches the upstream", || async {
+        let started = upstream_stats(&upstream_url).await["callsStarted"].as_u64();
+        (started == one_more).then_some(())
+    })
+    .await;
     let cancelled = post_one(
         &client,
         json!({"jsonrpc": "2.0", "id": 51, "method": "tasks/cancel", "params": {"taskId": task_id}}),
@@ -466,12 +478,11 @@ async fn bad_input_gets_the_2025_codes_and_never_reaches_the_upstream() {
     )
     .await;
     assert_eq!(result["error"]["code"], -32602, "{result}");
-    // Only the one sleep reached the upstream.
-    let calls_after = upstream_stats(&upstream_url).await["callsStarted"].clone();
+    // Neither the second cancel nor the result call started anything upstream.
+    let calls_after = upstream_stats(&upstream_url).await["callsStarted"].as_u64();
     assert_eq!(
-        calls_after.as_u64(),
-        calls_before.as_u64().map(|n| n + 1),
-        "bad input reached the upstream"
+        calls_after, one_more,
+        "a call on a cancelled task reached the upstream"
     );
 }
 
