@@ -116,6 +116,8 @@ fn record(status: TaskStatus) -> TaskRecord {
         )
         .expect("JSON"),
         upstream_state: None,
+        resume: None,
+        takeovers: 0,
     }
 }
 

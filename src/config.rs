@@ -71,6 +71,24 @@ pub struct Config {
     #[arg(long = "tool-policy", env = "MTG_TOOL_POLICY", value_delimiter = ',', value_parser = parse_tool_policy)]
     pub tool_policies: Vec<(String, TaskPolicy)>,
 
+    /// A tool whose call may run again when the gateway instance running it is lost
+    /// (repeatable; comma-separated in the environment), besides the ones the upstream
+    /// annotates `readOnlyHint` or `idempotentHint`. Another instance then takes the
+    /// task over and calls the tool again.
+    #[arg(
+        long = "retry-on-owner-loss",
+        env = "MTG_RETRY_ON_OWNER_LOSS",
+        value_delimiter = ',',
+        value_name = "TOOL"
+    )]
+    pub retry_on_owner_loss: Vec<String>,
+
+    /// Most times one task is taken over after the instance running it was lost; the
+    /// next loss fails it (a call that brings down every instance that runs it must not
+    /// take the fleet down). Hand-overs at a graceful stop do not count. 0: never.
+    #[arg(long, env = "MTG_MAX_TAKEOVERS", default_value_t = 2)]
+    pub max_takeovers: u32,
+
     /// How long a bridged call held for a 2026-07-28 client's answers (MRTR bridge) waits
     /// for the client's retry; then it is cancelled upstream and a late retry is refused.
     #[arg(long, env = "MTG_INPUT_WAIT_TIMEOUT_MS", default_value_t = 300_000, value_parser = clap::value_parser!(u64).range(100..))]
@@ -254,6 +272,13 @@ impl Config {
 
     pub fn upstream_timeout(&self) -> Option<Duration> {
         (self.upstream_timeout_ms > 0).then(|| Duration::from_millis(self.upstream_timeout_ms))
+    }
+
+    pub fn takeover_settings(&self) -> crate::tasks::TakeoverSettings {
+        crate::tasks::TakeoverSettings {
+            retry_tools: self.retry_on_owner_loss.iter().cloned().collect(),
+            max_takeovers: self.max_takeovers,
+        }
     }
 
     pub fn policy_map(&self) -> HashMap<String, TaskPolicy> {

@@ -65,16 +65,6 @@ pub async fn run(config: Config) -> std::io::Result<()> {
             Store::new(RedisStore::connect(settings).map_err(std::io::Error::other)?)
         }
     };
-    let membership = Membership::start(
-        store.membership.clone(),
-        store.changes.clone(),
-        ClusterSettings {
-            instance_id: config.instance_id.clone(),
-            advertise_url: config.advertise_url.as_ref().map(ToString::to_string),
-            lease_timeout: Duration::from_millis(config.lease_timeout_ms),
-        },
-    )
-    .await;
     let settings = TaskSettings {
         instance_id: config.instance_id.clone(),
         ttl_ms: config.task_ttl_ms(),
@@ -85,6 +75,7 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         max_running_per_principal: config.max_running_tasks_per_principal,
         input_wait: std::time::Duration::from_millis(config.input_wait_timeout_ms),
         state_keys: config.state_keys(),
+        takeover: config.takeover_settings(),
     };
     if config.request_state_key.is_none() && config.redis_target().is_some() {
         tracing::warn!(
@@ -93,6 +84,16 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         );
     }
     let tasks = TaskService::start(&store, upstream.clone(), settings);
+    let membership = Membership::start(
+        store.membership.clone(),
+        tasks.clone(),
+        ClusterSettings {
+            instance_id: config.instance_id.clone(),
+            advertise_url: config.advertise_url.as_ref().map(ToString::to_string),
+            lease_timeout: Duration::from_millis(config.lease_timeout_ms),
+        },
+    )
+    .await;
     if let Some((listener, metrics)) = operators {
         let addr = listener.local_addr()?;
         let api = admin_token.map(|token| admin::AdminApi {
@@ -127,15 +128,30 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         closing.cancel();
     };
     let workers = server::workers::serve(listener, gateway, config.worker_threads(), stop).await?;
-    tasks
-        .drain(Duration::from_millis(config.drain_timeout_ms))
+    let peers_alive = peers_alive(&store, &config.instance_id).await;
+    let handed_over = tasks
+        .drain(Duration::from_millis(config.drain_timeout_ms), peers_alive)
         .await;
-    // Tasks still running here end now, visibly to every instance.
-    membership.shutdown().await;
+    // Tasks still running here end now, visibly to every instance, or wait for a live
+    // instance to take them over.
+    membership.shutdown(handed_over).await;
     upstream.shutdown().await;
     workers.stop().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Whether another instance holds a live lease: only then can tasks be handed over.
+async fn peers_alive(store: &Store, me: &str) -> bool {
+    match store.inspection.instances().await {
+        Ok(instances) => instances
+            .iter()
+            .any(|i| i.instance != me && i.lease_expires_in_ms.is_some_and(|left| left > 0)),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not list the live instances; failing the tasks left");
+            false
+        }
+    }
 }
 
 /// The upstream the flags name: a URL, or a command to run over stdio.

@@ -1,20 +1,41 @@
-//! Instances of one deployment: this instance's lease, and the sweep that fails the
-//! tasks of instances that are gone.
+//! Instances of one deployment: this instance's lease, and the sweep that finds the
+//! instances that are gone and has their tasks taken over or failed (`Sweeper`, the task
+//! service's part).
 //!
 //! Timing, for a lease timeout `T`: the lease is renewed every `T/4` and holds for
 //! `3T/4`, so an instance that stops renewing loses it within `3T/4` (two renewals may
 //! fail before that). Every instance sweeps every `T/4`, so the tasks of a lost owner
-//! are failed within `T` of its last renewal.
+//! are taken over or failed within `T` of its last renewal.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::store::{Changes, INSTANCE_LOST, Lease, MembershipStore, TaskChange};
+use crate::store::{GoneInstance, Lease, MembershipStore, StoreError};
 use crate::telemetry;
+
+/// What becomes of a gone instance's tasks: decided per task by the task service, which
+/// knows which calls can run again.
+#[async_trait]
+pub trait Sweeper: Send + Sync + 'static {
+    /// Takes over or fails the unfinished tasks of `gone`.
+    async fn sweep(self: Arc<Self>, gone: GoneInstance) -> Result<SweepCounts, StoreError>;
+
+    /// This instance's lease had lapsed and is held again: others may have taken over
+    /// its tasks meanwhile.
+    async fn lease_regained(self: Arc<Self>);
+}
+
+/// What one sweep of one gone instance did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SweepCounts {
+    pub taken_over: usize,
+    pub failed: usize,
+}
 
 #[derive(Debug, Clone)]
 pub struct ClusterSettings {
@@ -48,30 +69,29 @@ impl Membership {
     /// sweeping.
     pub async fn start(
         store: Arc<dyn MembershipStore>,
-        changes: Arc<dyn Changes>,
+        sweeper: Arc<dyn Sweeper>,
         settings: ClusterSettings,
     ) -> Self {
         // Tasks still indexed under this id belong to an earlier process with the same
-        // id (e.g. a restarted pod that keeps its name): nobody runs them any more.
-        // This runs before the first request is served, so none of them is ours.
-        match store
-            .fail_tasks_of(&settings.instance_id, INSTANCE_LOST)
-            .await
-        {
-            Ok(0) => {}
-            Ok(n) => {
-                telemetry::lost_owner_tasks_failed(n);
-                tracing::warn!(
-                    tasks = n,
-                    "failed the tasks an earlier process with this instance id left running"
-                )
-            }
+        // id (e.g. a restarted pod that keeps its name): nobody runs them any more. This
+        // runs before the first request is served, so none of them is ours yet.
+        let earlier = GoneInstance {
+            instance: settings.instance_id.clone(),
+            handed_over: false,
+        };
+        match sweeper.clone().sweep(earlier).await {
+            Ok(counts) if counts == SweepCounts::default() => {}
+            Ok(counts) => tracing::warn!(
+                taken_over = counts.taken_over,
+                failed = counts.failed,
+                "found tasks an earlier process with this instance id left running"
+            ),
             Err(e) => {
                 tracing::warn!(error = %e, "task store not reachable at start; will keep trying")
             }
         }
         let (stop, stopped) = watch::channel(false);
-        let handle = tokio::spawn(run(store.clone(), changes, settings.clone(), stopped));
+        let handle = tokio::spawn(run(store.clone(), sweeper, settings.clone(), stopped));
         Self {
             store,
             settings,
@@ -80,12 +100,20 @@ impl Membership {
         }
     }
 
-    /// Stops renewing and gives the lease up: the tasks still running here are failed at
-    /// once, so other instances report them without waiting for the lease to lapse.
-    pub async fn shutdown(self) {
+    /// Stops renewing and gives the lease up. With `hand_over`, the tasks left here wait
+    /// for live instances to take them over; otherwise the ones still running are failed
+    /// at once, so other instances report them without waiting for the lease to lapse.
+    pub async fn shutdown(self, hand_over: bool) {
         let _ = self.stop.send(true);
         let _ = self.handle.await;
-        match self.store.release_lease(&self.settings.instance_id).await {
+        let released = self
+            .store
+            .release_lease(&self.settings.instance_id, hand_over)
+            .await;
+        match released {
+            Ok(_) if hand_over => {
+                tracing::info!("lease released; live instances take over the tasks left here")
+            }
             Ok(0) => {}
             Ok(n) => tracing::info!(tasks = n, "failed the tasks still running at shutdown"),
             Err(e) => {
@@ -97,7 +125,7 @@ impl Membership {
 
 async fn run(
     store: Arc<dyn MembershipStore>,
-    changes: Arc<dyn Changes>,
+    sweeper: Arc<dyn Sweeper>,
     settings: ClusterSettings,
     mut stopped: watch::Receiver<bool>,
 ) {
@@ -126,8 +154,9 @@ async fn run(
                 }
                 if !held && !first {
                     tracing::warn!(
-                        "this instance's lease had lapsed; other instances may have failed its tasks"
+                        "this instance's lease had lapsed; other instances may have taken over or failed its tasks"
                     );
+                    sweeper.clone().lease_regained().await;
                 }
                 connected_since.get_or_insert_with(Instant::now);
             }
@@ -141,17 +170,28 @@ async fn run(
         }
         first = false;
         if connected_since.is_some_and(|since| since.elapsed() >= lease.ttl) {
-            match store.fail_tasks_of_lost_owners(&settings.instance_id).await {
-                Ok(0) => {}
-                Ok(failed) => {
-                    telemetry::lost_owner_tasks_failed(failed);
-                    // The sweep knows counts, not ids: whoever watches a task looks again.
-                    if let Err(e) = changes.announce(&TaskChange::everything()).await {
-                        tracing::debug!(error = %e, "could not announce the failed tasks");
-                    }
-                }
-                Err(e) => tracing::debug!(error = %e, "sweep for lost instances failed"),
-            }
+            sweep(&*store, &sweeper, &settings.instance_id).await;
+        }
+    }
+}
+
+/// Takes over or fails the tasks of every instance that is gone.
+async fn sweep(store: &dyn MembershipStore, sweeper: &Arc<dyn Sweeper>, me: &str) {
+    let gone = match store.gone_instances(me).await {
+        Ok(gone) => gone,
+        Err(e) => {
+            tracing::debug!(error = %e, "sweep for gone instances failed");
+            return;
+        }
+    };
+    for gone in gone {
+        let instance = gone.instance.clone();
+        if let Err(e) = sweeper.clone().sweep(gone).await {
+            tracing::debug!(instance, error = %e, "sweep of a gone instance failed");
+            continue;
+        }
+        if let Err(e) = store.forget_if_gone(&instance).await {
+            tracing::debug!(instance, error = %e, "could not forget a gone instance");
         }
     }
 }

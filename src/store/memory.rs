@@ -10,8 +10,9 @@ use tokio::sync::mpsc;
 
 use super::inspect::{BadCursor, InspectError, InstanceInfo, ScanPage, Scope, TaskInspection};
 use super::{
-    CancelOutcome, Lease, ListCursor, MembershipStore, Outcome, StoreError, TaskRecord, TaskStore,
-    UpdateOutcome, WAKE_ALL, WakeReceiver, WakeUps, metrics, now_ms,
+    Adoption, CancelOutcome, GoneInstance, Lease, ListCursor, MembershipStore, Outcome, StoreError,
+    Takeover, TaskRecord, TaskStore, UpdateOutcome, WAKE_ALL, WakeReceiver, WakeUps, metrics,
+    now_ms,
 };
 use crate::protocol::wire::InputRequest;
 
@@ -335,17 +336,79 @@ impl MembershipStore for MemoryStore {
         Ok(true)
     }
 
-    async fn fail_tasks_of(&self, _instance: &str, _message: &str) -> Result<usize, StoreError> {
-        Ok(0)
-    }
-
-    async fn release_lease(&self, instance: &str) -> Result<usize, StoreError> {
+    /// One process: at shutdown the drain has already ended what ran here.
+    async fn release_lease(&self, instance: &str, _hand_over: bool) -> Result<usize, StoreError> {
         self.lock_leases().remove(instance);
         Ok(0)
     }
 
-    async fn fail_tasks_of_lost_owners(&self, _me: &str) -> Result<usize, StoreError> {
-        Ok(0)
+    // The rest matters only when several instances share the store; here it follows
+    // the same rules (`TaskRecord::take_over`) so the contract tests hold both to them.
+
+    async fn gone_instances(&self, me: &str) -> Result<Vec<GoneInstance>, StoreError> {
+        let now = now_ms();
+        let mut owners: BTreeSet<String> = BTreeSet::new();
+        for task in self.lock().by_id.values() {
+            if !task.status.is_terminal() && task.owner != me {
+                owners.insert(task.owner.clone());
+            }
+        }
+        let leases = self.lock_leases();
+        Ok(owners
+            .into_iter()
+            .filter(|owner| leases.get(owner).is_none_or(|l| l.expires_at_ms <= now))
+            .map(|instance| GoneInstance {
+                instance,
+                handed_over: false,
+            })
+            .collect())
+    }
+
+    async fn orphans(&self, instance: &str) -> Result<Vec<TaskRecord>, StoreError> {
+        let now = now_ms();
+        Ok(self
+            .lock()
+            .by_id
+            .values()
+            .filter(|t| t.owner == instance && !t.status.is_terminal() && t.expires_at_ms() > now)
+            .map(|t| TaskRecord::clone(t))
+            .collect())
+    }
+
+    async fn take_over(
+        &self,
+        task_ids: &[String],
+        takeover: &Takeover<'_>,
+    ) -> Result<Vec<Adoption>, StoreError> {
+        Ok(task_ids
+            .iter()
+            .map(|task_id| {
+                self.update(task_id, |task, now| task.take_over(takeover, now))
+                    .unwrap_or(Adoption::NotOwned)
+            })
+            .collect())
+    }
+
+    async fn fail_orphans(
+        &self,
+        instance: &str,
+        task_ids: &[String],
+        message: &str,
+    ) -> Result<usize, StoreError> {
+        let failed = task_ids
+            .iter()
+            .filter(|task_id| {
+                self.update(task_id, |task, now| {
+                    task.owner == instance && task.finish(Outcome::gateway_failure(message), now)
+                })
+                .unwrap_or(false)
+            })
+            .count();
+        Ok(failed)
+    }
+
+    async fn forget_if_gone(&self, _instance: &str) -> Result<(), StoreError> {
+        Ok(())
     }
 }
 

@@ -2,8 +2,8 @@
 //! each store implements:
 //! - [`TaskStore`]: the tasks and every change of them (`task_state.rs`);
 //! - [`WakeUps`]: telling a task's owner to look at it again (`wakeups.rs`);
-//! - [`MembershipStore`]: instance leases and failing the tasks of instances that are
-//!   gone (`membership.rs`);
+//! - [`MembershipStore`]: instance leases, and taking over or failing the tasks of
+//!   instances that are gone (`membership.rs`);
 //! - [`Changes`]: announcing that a task changed, to whoever watches it on any instance
 //!   (`changes.rs`);
 //! - [`TaskInspection`]: every task and instance, for operators (`inspect.rs`).
@@ -29,8 +29,8 @@ use std::sync::Arc;
 
 pub use changes::{ChangeReceiver, Changes, LocalChanges, TaskChange};
 pub use inspect::{BadCursor, InspectError, InstanceInfo, ScanPage, Scope, TaskInspection};
-pub use membership::{INSTANCE_LOST, INSTANCE_STOPPED, Lease, MembershipStore};
-pub use record::{Outcome, TaskRecord, input_key};
+pub use membership::{GoneInstance, INSTANCE_LOST, INSTANCE_STOPPED, Lease, MembershipStore};
+pub use record::{Adoption, Outcome, Takeover, TaskRecord, input_key};
 pub use task_state::{
     CANCELLED_BY_CLIENT, CANCELLED_BY_OPERATOR, CancelOutcome, ListCursor, StoreError, TaskStore,
     Unavailable, UpdateOutcome, finish_with_retry,

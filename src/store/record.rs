@@ -41,6 +41,15 @@ pub struct TaskRecord {
     /// upstreams: the round's `requestState` and key mapping). Opaque to the store.
     #[serde(default)]
     pub upstream_state: Option<Value>,
+    /// What another instance needs to run the call again if this task's owner is lost
+    /// (the caller's capabilities and sealed credential); `None` when it cannot be run
+    /// elsewhere (a session client's task lives in that client's upstream session).
+    /// Opaque to the store.
+    #[serde(default)]
+    pub resume: Option<Value>,
+    /// How many times another instance took the task over after its owner was lost.
+    #[serde(default)]
+    pub takeovers: u32,
 }
 
 /// The key of a task's n-th input request (the Lua scripts build the same).
@@ -117,6 +126,30 @@ impl TaskRecord {
         accepted
     }
 
+    /// Moves the task from `from` to `to` (see [`Takeover`]).
+    pub(super) fn take_over(&mut self, takeover: &Takeover<'_>, now_ms: u64) -> Adoption {
+        if self.owner != takeover.from || self.status.is_terminal() {
+            return Adoption::NotOwned;
+        }
+        if takeover.counts {
+            self.takeovers += 1;
+            if self.takeovers > takeover.max_takeovers {
+                self.finish(takeover.exhausted.clone(), now_ms);
+                return Adoption::Exhausted;
+            }
+        }
+        if !takeover.keep_input {
+            self.input_requests.clear();
+            self.answers.clear();
+            self.upstream_state = None;
+            self.set_status(TaskStatus::Working);
+        }
+        self.owner = takeover.to.to_owned();
+        self.status_message = Some(takeover.message.to_owned());
+        self.touch(now_ms);
+        Adoption::Adopted(Box::new(self.clone()))
+    }
+
     pub(super) fn finish(&mut self, outcome: Outcome, now_ms: u64) -> bool {
         if self.status.is_terminal() {
             return false;
@@ -143,6 +176,37 @@ impl TaskRecord {
         self.touch(now_ms);
         true
     }
+}
+
+/// A live instance taking over a task whose owner is gone. Exactly one instance wins:
+/// the move happens only while `from` still owns the task and it has not ended.
+#[derive(Debug, Clone)]
+pub struct Takeover<'a> {
+    pub from: &'a str,
+    pub to: &'a str,
+    /// The task's statusMessage once resumed.
+    pub message: &'a str,
+    /// Whether this takeover counts against `max_takeovers` (a lost owner does; a
+    /// graceful hand-over at shutdown does not).
+    pub counts: bool,
+    pub max_takeovers: u32,
+    /// Keep the outstanding input requests and accepted answers (a 2026-07-28
+    /// upstream's round stays valid on any instance); otherwise they are withdrawn with
+    /// the round, and the call runs again from the start.
+    pub keep_input: bool,
+    /// How the task ends when it was taken over too often already.
+    pub exhausted: Outcome,
+}
+
+/// What a [`Takeover`] did.
+#[derive(Debug)]
+pub enum Adoption {
+    /// The task is the new owner's now, as it reads after the move.
+    Adopted(Box<TaskRecord>),
+    /// It had been taken over `max_takeovers` times already: it failed instead.
+    Exhausted,
+    /// Someone else moved or ended it first.
+    NotOwned,
 }
 
 /// How a task ends.

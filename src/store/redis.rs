@@ -8,6 +8,8 @@
 //!   (see `listing`); TTL = max TTL + grace, refreshed on each create;
 //! - `mtg:lease:{<instance>}`: string (its advertise URL), the instance's lease;
 //! - `mtg:instances`: set, the instances that hold or held a lease;
+//! - `mtg:handover:{<instance>}`: string, set by an instance that stopped and left its
+//!   unfinished tasks for live instances to take over;
 //! - channel `mtg:wake:<instance>`: wake-ups for the owner (payload: a task id).
 //!
 //! Every change of a task is one Lua script on its hash; nothing uses KEYS or SCAN.
@@ -19,6 +21,7 @@ mod inspect;
 mod leases;
 mod listing;
 mod scripts;
+mod takeover;
 mod wakeups;
 
 use std::sync::{Arc, Mutex};
@@ -32,8 +35,9 @@ use tokio::sync::mpsc;
 pub use conn::Target;
 
 use super::{
-    CancelOutcome, Lease, ListCursor, MembershipStore, Outcome, StoreError, TaskRecord, TaskStore,
-    Unavailable, UpdateOutcome, WakeReceiver, WakeUps, metrics, now_ms,
+    Adoption, CancelOutcome, GoneInstance, Lease, ListCursor, MembershipStore, Outcome, StoreError,
+    Takeover, TaskRecord, TaskStore, Unavailable, UpdateOutcome, WakeReceiver, WakeUps, metrics,
+    now_ms,
 };
 use crate::protocol::wire::{InputRequest, TaskStatus};
 use conn::Conn;
@@ -82,6 +86,11 @@ fn owned_key(instance: &str) -> String {
 
 fn lease_key(instance: &str) -> String {
     format!("mtg:lease:{{{instance}}}")
+}
+
+/// Set by an instance that stopped and left its tasks for others to take over.
+fn handover_key(instance: &str) -> String {
+    format!("mtg:handover:{{{instance}}}")
 }
 
 fn wake_channel(instance: &str) -> String {
@@ -476,16 +485,37 @@ impl MembershipStore for RedisStore {
         leases::renew(self, lease).await
     }
 
-    async fn fail_tasks_of(&self, instance: &str, message: &str) -> Result<usize, StoreError> {
-        leases::fail_owned_tasks(self, instance, message).await
+    async fn release_lease(&self, instance: &str, hand_over: bool) -> Result<usize, StoreError> {
+        leases::release(self, instance, hand_over).await
     }
 
-    async fn release_lease(&self, instance: &str) -> Result<usize, StoreError> {
-        leases::release(self, instance).await
+    async fn gone_instances(&self, me: &str) -> Result<Vec<GoneInstance>, StoreError> {
+        leases::gone_instances(self, me).await
     }
 
-    async fn fail_tasks_of_lost_owners(&self, me: &str) -> Result<usize, StoreError> {
-        leases::sweep(self, me).await
+    async fn orphans(&self, instance: &str) -> Result<Vec<TaskRecord>, StoreError> {
+        takeover::orphans(self, instance).await
+    }
+
+    async fn take_over(
+        &self,
+        task_ids: &[String],
+        takeover: &Takeover<'_>,
+    ) -> Result<Vec<Adoption>, StoreError> {
+        takeover::take_over(self, task_ids, takeover).await
+    }
+
+    async fn fail_orphans(
+        &self,
+        instance: &str,
+        task_ids: &[String],
+        message: &str,
+    ) -> Result<usize, StoreError> {
+        takeover::fail_orphans(self, instance, task_ids, message).await
+    }
+
+    async fn forget_if_gone(&self, instance: &str) -> Result<(), StoreError> {
+        leases::forget_if_gone(self, instance).await
     }
 }
 

@@ -1,6 +1,7 @@
 //! SEP-2663 tasks: creating them from `tools/call`, running them against the upstream,
 //! and the `tasks/get`, `tasks/update` and `tasks/cancel` handlers.
 
+mod credential;
 pub mod held;
 mod limits;
 mod listen;
@@ -10,6 +11,8 @@ pub mod policy;
 pub mod render;
 mod runner;
 pub mod session;
+mod takeover;
+mod tool_traits;
 pub mod watch;
 
 use std::collections::HashMap;
@@ -24,8 +27,8 @@ use tokio::sync::{Notify, oneshot};
 use crate::protocol::jsonrpc::ErrorObject;
 use crate::protocol::wire::TaskStatus;
 use crate::store::{
-    CANCELLED_BY_CLIENT, CANCELLED_BY_OPERATOR, CancelOutcome, Changes, Store, TaskChange,
-    TaskRecord, TaskStore, UpdateOutcome, WakeUps, now_ms,
+    CANCELLED_BY_CLIENT, CANCELLED_BY_OPERATOR, CancelOutcome, Changes, MembershipStore, Store,
+    TaskChange, TaskRecord, TaskStore, UpdateOutcome, WakeUps, now_ms,
 };
 use crate::telemetry;
 use crate::upstream::Upstream;
@@ -46,6 +49,17 @@ pub struct TaskSettings {
     pub input_wait: Duration,
     /// What held calls' `requestState`s are sealed with.
     pub state_keys: held::StateKeys,
+    pub takeover: TakeoverSettings,
+}
+
+/// When a live instance runs the call of a gone instance's task again.
+#[derive(Debug, Clone, Default)]
+pub struct TakeoverSettings {
+    /// Tools the operator declares safe to run again (`--retry-on-owner-loss`), whatever
+    /// the upstream's annotations say.
+    pub retry_tools: std::collections::HashSet<String>,
+    /// Takeovers after a lost owner a task may have; one more and it fails.
+    pub max_takeovers: u32,
 }
 
 /// A `tools/call` to run as a task.
@@ -83,14 +97,16 @@ pub enum Started {
 
 pub struct TaskService {
     store: Arc<dyn TaskStore>,
+    /// Gone instances' tasks, to take over (`takeover`).
+    membership: Arc<dyn MembershipStore>,
     wakeups: Arc<dyn WakeUps>,
     changes: Arc<dyn Changes>,
     /// Who here waits for a task to change (`tasks/result`, session GET streams).
     watchers: watch::Watchers,
     upstream: Arc<dyn Upstream>,
     settings: TaskSettings,
-    /// Wake-up handles of the runners on this instance, by task id.
-    runners: Mutex<HashMap<String, Arc<Notify>>>,
+    /// The runners on this instance, by task id.
+    runners: Mutex<HashMap<String, RunnerHandle>>,
     /// Signalled whenever a runner ends, for draining at shutdown.
     runner_ended: Notify,
     /// Signalled when a runner here asked for input or ended: a retry waiting on this
@@ -101,8 +117,15 @@ pub struct TaskService {
     /// asks for goes to that caller as the call's answer, and no task is kept.
     early_input: Mutex<HashMap<String, oneshot::Sender<Value>>>,
     running_limit: limits::RunningLimit,
-    /// Tools the upstream runs only as its own tasks.
-    native_tasks: native::NativeTaskTools,
+    /// What the upstream's tools/list says about its tools.
+    tool_traits: tool_traits::ToolTraits,
+}
+
+/// How a runner is reached while it runs.
+struct RunnerHandle {
+    wake: Arc<Notify>,
+    stop: tokio_util::sync::CancellationToken,
+    principal: String,
 }
 
 impl TaskService {
@@ -112,6 +135,7 @@ impl TaskService {
         let running_limit = limits::RunningLimit::new(settings.max_running_per_principal);
         let service = Arc::new(Self {
             store: store.tasks.clone(),
+            membership: store.membership.clone(),
             wakeups: store.wakeups.clone(),
             changes: store.changes.clone(),
             watchers: watch::Watchers::default(),
@@ -122,7 +146,7 @@ impl TaskService {
             moved_on: Notify::new(),
             early_input: Mutex::new(HashMap::new()),
             running_limit,
-            native_tasks: native::NativeTaskTools::default(),
+            tool_traits: tool_traits::ToolTraits::default(),
         });
         let weak = Arc::downgrade(&service);
         tokio::spawn(async move {
@@ -160,7 +184,8 @@ impl TaskService {
     pub async fn start_task(self: &Arc<Self>, call: ToolCall) -> Result<Started, ErrorObject> {
         // Held by the runner; released if the task is never stored.
         let slot = self.running_limit.reserve(&call.principal)?;
-        let record = self.new_record(&call);
+        let mut record = self.new_record(&call);
+        record.resume = self.resume_of(&call, &record.task_id);
         let task_id = record.task_id.clone();
         let principal = call.principal.clone();
         // The reply is the seed state just stored: no read back (one store round trip).
@@ -183,7 +208,7 @@ impl TaskService {
         if let Some(link) = &call.session {
             self.watchers.expect_session(&link.client_session);
         }
-        let done_rx = self.spawn_runner(&task_id, call, None, slot);
+        let done_rx = self.spawn_runner(&task_id, call, runner::Start::New(None), slot);
 
         if !budget.is_zero() {
             // The caller does not know the task's id until this returns: if it hangs up
@@ -229,6 +254,8 @@ impl TaskService {
             error: None,
             request: call.params.clone(),
             upstream_state: None,
+            resume: None,
+            takeovers: 0,
         }
     }
 
@@ -237,12 +264,19 @@ impl TaskService {
         self: &Arc<Self>,
         task_id: &str,
         call: ToolCall,
-        held: Option<runner::Held>,
+        start: runner::Start,
         slot: Option<limits::RunningSlot>,
     ) -> oneshot::Receiver<()> {
-        let notify = Arc::new(Notify::new());
-        self.lock_runners()
-            .insert(task_id.to_owned(), notify.clone());
+        let signals = runner::Signals {
+            wake: Arc::new(Notify::new()),
+            stop: tokio_util::sync::CancellationToken::new(),
+        };
+        let handle = RunnerHandle {
+            wake: signals.wake.clone(),
+            stop: signals.stop.clone(),
+            principal: call.principal.clone(),
+        };
+        self.lock_runners().insert(task_id.to_owned(), handle);
         let (done_tx, done_rx) = oneshot::channel();
         // A task outlives its request: its own trace, linked to the request that made it.
         let span = tracing::info_span!(parent: None, "task", task_id = %task_id);
@@ -253,7 +287,7 @@ impl TaskService {
             async move {
                 let _slot = slot;
                 telemetry::task_runner_started();
-                runner::run(&service, &runner_task_id, call, held, notify, done_tx).await;
+                runner::run(&service, &runner_task_id, call, start, signals, done_tx).await;
                 service.lock_runners().remove(&runner_task_id);
                 telemetry::task_runner_ended();
                 service.runner_ended.notify_waiters();
@@ -423,31 +457,46 @@ impl TaskService {
         Ok(outcome)
     }
 
-    /// Waits up to `limit` for the tasks running here to finish, then fails the rest, so
-    /// that no task stays `working` after this instance is gone.
-    pub async fn drain(&self, limit: Duration) {
+    /// Waits up to `limit` for the tasks running here to finish. Then, when
+    /// `peers_alive`, the ones whose call can run again are left for live instances to
+    /// take over (`takeover`); the rest are failed, so that no task stays `working` after
+    /// this instance is gone. Returns whether any task was left to be taken over.
+    pub async fn drain(&self, limit: Duration, peers_alive: bool) -> bool {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             let ended = self.runner_ended.notified();
             let running = self.lock_runners().len();
             if running == 0 {
-                return;
+                return false;
             }
             tracing::info!(running, "waiting for running tasks to finish");
             if tokio::time::timeout_at(deadline, ended).await.is_err() {
                 break;
             }
         }
-        let left: Vec<String> = self.lock_runners().keys().cloned().collect();
+        let left: Vec<(String, String)> = self
+            .lock_runners()
+            .iter()
+            .map(|(id, runner)| (id.clone(), runner.principal.clone()))
+            .collect();
+        let mut handed_over = 0;
+        let mut failed = Vec::new();
+        for (task_id, principal) in left {
+            if peers_alive && self.can_hand_over(&task_id, &principal).await {
+                handed_over += 1;
+            } else {
+                failed.push(task_id);
+            }
+        }
+        // Every runner stops here: none may write once another instance runs its task.
+        self.stop_runners(|_| true).await;
         tracing::warn!(
-            count = left.len(),
-            "drain timeout passed; failing the tasks still running"
+            handed_over,
+            failed = failed.len(),
+            "drain timeout passed; handing over the tasks that can run again elsewhere, failing the rest"
         );
-        for task_id in left {
-            let outcome = crate::store::Outcome::Failed {
-                error: ErrorObject::internal(crate::store::INSTANCE_STOPPED),
-                message: crate::store::INSTANCE_STOPPED.into(),
-            };
+        for task_id in failed {
+            let outcome = crate::store::Outcome::gateway_failure(crate::store::INSTANCE_STOPPED);
             match self.store.finish(&task_id, outcome).await {
                 Ok(true) => {
                     telemetry::task_finished("failed", Duration::ZERO);
@@ -457,6 +506,7 @@ impl TaskService {
                 Err(e) => tracing::error!(task_id, error = %e, "could not fail a task at shutdown"),
             }
         }
+        handed_over > 0
     }
 
     /// Tells watchers on every instance that a task changed (a session's GET stream, a
@@ -482,9 +532,9 @@ impl TaskService {
     fn wake_local(&self, task_id: &str) {
         let runners = self.lock_runners();
         if task_id == crate::store::WAKE_ALL {
-            runners.values().for_each(|notify| notify.notify_one());
-        } else if let Some(notify) = runners.get(task_id) {
-            notify.notify_one();
+            runners.values().for_each(|runner| runner.wake.notify_one());
+        } else if let Some(runner) = runners.get(task_id) {
+            runner.wake.notify_one();
         }
     }
 
@@ -494,7 +544,7 @@ impl TaskService {
         self.early_input.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn lock_runners(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Notify>>> {
+    fn lock_runners(&self) -> std::sync::MutexGuard<'_, HashMap<String, RunnerHandle>> {
         self.runners.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use async_trait::async_trait;
 
@@ -75,7 +76,79 @@ pub(super) struct TaskAnswers<'a> {
     pub task_id: &'a str,
     pub principal: &'a str,
     pub wake: &'a Notify,
+    /// The task moved to another instance: stop waiting.
+    pub stop: &'a CancellationToken,
     pub deadline: Option<Instant>,
+}
+
+impl TaskAnswers<'_> {
+    /// The first params of a call taken over in `round` (`params` are the original's):
+    /// a round still waiting for answers is waited for here, under the same keys (the
+    /// upstream keeps nothing between rounds, so any instance may send the retry); a
+    /// round already answered is sent again with the same answers and state.
+    pub async fn resume(&mut self, round: RoundState, params: &Value) -> Result<Value, Halt> {
+        let (request_state, responses) = match round {
+            RoundState::Retrying {
+                request_state,
+                input_responses,
+            } => (request_state, input_responses),
+            RoundState::AwaitingInput {
+                request_state,
+                keys,
+            } => {
+                let responses = self.wait_for(&keys, true).await?;
+                start_retry(
+                    self.service,
+                    self.task_id,
+                    request_state.as_deref(),
+                    &responses,
+                )
+                .await
+                .map_err(|e| Halt::Finish(store_failure(&e)))?;
+                (request_state, responses)
+            }
+        };
+        tracing::info!("resuming the call in its last round");
+        Ok(mrtr::retry_params(
+            params,
+            responses,
+            request_state.as_deref(),
+        ))
+    }
+
+    /// Waits until every one of `keys` is answered; the answers by upstream key. A
+    /// round just asked has no answers yet: it is read first only with `look_first`.
+    async fn wait_for(
+        &mut self,
+        keys: &BTreeMap<String, String>,
+        look_first: bool,
+    ) -> Result<rounds::Answers, Halt> {
+        let service = self.service;
+        // Set when the store could not be read: look again then, not only at a wake-up.
+        let mut look_again: Option<Instant> = None;
+        let mut look = look_first;
+        loop {
+            if look {
+                match answers(service, self.task_id, self.principal, keys).await {
+                    Ok(Answers::Complete(responses)) => return Ok(responses),
+                    Ok(Answers::Partial) => {}
+                    Ok(Answers::Ended) => return Err(Halt::Ended),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not read the task's answers");
+                        look_again = Some(Instant::now() + STORE_RETRY);
+                    }
+                }
+            }
+            look = true;
+            tokio::select! {
+                () = self.wake.notified() => {}
+                () = sleep_until(look_again) => {}
+                () = self.stop.cancelled() => return Err(Halt::Ended),
+                () = sleep_until(self.deadline) => return Err(Halt::Finish(timed_out(service))),
+            }
+            look_again = None;
+        }
+    }
 }
 
 #[async_trait]
@@ -96,31 +169,12 @@ impl RoundAnswers for TaskAnswers<'_> {
             Err(e) => return Err(Halt::Finish(store_failure(&e))),
         };
         tracing::info!(keys = ?keys.keys().collect::<Vec<_>>(), "task needs input (MRTR round)");
-        // Set when the store could not be read: look again then, not only at a wake-up.
-        let mut look_again: Option<Instant> = None;
-        loop {
-            tokio::select! {
-                () = self.wake.notified() => {}
-                () = sleep_until(look_again) => {}
-                () = sleep_until(self.deadline) => return Err(Halt::Finish(timed_out(service))),
-            }
-            look_again = None;
-            match answers(service, self.task_id, self.principal, &keys).await {
-                Ok(Answers::Complete(responses)) => {
-                    let state = round.asked.request_state.as_deref();
-                    if let Err(e) = start_retry(service, self.task_id, state, &responses).await {
-                        return Err(Halt::Finish(store_failure(&e)));
-                    }
-                    return Ok(responses);
-                }
-                Ok(Answers::Partial) => {}
-                Ok(Answers::Ended) => return Err(Halt::Ended),
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not read the task's answers");
-                    look_again = Some(Instant::now() + STORE_RETRY);
-                }
-            }
+        let responses = self.wait_for(&keys, false).await?;
+        let state = round.asked.request_state.as_deref();
+        if let Err(e) = start_retry(service, self.task_id, state, &responses).await {
+            return Err(Halt::Finish(store_failure(&e)));
         }
+        Ok(responses)
     }
 }
 

@@ -120,6 +120,8 @@ mod tests {
             error: None,
             request: RawValue::from_string("{}".into()).unwrap(),
             upstream_state: None,
+            resume: None,
+            takeovers: 0,
         }
     }
 

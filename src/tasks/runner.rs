@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use async_trait::async_trait;
 
@@ -31,17 +32,39 @@ pub(super) struct Held {
     pub input_wait: std::time::Duration,
 }
 
+/// Where a runner starts the task's call.
+pub(super) enum Start {
+    /// A new task: the call as its client made it, or a call already open (`held`).
+    New(Option<Held>),
+    /// A task taken over from an instance that is gone (`takeover`): from the round
+    /// it was in on a 2026-07-28 upstream, else from the start.
+    TakenOver {
+        round: Option<mrtr::RoundState>,
+        expires_at_ms: u64,
+    },
+}
+
+/// How the runner is told to stop.
+pub(super) struct Signals {
+    /// Look at the task again: answers arrived, or it was cancelled.
+    pub wake: Arc<Notify>,
+    /// Stop without recording anything: the task is another instance's now (it
+    /// was handed over at shutdown, or taken over while this one was cut off).
+    pub stop: CancellationToken,
+}
+
 pub(super) async fn run(
     service: &Arc<TaskService>,
     task_id: &str,
     call: ToolCall,
-    held: Option<Held>,
-    wake: Arc<Notify>,
+    start: Start,
+    signals: Signals,
     done: oneshot::Sender<()>,
 ) {
     let started = std::time::Instant::now();
     let session = call.session.as_ref().map(|s| s.client_session.clone());
-    let outcome = drive(service, task_id, call, held, &wake).await;
+    let taken_over = matches!(start, Start::TakenOver { .. });
+    let outcome = drive(service, task_id, call, start, &signals).await;
     if let Some(outcome) = outcome {
         let label = outcome_label(&outcome);
         // The TTL bounds the retries: a short store outage loses no upstream result.
@@ -58,6 +81,9 @@ pub(super) async fn run(
         {
             Ok(true) => {
                 telemetry::task_finished(label, started.elapsed());
+                if taken_over {
+                    telemetry::taken_over_task_finished(label);
+                }
                 tracing::info!(outcome = label, "task finished");
             }
             Ok(false) => tracing::info!(outcome = label, "task had already ended; result dropped"),
@@ -70,14 +96,16 @@ pub(super) async fn run(
     let _ = done.send(());
 }
 
-/// Runs the call; `None` when the task ended elsewhere (cancelled, expired).
+/// Runs the call; `None` when the task ended elsewhere (cancelled, expired) or is
+/// another instance's now.
 async fn drive(
     service: &Arc<TaskService>,
     task_id: &str,
     mut call: ToolCall,
-    held: Option<Held>,
-    wake: &Notify,
+    start: Start,
+    signals: &Signals,
 ) -> Option<Outcome> {
+    let wake = signals.wake.as_ref();
     let deadline = service
         .settings
         .upstream_timeout
@@ -94,14 +122,31 @@ async fn drive(
     if let Ok(raw) = serde_json::value::to_raw_value(&params) {
         call.params = raw;
     }
+    let (held, round, expires_at) = match start {
+        // Created just before the runner started: this is at most a little late.
+        Start::New(held) => {
+            let ttl = std::time::Duration::from_millis(service.ttl_of(&call));
+            (held, None, Instant::now() + ttl)
+        }
+        Start::TakenOver {
+            round,
+            expires_at_ms,
+        } => {
+            let left = expires_at_ms.saturating_sub(now_ms());
+            (
+                None,
+                round,
+                Instant::now() + std::time::Duration::from_millis(left),
+            )
+        }
+    };
     let input_wait = held.as_ref().map(|h| h.input_wait);
-    // Created just before the runner started: this is at most a little late.
-    let expires_at = Instant::now() + std::time::Duration::from_millis(service.ttl_of(&call));
     let mut trip = TaskTrip {
         service,
         task_id,
         call: &call,
         wake,
+        stop: &signals.stop,
         deadline,
         expires_at,
         held,
@@ -112,9 +157,17 @@ async fn drive(
         task_id,
         principal: &call.principal,
         wake,
+        stop: &signals.stop,
         deadline,
     };
-    match rounds::drive(&mut trip, &mut answers, params).await {
+    let driven = async {
+        let first = match round {
+            None => params.clone(),
+            Some(round) => answers.resume(round, &params).await?,
+        };
+        rounds::drive_from(&mut trip, &mut answers, params, first).await
+    };
+    match driven.await {
         Ok(outcome) | Err(Halt::Finish(outcome)) => Some(outcome),
         Err(Halt::Ended) => None,
     }
@@ -145,6 +198,7 @@ struct TaskTrip<'a> {
     task_id: &'a str,
     call: &'a ToolCall,
     wake: &'a Notify,
+    stop: &'a CancellationToken,
     deadline: Option<Instant>,
     /// When the task expires: nobody can read its outcome after that.
     expires_at: Instant,
@@ -167,7 +221,7 @@ impl RoundTrip for TaskTrip<'_> {
         };
         let digest = super::held::request_digest(method::TOOLS_CALL, Some(&params));
         let mut params = params;
-        let native = self.held.is_none() && Box::pin(self.native_task(&caller, &params)).await;
+        let native = self.held.is_none() && Box::pin(self.own_task_only(&caller, &params)).await;
         if native && let Some(object) = params.as_object_mut() {
             object.insert("task".into(), json!({}));
         }
@@ -222,6 +276,10 @@ impl RoundTrip for TaskTrip<'_> {
                         return Err(Halt::Ended);
                     }
                 }
+                () = self.stop.cancelled() => {
+                    Box::pin(attempt.cancel_upstream("the task moved to another gateway instance")).await;
+                    return Err(Halt::Ended);
+                }
                 () = sleep_until(self.deadline) => {
                     Box::pin(attempt.cancel_upstream("the gateway's upstream timeout passed")).await;
                     return Err(Halt::Finish(timed_out(self.service)));
@@ -243,13 +301,13 @@ impl RoundTrip for TaskTrip<'_> {
 
 impl TaskTrip<'_> {
     /// Whether the upstream runs this tool only as a task of its own (`native`).
-    async fn native_task(&self, caller: &Caller<'_>, params: &Value) -> bool {
+    async fn own_task_only(&self, caller: &Caller<'_>, params: &Value) -> bool {
         let Some(tool) = params.get("name").and_then(Value::as_str) else {
             return false;
         };
         self.service
-            .native_tasks
-            .required(self.service.upstream.as_ref(), caller, tool)
+            .tool_traits
+            .own_task_only(self.service.upstream.as_ref(), caller, tool)
             .await
     }
 }

@@ -124,9 +124,22 @@ pub fn session_refused() {
     counter!("mtg_sessions_refused_total").increment(1);
 }
 
-/// Tasks failed because the instance running them disappeared (its lease lapsed).
-pub fn lost_owner_tasks_failed(count: usize) {
-    counter!("mtg_lost_owner_tasks_failed_total").increment(count as u64);
+/// Tasks failed because the instance running them disappeared (its lease lapsed) and
+/// their call could not run again, or had been taken over too often (`reason`:
+/// `not_resumable`, `max_takeovers`).
+pub fn lost_owner_tasks_failed(reason: &'static str, count: usize) {
+    counter!("mtg_lost_owner_tasks_failed_total", "reason" => reason).increment(count as u64);
+}
+
+/// Tasks this instance took over from a gone one (`reason`: `lost`, its lease lapsed;
+/// `stopped`, it handed them over at shutdown).
+pub fn tasks_taken_over(reason: &'static str, count: usize) {
+    counter!("mtg_tasks_taken_over_total", "reason" => reason).increment(count as u64);
+}
+
+/// A task that was taken over ended (`status`: completed, failed, cancelled).
+pub fn taken_over_task_finished(status: &'static str) {
+    counter!("mtg_taken_over_tasks_finished_total", "status" => status).increment(1);
 }
 
 /// Whether this instance's last lease renewal reached the store (1) or not (0): with

@@ -69,7 +69,23 @@ where
     T: RoundTrip,
     A: RoundAnswers<Stop = T::Stop>,
 {
-    let mut params = original.clone();
+    let first = original.clone();
+    drive_from(trip, answers, original, first).await
+}
+
+/// The same, with `first` as the first request's params: a call resumed in a later
+/// round (`original` plus that round's answers and `requestState`).
+pub async fn drive_from<T, A>(
+    trip: &mut T,
+    answers: &mut A,
+    original: Value,
+    first: Value,
+) -> Result<T::Done, T::Stop>
+where
+    T: RoundTrip,
+    A: RoundAnswers<Stop = T::Stop>,
+{
+    let mut params = first;
     let mut asked_nothing = 0;
     loop {
         let result = match trip.send(params).await? {

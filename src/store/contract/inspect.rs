@@ -171,7 +171,7 @@ pub(crate) async fn instances_show_their_leases_and_running_tasks(subject: &impl
     assert!(left > 20_000 && left <= 30_000, "{left} ms left");
     assert_eq!(me.running_tasks, 1, "the finished task is not running");
 
-    store.membership.release_lease(OWNER).await.unwrap();
+    store.membership.release_lease(OWNER, false).await.unwrap();
     let instances = store.inspection.instances().await.unwrap();
     assert!(
         instances.iter().all(|i| i.instance != OWNER),

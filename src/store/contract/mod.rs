@@ -14,6 +14,7 @@ mod inspect;
 mod lifecycle;
 mod listing;
 mod races;
+mod takeover;
 mod wakeups;
 
 pub(crate) use input::*;
@@ -21,6 +22,7 @@ pub(crate) use inspect::*;
 pub(crate) use lifecycle::*;
 pub(crate) use listing::*;
 pub(crate) use races::*;
+pub(crate) use takeover::*;
 pub(crate) use wakeups::*;
 
 use super::{
@@ -62,6 +64,10 @@ macro_rules! suite {
             expired_tasks_are_not_inspected,
             a_cursor_from_elsewhere_is_refused,
             instances_show_their_leases_and_running_tasks,
+            racing_takeovers_have_one_winner,
+            a_takeover_keeps_or_withdraws_the_round,
+            a_task_taken_over_too_often_fails,
+            gone_owners_orphans_fail_once,
         );
     };
     (@cases $subject:expr; $($case:ident),+ $(,)?) => {
@@ -102,6 +108,8 @@ pub(crate) fn record(owner: &str) -> TaskRecord {
         error: None,
         request: raw(r#"{"name":"echo"}"#),
         upstream_state: None,
+        resume: None,
+        takeovers: 0,
     }
 }
 

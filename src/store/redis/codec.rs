@@ -40,6 +40,12 @@ pub fn encode(task: &TaskRecord) -> Result<Vec<(String, String)>, serde_json::Er
     if let Some(state) = &task.upstream_state {
         fields.push(("ustate".into(), serde_json::to_string(state)?));
     }
+    if let Some(resume) = &task.resume {
+        fields.push(("resume".into(), serde_json::to_string(resume)?));
+    }
+    if task.takeovers > 0 {
+        fields.push(("takeovers".into(), task.takeovers.to_string()));
+    }
     for (key, request) in &task.input_requests {
         fields.push((
             format!("{INPUT_PREFIX}{key}"),
@@ -160,6 +166,15 @@ pub fn decode(
         .map(|s| serde_json::from_str(&s))
         .transpose()
         .map_err(json_err("ustate"))?;
+    let resume: Option<Value> = fields
+        .remove("resume")
+        .map(|s| serde_json::from_str(&s))
+        .transpose()
+        .map_err(json_err("resume"))?;
+    let takeovers = match fields.remove("takeovers") {
+        Some(text) => number("takeovers", text)? as u32,
+        None => 0,
+    };
 
     let mut task = TaskRecord {
         task_id: task_id.to_owned(),
@@ -178,6 +193,8 @@ pub fn decode(
         error,
         request,
         upstream_state,
+        resume,
+        takeovers,
     };
     for (name, value) in fields {
         if let Some(key) = name.strip_prefix(INPUT_PREFIX) {
@@ -230,6 +247,8 @@ mod tests {
             request: RawValue::from_string(r#"{"name":"echo","arguments":{"text":"hi"}}"#.into())
                 .unwrap(),
             upstream_state: Some(json!({"round": 1})),
+            resume: Some(json!({"capabilities": {}})),
+            takeovers: 1,
         };
         task.input_requests.insert(
             "input-1".into(),

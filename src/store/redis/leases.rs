@@ -1,17 +1,15 @@
-//! Instance leases and the sweep that fails the tasks of an instance that is gone.
+//! Instance leases, and finding the instances that are gone.
 //!
 //! An instance renews `mtg:lease:{<instance>}` (SET PX) and stays in `mtg:instances`.
-//! The sweep reads that set, checks each lease (EXISTS), and for a lapsed one fails
-//! every unfinished task in the owner's index. Each failure is a script on one task
-//! that checks the task still belongs to that owner and has not ended, so several
-//! instances may sweep at once. Sweeping is background work, never on a request path.
+//! A sweep reads that set and checks each lease (EXISTS); an instance without one is
+//! gone, and its index is taken over or failed task by task (`takeover.rs`). One that
+//! stopped gracefully and handed its tasks over left `mtg:handover:{<instance>}`.
+//! Sweeping is background work, never on a request path.
 
 use redis::Value;
 
-use super::{INSTANCES_KEY, RedisStore, corrupt, lease_key, owned_key, parse, pipe_of, task_key};
-use crate::protocol::jsonrpc::ErrorObject;
-use crate::protocol::wire::TaskStatus;
-use crate::store::{INSTANCE_LOST, INSTANCE_STOPPED, Lease, StoreError, metrics, now_ms};
+use super::{INSTANCES_KEY, RedisStore, handover_key, lease_key, owned_key, parse, pipe_of};
+use crate::store::{GoneInstance, INSTANCE_STOPPED, Lease, StoreError, now_ms};
 
 pub(super) async fn renew(store: &RedisStore, lease: &Lease<'_>) -> Result<bool, StoreError> {
     let mut set = redis::cmd("SET");
@@ -20,6 +18,9 @@ pub(super) async fn renew(store: &RedisStore, lease: &Lease<'_>) -> Result<bool,
         .arg("PX")
         .arg(lease.ttl.as_millis() as u64)
         .arg("GET");
+    // A live instance has handed nothing over (a restart under the same id).
+    let mut unmark = redis::cmd("DEL");
+    unmark.arg(handover_key(lease.instance));
     let mut register = redis::cmd("SADD");
     register.arg(INSTANCES_KEY).arg(lease.instance);
     // The registry outlives any task an instance in it could still own.
@@ -32,7 +33,7 @@ pub(super) async fn renew(store: &RedisStore, lease: &Lease<'_>) -> Result<bool,
         .conn
         .run(
             "renew_lease",
-            vec![pipe_of([set]), pipe_of([register, register_ttl])],
+            vec![pipe_of([set, unmark]), pipe_of([register, register_ttl])],
         )
         .await?;
     let previous = replies
@@ -43,12 +44,30 @@ pub(super) async fn renew(store: &RedisStore, lease: &Lease<'_>) -> Result<bool,
     Ok(previous != Value::Nil)
 }
 
-pub(super) async fn release(store: &RedisStore, instance: &str) -> Result<usize, StoreError> {
+pub(super) async fn release(
+    store: &RedisStore,
+    instance: &str,
+    hand_over: bool,
+) -> Result<usize, StoreError> {
+    let mut drop_lease = redis::cmd("DEL");
+    drop_lease.arg(lease_key(instance));
+    if hand_over {
+        // The lease goes and the index stays: live instances see the tasks as gone
+        // owners' at their next sweep, and the mark says it was a graceful hand-over.
+        let mut mark = redis::cmd("SET");
+        mark.arg(handover_key(instance))
+            .arg(now_ms())
+            .arg("PX")
+            .arg(registry_ttl_ms(store));
+        store
+            .conn
+            .run("release_lease", vec![pipe_of([mark, drop_lease])])
+            .await?;
+        return Ok(0);
+    }
     let failed = fail_owned_tasks(store, instance, INSTANCE_STOPPED).await?;
     let mut drop_owned = redis::cmd("DEL");
     drop_owned.arg(owned_key(instance));
-    let mut drop_lease = redis::cmd("DEL");
-    drop_lease.arg(lease_key(instance));
     let mut unregister = redis::cmd("SREM");
     unregister.arg(INSTANCES_KEY).arg(instance);
     store
@@ -61,41 +80,47 @@ pub(super) async fn release(store: &RedisStore, instance: &str) -> Result<usize,
     Ok(failed)
 }
 
-pub(super) async fn sweep(store: &RedisStore, me: &str) -> Result<usize, StoreError> {
+/// How long instance bookkeeping is kept: longer than any task it may still index.
+fn registry_ttl_ms(store: &RedisStore) -> u64 {
+    RedisStore::key_ttl_ms(store.settings.max_ttl.as_millis() as u64) + 60_000
+}
+
+pub(super) async fn gone_instances(
+    store: &RedisStore,
+    me: &str,
+) -> Result<Vec<GoneInstance>, StoreError> {
     let mut members = redis::cmd("SMEMBERS");
     members.arg(INSTANCES_KEY);
     let instances: Vec<String> = parse(store.conn.one("sweep", members).await?)?;
     let others: Vec<String> = instances.into_iter().filter(|i| i != me).collect();
     if others.is_empty() {
-        return Ok(0);
+        return Ok(Vec::new());
     }
+    // An instance's lease and hand-over mark share its hash tag: one group each.
     let checks = others
         .iter()
         .map(|instance| {
-            let mut exists = redis::cmd("EXISTS");
-            exists.arg(lease_key(instance));
-            pipe_of([exists])
+            let mut lease = redis::cmd("EXISTS");
+            lease.arg(lease_key(instance));
+            let mut mark = redis::cmd("EXISTS");
+            mark.arg(handover_key(instance));
+            pipe_of([lease, mark])
         })
         .collect();
-    let leases = store.conn.run("sweep", checks).await?;
-    let mut failed = 0;
-    for (instance, reply) in others.iter().zip(leases) {
-        let alive: i64 = parse(reply.into_iter().next().unwrap_or(Value::Nil))?;
-        if alive == 1 {
-            continue;
-        }
-        let count = fail_owned_tasks(store, instance, INSTANCE_LOST).await?;
-        if count > 0 {
-            tracing::warn!(
+    let replies = store.conn.run("sweep", checks).await?;
+    let mut gone = Vec::new();
+    for (instance, reply) in others.into_iter().zip(replies) {
+        let mut reply = reply.into_iter();
+        let alive: i64 = parse(reply.next().unwrap_or(Value::Nil))?;
+        let handed_over: i64 = parse(reply.next().unwrap_or(Value::Nil))?;
+        if alive == 0 {
+            gone.push(GoneInstance {
                 instance,
-                tasks = count,
-                "gateway instance lost (lease lapsed): failed its unfinished tasks"
-            );
+                handed_over: handed_over == 1,
+            });
         }
-        failed += count;
-        forget_if_gone(store, instance).await?;
     }
-    Ok(failed)
+    Ok(gone)
 }
 
 /// Fails every unfinished task in `instance`'s index with `message`; empties the index
@@ -111,33 +136,12 @@ pub(super) async fn fail_owned_tasks(
     if task_ids.is_empty() {
         return Ok(0);
     }
-    let error = serde_json::to_string(&ErrorObject::internal(message)).map_err(corrupt)?;
-    let now = now_ms();
-    let fails = task_ids
-        .iter()
-        .map(|task_id| {
-            let mut cmd = store.scripts.fail_owned.call(&task_key(task_id));
-            cmd.arg(instance).arg(now).arg(message).arg(&error);
-            pipe_of([cmd])
-        })
-        .collect();
-    let replies = store.conn.run("fail_owned", fails).await?;
-    let mut failed = 0;
-    for reply in replies.into_iter().flatten() {
-        if parse::<i64>(reply)? == 1 {
-            failed += 1;
-            metrics::task_reached(TaskStatus::Failed);
-        }
-    }
-    let mut unindex = redis::cmd("SREM");
-    unindex.arg(owned_key(instance)).arg(&task_ids);
-    store.conn.one("sweep", unindex).await?;
-    Ok(failed)
+    super::takeover::fail_orphans(store, instance, &task_ids, message).await
 }
 
-/// Drops a lost instance from the registry once it has no lease and nothing indexed
+/// Drops a gone instance from the registry once it has no lease and nothing indexed
 /// (if it came back meanwhile, its next renewal registers it again).
-async fn forget_if_gone(store: &RedisStore, instance: &str) -> Result<(), StoreError> {
+pub(super) async fn forget_if_gone(store: &RedisStore, instance: &str) -> Result<(), StoreError> {
     let mut remaining = redis::cmd("SCARD");
     remaining.arg(owned_key(instance));
     let mut alive = redis::cmd("EXISTS");
@@ -150,9 +154,14 @@ async fn forget_if_gone(store: &RedisStore, instance: &str) -> Result<(), StoreE
     let remaining: i64 = parse(replies.next().unwrap_or(Value::Nil))?;
     let alive: i64 = parse(replies.next().unwrap_or(Value::Nil))?;
     if remaining == 0 && alive == 0 {
+        let mut unmark = redis::cmd("DEL");
+        unmark.arg(handover_key(instance));
         let mut unregister = redis::cmd("SREM");
         unregister.arg(INSTANCES_KEY).arg(instance);
-        store.conn.one("sweep", unregister).await?;
+        store
+            .conn
+            .run("sweep", vec![pipe_of([unmark]), pipe_of([unregister])])
+            .await?;
     }
     Ok(())
 }

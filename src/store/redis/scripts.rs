@@ -51,6 +51,7 @@ pub struct Scripts {
     pub finish: Lua,
     pub cancel: Lua,
     pub fail_owned: Lua,
+    pub take_over: Lua,
 }
 
 impl Scripts {
@@ -67,10 +68,11 @@ impl Scripts {
             finish: lua!("finish.lua"),
             cancel: lua!("cancel.lua"),
             fail_owned: lua!("fail_owned.lua"),
+            take_over: lua!("take_over.lua"),
         })
     }
 
-    pub fn all(&self) -> [&Lua; 10] {
+    pub fn all(&self) -> [&Lua; 11] {
         [
             &self.create,
             &self.set_message,
@@ -82,6 +84,7 @@ impl Scripts {
             &self.finish,
             &self.cancel,
             &self.fail_owned,
+            &self.take_over,
         ]
     }
 }

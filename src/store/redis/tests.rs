@@ -103,7 +103,7 @@ async fn a_lost_subscription_is_restored_and_every_task_looked_at() {
 }
 
 #[tokio::test]
-async fn a_lost_owners_tasks_are_failed_by_the_sweep() {
+async fn a_gone_owner_is_found_by_its_lease_and_forgotten_once_swept() {
     let server = redis_server();
     let lost = store(&server, "gw-lost");
     let alive = store(&server, "gw-alive");
@@ -132,47 +132,65 @@ async fn a_lost_owners_tasks_are_failed_by_the_sweep() {
             .unwrap()
     );
 
-    // The lease still holds: nothing happens.
-    assert_eq!(
-        alive.fail_tasks_of_lost_owners("gw-alive").await.unwrap(),
-        0
-    );
+    // The lease still holds: nobody is gone.
+    assert!(alive.gone_instances("gw-alive").await.unwrap().is_empty());
     let start = Instant::now();
-    let failed = loop {
-        let failed = alive.fail_tasks_of_lost_owners("gw-alive").await.unwrap();
-        if failed > 0 {
-            break failed;
+    let gone = loop {
+        let gone = alive.gone_instances("gw-alive").await.unwrap();
+        if !gone.is_empty() {
+            break gone;
         }
         assert!(start.elapsed() < Duration::from_secs(5));
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    assert_eq!(failed, 2, "the finished task is left alone");
+    assert_eq!(
+        gone,
+        vec![GoneInstance {
+            instance: "gw-lost".into(),
+            handed_over: false
+        }]
+    );
+    let orphans = alive.orphans("gw-lost").await.unwrap();
+    assert_eq!(orphans.len(), 2, "the finished task is no orphan");
+    let ids: Vec<String> = orphans.iter().map(|t| t.task_id.clone()).collect();
+    assert_eq!(
+        alive
+            .fail_orphans("gw-lost", &ids, INSTANCE_LOST)
+            .await
+            .unwrap(),
+        2
+    );
     for task in &theirs[..2] {
         let got = alive.get(&task.task_id, "alice").await.unwrap().unwrap();
         assert_eq!(got.status, TaskStatus::Failed);
         assert_eq!(got.status_message.as_deref(), Some(INSTANCE_LOST));
-        assert_eq!(got.error.as_ref().unwrap().code, -32603);
     }
-    let done = alive
-        .get(&theirs[2].task_id, "alice")
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(done.status_message.as_deref(), Some("done"));
     let untouched = alive.get(&mine.task_id, "alice").await.unwrap().unwrap();
     assert_eq!(untouched.status, TaskStatus::Working);
-    // A second sweep finds nothing left; the lost instance is forgotten.
-    assert_eq!(
-        alive.fail_tasks_of_lost_owners("gw-alive").await.unwrap(),
-        0
-    );
+    // Its index is empty now: the lost instance is forgotten.
+    assert!(alive.orphans("gw-lost").await.unwrap().is_empty());
+    alive.forget_if_gone("gw-lost").await.unwrap();
     let mut members = redis::cmd("SMEMBERS");
     members.arg(INSTANCES_KEY);
     let members: Vec<String> = query(&alive, members).await;
     assert_eq!(members, vec!["gw-alive".to_owned()]);
 
-    // A graceful stop fails what is still running at once.
-    assert_eq!(alive.release_lease("gw-alive").await.unwrap(), 1);
+    // A graceful stop that hands over leaves its tasks indexed and says so.
+    assert_eq!(alive.release_lease("gw-alive", true).await.unwrap(), 0);
+    let gone = lost.gone_instances("gw-lost").await.unwrap();
+    assert_eq!(
+        gone,
+        vec![GoneInstance {
+            instance: "gw-alive".into(),
+            handed_over: true
+        }]
+    );
+    assert_eq!(lost.orphans("gw-alive").await.unwrap().len(), 1);
+    // Coming back under the same id takes the mark away.
+    alive.renew_lease(&long).await.unwrap();
+    assert!(lost.gone_instances("gw-lost").await.unwrap().is_empty());
+    // A graceful stop without a hand-over fails what is still running at once.
+    assert_eq!(alive.release_lease("gw-alive", false).await.unwrap(), 1);
     let stopped = lost.get(&mine.task_id, "alice").await.unwrap().unwrap();
     assert_eq!(stopped.status_message.as_deref(), Some(INSTANCE_STOPPED));
 }

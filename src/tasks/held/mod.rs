@@ -119,7 +119,7 @@ impl TaskService {
             later,
             input_wait: self.settings.input_wait,
         };
-        drop(self.spawn_runner(&task_id, task, Some(held), slot));
+        drop(self.spawn_runner(&task_id, task, super::runner::Start::New(Some(held)), slot));
         Ok(shown)
     }
 

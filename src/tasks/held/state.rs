@@ -40,6 +40,11 @@ impl StateKeys {
         Self::new(key, None)
     }
 
+    /// The current secret, then the previous one, to derive other keys from.
+    pub(crate) fn secrets(&self) -> impl Iterator<Item = &[u8]> {
+        std::iter::once(self.current.as_slice()).chain(self.previous.as_deref())
+    }
+
     fn mac(key: &[u8], payload: &[u8], principal: &str) -> Hmac<Sha256> {
         let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes keys of any size");
         mac.update(payload);

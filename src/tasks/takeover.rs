@@ -1,0 +1,326 @@
+//! Tasks outlive their instance. When an instance is gone (its lease lapsed, or it
+//! stopped and handed its tasks over), a live instance's sweep takes each unfinished
+//! task over where its call can run again, and fails the rest:
+//! - a call on a 2026-07-28 upstream that is in an MRTR round resumes from that round
+//!   (the round's `requestState` and answers are in the record; the upstream keeps
+//!   nothing between rounds);
+//! - a call of a tool the upstream annotates `readOnlyHint` or `idempotentHint`, or the
+//!   operator names (`--retry-on-owner-loss`), runs again from the start: its pending
+//!   input is withdrawn, and a question asked again gets a fresh key;
+//! - anything else fails ("gateway instance lost"), as does a session client's task (its
+//!   upstream session was the gone instance's) and a task taken over too often.
+//!
+//! The move itself is one compare-and-set in the store, so exactly one instance wins.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use http::HeaderValue;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::mrtr::RoundState;
+use super::runner::Start;
+use super::{TaskService, ToolCall, credential};
+use crate::cluster::{SweepCounts, Sweeper};
+use crate::store::{
+    Adoption, GoneInstance, INSTANCE_LOST, Outcome, StoreError, Takeover, TaskChange, TaskRecord,
+};
+use crate::telemetry;
+use crate::upstream::Caller;
+
+/// statusMessage of a task another instance took over.
+pub const RESUMED_AFTER_LOSS: &str =
+    "resumed on another gateway instance: the one running it was lost";
+/// statusMessage of a task another instance took over at a graceful hand-over.
+pub const RESUMED_AFTER_STOP: &str =
+    "resumed on another gateway instance: the one running it stopped";
+
+/// What another instance needs to run a task's call (`TaskRecord::resume`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Resume {
+    /// The client's capabilities the upstream saw.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    capabilities: Map<String, Value>,
+    /// The caller's `Authorization`, sealed (`credential`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    auth: Option<String>,
+}
+
+/// What to do with a gone instance's task.
+#[derive(Debug, PartialEq)]
+enum Plan {
+    /// Run it here, keeping its pending input (a 2026-07-28 round) or not.
+    TakeOver {
+        keep_input: bool,
+    },
+    Fail,
+}
+
+impl TaskService {
+    /// The record's `resume`: `None` for a session client's task, which lives in that
+    /// client's upstream session on this instance.
+    pub(super) fn resume_of(&self, call: &ToolCall, task_id: &str) -> Option<Value> {
+        if call.session.is_some() {
+            return None;
+        }
+        let auth = match &call.auth {
+            None => None,
+            Some(auth) => Some(credential::seal(
+                &self.settings.state_keys,
+                task_id,
+                auth.as_bytes(),
+            )?),
+        };
+        let resume = Resume {
+            capabilities: call.capabilities.clone(),
+            auth,
+        };
+        serde_json::to_value(resume).ok()
+    }
+
+    /// Whether a live instance could run `task_id`'s call again (at a hand-over).
+    pub(super) async fn can_hand_over(&self, task_id: &str, principal: &str) -> bool {
+        match self.store.get(task_id, principal).await {
+            Ok(Some(task)) => matches!(self.plan(&task).await, Plan::TakeOver { .. }),
+            Ok(None) => false,
+            Err(e) => {
+                tracing::warn!(task_id, error = %e, "could not read a task to hand it over");
+                false
+            }
+        }
+    }
+
+    /// Stops the runners `which` picks, without recording anything, and waits (briefly)
+    /// for them to end: their tasks are, or are about to be, another instance's.
+    pub(super) async fn stop_runners(&self, which: impl Fn(&str) -> bool) {
+        let stopped: Vec<String> = self
+            .lock_runners()
+            .iter()
+            .filter(|(task_id, _)| which(task_id))
+            .map(|(task_id, runner)| {
+                runner.stop.cancel();
+                task_id.clone()
+            })
+            .collect();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let ended = self.runner_ended.notified();
+            let running = {
+                let runners = self.lock_runners();
+                stopped
+                    .iter()
+                    .filter(|id| runners.contains_key(*id))
+                    .count()
+            };
+            if running == 0 || tokio::time::timeout_at(deadline, ended).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    async fn plan(&self, task: &TaskRecord) -> Plan {
+        let Some(resume) = task
+            .resume
+            .clone()
+            .and_then(|r| serde_json::from_value::<Resume>(r).ok())
+        else {
+            return Plan::Fail;
+        };
+        let Ok(auth) = self.open_auth(task, &resume) else {
+            return Plan::Fail;
+        };
+        if let Some(round) = RoundState::from_upstream_state(task.upstream_state.as_ref()) {
+            let keep_input = matches!(round, RoundState::AwaitingInput { .. });
+            return Plan::TakeOver { keep_input };
+        }
+        let tool = serde_json::from_str::<Value>(task.request.get())
+            .ok()
+            .and_then(|r| r.get("name").and_then(Value::as_str).map(str::to_owned));
+        let Some(tool) = tool else {
+            return Plan::Fail;
+        };
+        if self.settings.takeover.retry_tools.contains(&tool) {
+            return Plan::TakeOver { keep_input: false };
+        }
+        let caller = Caller {
+            capabilities: &resume.capabilities,
+            auth: auth.as_ref(),
+            session: None,
+        };
+        let safe = self
+            .tool_traits
+            .safe_to_run_again(self.upstream.as_ref(), &caller, &tool)
+            .await;
+        if safe {
+            Plan::TakeOver { keep_input: false }
+        } else {
+            Plan::Fail
+        }
+    }
+
+    /// The caller's credential, unsealed; `Err` when this instance cannot open it (its
+    /// `--request-state-key` differs).
+    fn open_auth(&self, task: &TaskRecord, resume: &Resume) -> Result<Option<HeaderValue>, ()> {
+        let Some(sealed) = &resume.auth else {
+            return Ok(None);
+        };
+        let opened = credential::open(&self.settings.state_keys, &task.task_id, sealed)
+            .and_then(|bytes| HeaderValue::from_bytes(&bytes).ok());
+        match opened {
+            Some(auth) => Ok(Some(auth)),
+            None => {
+                tracing::warn!(
+                    task_id = %task.task_id,
+                    "cannot open the task's sealed credential (is --request-state-key the same on every instance?)"
+                );
+                Err(())
+            }
+        }
+    }
+
+    /// Starts the runner of a task this instance just took over.
+    fn adopt(self: &Arc<Self>, task: TaskRecord) {
+        let resume = task
+            .resume
+            .clone()
+            .and_then(|r| serde_json::from_value::<Resume>(r).ok());
+        let Some(resume) = resume else {
+            return;
+        };
+        let auth = self.open_auth(&task, &resume).ok().flatten();
+        let call = ToolCall {
+            params: task.request.clone(),
+            capabilities: resume.capabilities,
+            auth,
+            principal: task.principal.clone(),
+            session: None,
+            ttl_ms: Some(task.ttl_ms),
+        };
+        let start = Start::TakenOver {
+            round: RoundState::from_upstream_state(task.upstream_state.as_ref()),
+            expires_at_ms: task.expires_at_ms(),
+        };
+        tracing::info!(task_id = %task.task_id, takeovers = task.takeovers, "took over a task of a gone instance");
+        // A taken-over task is not refused by the per-caller limit: it already ran.
+        drop(self.spawn_runner(&task.task_id, call, start, None));
+    }
+
+    /// After this instance's lease had lapsed: stops the runners of tasks that another
+    /// instance took over (or failed) meanwhile, so that only the new owner writes.
+    async fn lease_regained(&self) {
+        let running: Vec<(String, String)> = self
+            .lock_runners()
+            .iter()
+            .map(|(id, runner)| (id.clone(), runner.principal.clone()))
+            .collect();
+        let mut moved = std::collections::HashSet::new();
+        for (task_id, principal) in running {
+            match self.store.get(&task_id, &principal).await {
+                Ok(Some(task)) if task.owner == self.settings.instance_id => {}
+                Ok(_) => {
+                    moved.insert(task_id);
+                }
+                Err(e) => tracing::warn!(task_id, error = %e, "could not check a task's owner"),
+            }
+        }
+        if !moved.is_empty() {
+            tracing::warn!(
+                tasks = moved.len(),
+                "stopping the runners of tasks other instances took over while this one was cut off"
+            );
+            self.stop_runners(|task_id| moved.contains(task_id)).await;
+        }
+    }
+
+    async fn sweep_gone(self: &Arc<Self>, gone: &GoneInstance) -> Result<SweepCounts, StoreError> {
+        let membership = self.membership.clone();
+        let orphans = membership.orphans(&gone.instance).await?;
+        let mut counts = SweepCounts::default();
+        if orphans.is_empty() {
+            return Ok(counts);
+        }
+        let mut keep_input = Vec::new();
+        let mut run_again = Vec::new();
+        let mut fail = Vec::new();
+        for task in orphans {
+            match self.plan(&task).await {
+                Plan::TakeOver { keep_input: true } => keep_input.push(task.task_id),
+                Plan::TakeOver { keep_input: false } => run_again.push(task.task_id),
+                Plan::Fail => fail.push(task.task_id),
+            }
+        }
+        let (reason, message) = if gone.handed_over {
+            ("stopped", RESUMED_AFTER_STOP)
+        } else {
+            ("lost", RESUMED_AFTER_LOSS)
+        };
+        let max = self.settings.takeover.max_takeovers;
+        let exhausted = Outcome::gateway_failure(&format!(
+            "{INSTANCE_LOST}: the task was taken over {max} times already, and its call lost \
+             each instance that ran it"
+        ));
+        for (task_ids, keep_input) in [(keep_input, true), (run_again, false)] {
+            let takeover = Takeover {
+                from: &gone.instance,
+                to: &self.settings.instance_id,
+                message,
+                counts: !gone.handed_over,
+                max_takeovers: max,
+                keep_input,
+                exhausted: exhausted.clone(),
+            };
+            let adoptions = membership.take_over(&task_ids, &takeover).await?;
+            for (task_id, adoption) in task_ids.iter().zip(adoptions) {
+                match adoption {
+                    Adoption::Adopted(task) => {
+                        counts.taken_over += 1;
+                        self.adopt(*task);
+                    }
+                    Adoption::Exhausted => {
+                        counts.failed += 1;
+                        telemetry::lost_owner_tasks_failed("max_takeovers", 1);
+                        tracing::warn!(task_id, max, "task taken over too often; failed");
+                    }
+                    Adoption::NotOwned => {}
+                }
+            }
+        }
+        telemetry::tasks_taken_over(reason, counts.taken_over);
+        let message = if gone.handed_over {
+            crate::store::INSTANCE_STOPPED
+        } else {
+            INSTANCE_LOST
+        };
+        let failed = membership
+            .fail_orphans(&gone.instance, &fail, message)
+            .await?;
+        telemetry::lost_owner_tasks_failed("not_resumable", failed);
+        counts.failed += failed;
+        if counts.taken_over + counts.failed > 0 {
+            tracing::warn!(
+                instance = %gone.instance,
+                reason,
+                taken_over = counts.taken_over,
+                failed = counts.failed,
+                "gateway instance gone: took over the tasks whose call can run again, failed the rest"
+            );
+            // The sweep touched many tasks: whoever watches one looks again.
+            if let Err(e) = self.changes.announce(&TaskChange::everything()).await {
+                tracing::debug!(error = %e, "could not announce the swept tasks");
+            }
+        }
+        Ok(counts)
+    }
+}
+
+#[async_trait]
+impl Sweeper for TaskService {
+    async fn sweep(self: Arc<Self>, gone: GoneInstance) -> Result<SweepCounts, StoreError> {
+        self.sweep_gone(&gone).await
+    }
+
+    async fn lease_regained(self: Arc<Self>) {
+        TaskService::lease_regained(&self).await
+    }
+}

@@ -1,0 +1,114 @@
+//! What the upstream's `tools/list` says about its tools that changes how the gateway
+//! runs them: tools it runs only as its own 2025-11-25 tasks (`execution.taskSupport:
+//! "required"`), and tools that are safe to run again after their gateway instance was
+//! lost (`annotations.readOnlyHint` or `idempotentHint`). Listed with the caller's
+//! credentials, kept a minute; a listing that cannot be had counts as "neither".
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use crate::protocol::names::method;
+use crate::upstream::{Caller, Upstream, forward};
+
+const FRESH_FOR: Duration = Duration::from_secs(60);
+const LIST_TIMEOUT: Duration = Duration::from_secs(10);
+/// A listing longer than this many pages is not followed further.
+const MAX_PAGES: usize = 20;
+
+#[derive(Default)]
+pub struct ToolTraits {
+    listing: Mutex<Option<(Instant, Listed)>>,
+}
+
+#[derive(Default, Clone)]
+struct Listed {
+    own_task_only: HashSet<String>,
+    safe_to_run_again: HashSet<String>,
+}
+
+impl ToolTraits {
+    /// Whether the upstream runs `tool` only as a task of its own.
+    pub async fn own_task_only(
+        &self,
+        upstream: &dyn Upstream,
+        caller: &Caller<'_>,
+        tool: &str,
+    ) -> bool {
+        self.listed(upstream, caller)
+            .await
+            .own_task_only
+            .contains(tool)
+    }
+
+    /// Whether the upstream annotates `tool` read-only or idempotent: a call of it
+    /// may run again.
+    pub async fn safe_to_run_again(
+        &self,
+        upstream: &dyn Upstream,
+        caller: &Caller<'_>,
+        tool: &str,
+    ) -> bool {
+        self.listed(upstream, caller)
+            .await
+            .safe_to_run_again
+            .contains(tool)
+    }
+
+    async fn listed(&self, upstream: &dyn Upstream, caller: &Caller<'_>) -> Listed {
+        let mut listing = self.listing.lock().await;
+        let stale = listing
+            .as_ref()
+            .is_none_or(|(at, _)| at.elapsed() > FRESH_FOR);
+        if stale {
+            *listing = Some((Instant::now(), list(upstream, caller).await));
+        }
+        listing
+            .as_ref()
+            .map(|(_, listed)| listed.clone())
+            .unwrap_or_default()
+    }
+}
+
+async fn list(upstream: &dyn Upstream, caller: &Caller<'_>) -> Listed {
+    let mut listed = Listed::default();
+    let mut cursor: Option<Value> = None;
+    for _ in 0..MAX_PAGES {
+        let params = cursor.take().map(|c| json!({ "cursor": c }));
+        let page = forward::forward(
+            upstream,
+            caller,
+            method::TOOLS_LIST,
+            params,
+            Some(LIST_TIMEOUT),
+        )
+        .await;
+        let Ok(Ok(page)) = page else {
+            tracing::debug!("could not list the upstream's tools; no tool traits assumed");
+            break;
+        };
+        for tool in page["tools"].as_array().into_iter().flatten() {
+            let Some(name) = tool["name"].as_str() else {
+                continue;
+            };
+            if tool
+                .pointer("/execution/taskSupport")
+                .and_then(Value::as_str)
+                == Some("required")
+            {
+                listed.own_task_only.insert(name.to_owned());
+            }
+            let hint = |hint: &str| tool["annotations"][hint].as_bool() == Some(true);
+            if hint("readOnlyHint") || hint("idempotentHint") {
+                listed.safe_to_run_again.insert(name.to_owned());
+            }
+        }
+        match page.get("nextCursor") {
+            Some(next) if !next.is_null() => cursor = Some(next.clone()),
+            _ => break,
+        }
+    }
+    listed
+}
