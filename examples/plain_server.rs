@@ -1152,6 +1152,19 @@ fn tool_definitions() -> Value {
             },
         },
         {
+            "name": "lookup",
+            "description": "Looks `key` up: takes `ms` milliseconds (progress as `sleep`), then answers `found <key>`. Read-only, so a gateway may run it again.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "key": {"type": "string"},
+                    "ms": {"type": "integer", "minimum": 0},
+                },
+                "required": ["key", "ms"],
+            },
+            "annotations": {"readOnlyHint": true},
+        },
+        {
             "name": "ask_name",
             "description": "Asks the user's name via elicitation/create.",
             "inputSchema": no_args,
@@ -1246,6 +1259,7 @@ async fn call_tool(ctx: &RequestCtx, params: &Value) -> Outcome {
     match name {
         "echo" => echo(&args),
         "sleep" => sleep(ctx, &args).await,
+        "lookup" => lookup(ctx, &args).await,
         "ask_name" => ask_name(ctx).await,
         "test_tool_with_task" => slow_greeting(ctx, &args).await,
         "two_questions" => two_questions(ctx).await,
@@ -1280,6 +1294,15 @@ fn echo(args: &Value) -> Outcome {
     let mut result = text_result(text);
     result["structuredContent"] = json!({"echo": args});
     Ok(result)
+}
+
+async fn lookup(ctx: &RequestCtx, args: &Value) -> Outcome {
+    let key = args
+        .get("key")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid_params("lookup needs arguments.key (a string)"))?;
+    sleep(ctx, args).await?;
+    Ok(text_result(format!("found {key}")))
 }
 
 async fn sleep(ctx: &RequestCtx, args: &Value) -> Outcome {

@@ -138,7 +138,7 @@ impl TaskRecord {
                 return Adoption::Exhausted;
             }
         }
-        if !takeover.keep_input {
+        if !takeover.keep_round {
             self.input_requests.clear();
             self.answers.clear();
             self.upstream_state = None;
@@ -193,7 +193,7 @@ pub struct Takeover<'a> {
     /// Keep the outstanding input requests and accepted answers (a 2026-07-28
     /// upstream's round stays valid on any instance); otherwise they are withdrawn with
     /// the round, and the call runs again from the start.
-    pub keep_input: bool,
+    pub keep_round: bool,
     /// How the task ends when it was taken over too often already.
     pub exhausted: Outcome,
 }

@@ -52,7 +52,7 @@ struct Resume {
 enum Plan {
     /// Run it here, keeping its pending input (a 2026-07-28 round) or not.
     TakeOver {
-        keep_input: bool,
+        keep_round: bool,
     },
     Fail,
 }
@@ -130,9 +130,9 @@ impl TaskService {
         let Ok(auth) = self.open_auth(task, &resume) else {
             return Plan::Fail;
         };
-        if let Some(round) = RoundState::from_upstream_state(task.upstream_state.as_ref()) {
-            let keep_input = matches!(round, RoundState::AwaitingInput { .. });
-            return Plan::TakeOver { keep_input };
+        // Waiting for answers or retrying with them, the round stays as it is.
+        if RoundState::from_upstream_state(task.upstream_state.as_ref()).is_some() {
+            return Plan::TakeOver { keep_round: true };
         }
         let tool = serde_json::from_str::<Value>(task.request.get())
             .ok()
@@ -141,7 +141,7 @@ impl TaskService {
             return Plan::Fail;
         };
         if self.settings.takeover.retry_tools.contains(&tool) {
-            return Plan::TakeOver { keep_input: false };
+            return Plan::TakeOver { keep_round: false };
         }
         let caller = Caller {
             capabilities: &resume.capabilities,
@@ -153,7 +153,7 @@ impl TaskService {
             .safe_to_run_again(self.upstream.as_ref(), &caller, &tool)
             .await;
         if safe {
-            Plan::TakeOver { keep_input: false }
+            Plan::TakeOver { keep_round: false }
         } else {
             Plan::Fail
         }
@@ -240,13 +240,13 @@ impl TaskService {
         if orphans.is_empty() {
             return Ok(counts);
         }
-        let mut keep_input = Vec::new();
+        let mut keep_round = Vec::new();
         let mut run_again = Vec::new();
         let mut fail = Vec::new();
         for task in orphans {
             match self.plan(&task).await {
-                Plan::TakeOver { keep_input: true } => keep_input.push(task.task_id),
-                Plan::TakeOver { keep_input: false } => run_again.push(task.task_id),
+                Plan::TakeOver { keep_round: true } => keep_round.push(task.task_id),
+                Plan::TakeOver { keep_round: false } => run_again.push(task.task_id),
                 Plan::Fail => fail.push(task.task_id),
             }
         }
@@ -260,14 +260,14 @@ impl TaskService {
             "{INSTANCE_LOST}: the task was taken over {max} times already, and its call lost \
              each instance that ran it"
         ));
-        for (task_ids, keep_input) in [(keep_input, true), (run_again, false)] {
+        for (task_ids, keep_round) in [(keep_round, true), (run_again, false)] {
             let takeover = Takeover {
                 from: &gone.instance,
                 to: &self.settings.instance_id,
                 message,
                 counts: !gone.handed_over,
                 max_takeovers: max,
-                keep_input,
+                keep_round,
                 exhausted: exhausted.clone(),
             };
             let adoptions = membership.take_over(&task_ids, &takeover).await?;

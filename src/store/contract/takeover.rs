@@ -4,14 +4,14 @@
 use super::*;
 use crate::store::{Adoption, Takeover};
 
-fn takeover<'a>(to: &'a str, keep_input: bool, max: u32) -> Takeover<'a> {
+fn takeover<'a>(to: &'a str, keep_round: bool, max: u32) -> Takeover<'a> {
     Takeover {
         from: OWNER,
         to,
         message: "resumed",
         counts: true,
         max_takeovers: max,
-        keep_input,
+        keep_round,
         exhausted: Outcome::gateway_failure("taken over too often"),
     }
 }

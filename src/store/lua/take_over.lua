@@ -1,5 +1,5 @@
 -- Moves a task whose owner is gone to a live instance. ARGV: from, to, now, max
--- takeovers, counts (1: a lost owner, counted; 0: a graceful hand-over), keep input (1:
+-- takeovers, counts (1: a lost owner, counted; 0: a graceful hand-over), keep round (1:
 -- the outstanding round stays), statusMessage, then the failure's statusMessage and
 -- error JSON for a task taken over too often. Only touches a live, unfinished task that
 -- `from` still owns, so exactly one of several sweeping instances wins.

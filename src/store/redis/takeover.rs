@@ -68,7 +68,7 @@ pub(super) async fn take_over(
             .arg(now)
             .arg(takeover.max_takeovers)
             .arg(u8::from(takeover.counts))
-            .arg(u8::from(takeover.keep_input))
+            .arg(u8::from(takeover.keep_round))
             .arg(takeover.message)
             .arg(failure.0)
             .arg(failure.1);
