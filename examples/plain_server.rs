@@ -236,6 +236,8 @@ struct Session {
     id: String,
     /// What the client declared at initialize (elicitation, sampling, roots...).
     client_capabilities: Value,
+    /// The `Authorization` header of the initialize request, if any.
+    authorization: Option<String>,
     /// SSE event ids, unique across all streams of the session.
     next_event_id: AtomicU64,
     /// Ids of server->client requests: 0, 1, 2... like server-everything.
@@ -249,10 +251,11 @@ struct Session {
 }
 
 impl Session {
-    fn new(client_capabilities: Value) -> Self {
+    fn new(client_capabilities: Value, authorization: Option<String>) -> Self {
         Self {
             id: uuid::Uuid::new_v4().to_string(),
             client_capabilities,
+            authorization,
             next_event_id: AtomicU64::new(1),
             next_request_id: AtomicI64::new(0),
             pending: Mutex::default(),
@@ -873,7 +876,11 @@ fn initialize(app: &Arc<App>, headers: &HeaderMap, mut messages: Vec<Message>) -
         .get("capabilities")
         .cloned()
         .unwrap_or_else(|| json!({}));
-    let session = Arc::new(Session::new(capabilities));
+    let authorization = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let session = Arc::new(Session::new(capabilities, authorization));
     lock(&app.sessions).insert(session.id.clone(), session.clone());
     app.stats().initialize_count += 1;
     tracing::info!(session = %session.id, version, "session initialized");
@@ -1153,7 +1160,7 @@ fn tool_definitions() -> Value {
         },
         {
             "name": "lookup",
-            "description": "Looks `key` up: takes `ms` milliseconds (progress as `sleep`), then answers `found <key>`. Read-only, so a gateway may run it again.",
+            "description": "Looks `key` up: takes `ms` milliseconds (progress as `sleep`), then answers `found <key>` (with ` for <Authorization>` when the session was opened with one). Read-only, so a gateway may run it again.",
             "inputSchema": {
                 "type": "object",
                 "properties": {
@@ -1302,7 +1309,10 @@ async fn lookup(ctx: &RequestCtx, args: &Value) -> Outcome {
         .and_then(Value::as_str)
         .ok_or_else(|| invalid_params("lookup needs arguments.key (a string)"))?;
     sleep(ctx, args).await?;
-    Ok(text_result(format!("found {key}")))
+    Ok(text_result(match &ctx.session().authorization {
+        Some(authorization) => format!("found {key} for {authorization}"),
+        None => format!("found {key}"),
+    }))
 }
 
 async fn sleep(ctx: &RequestCtx, args: &Value) -> Outcome {

@@ -276,7 +276,12 @@ impl Config {
 
     pub fn takeover_settings(&self) -> crate::tasks::TakeoverSettings {
         crate::tasks::TakeoverSettings {
-            retry_tools: self.retry_on_owner_loss.iter().cloned().collect(),
+            retry_tools: self
+                .retry_on_owner_loss
+                .iter()
+                .filter(|tool| !tool.is_empty())
+                .cloned()
+                .collect(),
             max_takeovers: self.max_takeovers,
         }
     }
@@ -450,6 +455,34 @@ mod tests {
         let policies = config.policy_map();
         assert_eq!(policies["slow"], TaskPolicy::Required);
         assert_eq!(policies["fast"], TaskPolicy::Forbidden);
+    }
+
+    #[test]
+    fn takeover_settings_name_tools_and_a_limit() {
+        let base = ["mcp-task-gateway", "--upstream", "http://127.0.0.1:9/mcp"];
+        let defaults = Config::try_parse_from(base).unwrap().takeover_settings();
+        assert!(defaults.retry_tools.is_empty());
+        assert_eq!(defaults.max_takeovers, 2);
+        let config = Config::try_parse_from(
+            [
+                &base[..],
+                &[
+                    "--retry-on-owner-loss",
+                    "report,export",
+                    "--retry-on-owner-loss",
+                    "sync",
+                    "--max-takeovers",
+                    "0",
+                ],
+            ]
+            .concat(),
+        )
+        .unwrap();
+        let settings = config.takeover_settings();
+        let mut tools: Vec<_> = settings.retry_tools.into_iter().collect();
+        tools.sort();
+        assert_eq!(tools, ["export", "report", "sync"]);
+        assert_eq!(settings.max_takeovers, 0);
     }
 
     #[test]

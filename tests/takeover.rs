@@ -357,3 +357,43 @@ async fn a_rolling_restart_loses_no_task() {
         tasks.len()
     );
 }
+
+/// A task taken over runs again with its caller's credential, which the store holds
+/// only sealed with the key every instance shares.
+#[tokio::test]
+async fn the_rerun_carries_the_callers_credential() {
+    let redis = RedisServer::start();
+    let (_upstream, upstream_url) = start_plain_server();
+    let key = [
+        "--request-state-key",
+        "a-shared-secret-of-at-least-32-bytes!",
+    ];
+    let (mut a, mut client_a) = gateway(&upstream_url, &redis, "gw-a", &key);
+    let (_b, mut client_b) = gateway(&upstream_url, &redis, "gw-b", &key);
+    client_a.authorization = Some("Bearer token-of-alice".into());
+    client_b.authorization = Some("Bearer token-of-alice".into());
+    let task_id = client_a
+        .start_task("lookup", json!({"key": "k", "ms": 3000}))
+        .await;
+    eventually("the call to reach the upstream", || async {
+        (upstream_stats(&upstream_url).await["callsInFlight"] == 1).then_some(())
+    })
+    .await;
+    let mut conn = redis.connection();
+    let record: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg(format!("mtg:{{{task_id}}}"))
+        .query(&mut conn)
+        .unwrap();
+    assert!(record["resume"].contains("mtgc1."), "{record:?}");
+    assert!(
+        record.values().all(|v| !v.contains("token-of-alice")),
+        "the credential is stored in the clear: {record:?}"
+    );
+    a.kill();
+    let done = wait_completed(&client_b, &task_id).await;
+    assert_eq!(
+        first_text(&done["result"]),
+        "found k for Bearer token-of-alice"
+    );
+    assert_eq!(owner_of(&redis, &task_id), "gw-b");
+}

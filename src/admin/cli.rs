@@ -255,6 +255,7 @@ fn detail_table(task: &TaskDetail) -> String {
             "answers not yet forwarded",
             task.answers_waiting.to_string(),
         ),
+        ("taken over", format!("{} times", task.takeovers)),
         (
             "error",
             task.error

@@ -164,6 +164,8 @@ impl Admin {
                 .as_ref()
                 .and_then(|error| serde_json::to_value(error).ok()),
             answers_waiting: task.answers.len(),
+            takeovers: task.takeovers,
+            resumable: task.resume.is_some(),
         }))
     }
 

@@ -39,8 +39,8 @@ pub struct TaskList {
 pub enum OwnerLease {
     /// The owner renews its lease: it is running.
     Live,
-    /// The lease lapsed: the owner is gone or cut off from the store; its unfinished tasks
-    /// are failed by the next sweep.
+    /// The lease lapsed: the owner is gone or cut off from the store; the next sweep
+    /// takes its unfinished tasks over or fails them.
     Lapsed,
     /// The store knows no such instance (any more).
     None,
@@ -61,6 +61,13 @@ pub struct TaskDetail {
     pub error: Option<Value>,
     /// Answers accepted but not yet forwarded upstream.
     pub answers_waiting: usize,
+    /// Times another instance took the task over after its owner was lost.
+    #[serde(default)]
+    pub takeovers: u32,
+    /// Whether another instance could run the call again if its owner were lost (the
+    /// record carries what it needs; the tool must also be safe to run again).
+    #[serde(default)]
+    pub resumable: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

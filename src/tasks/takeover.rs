@@ -234,6 +234,7 @@ impl TaskService {
     }
 
     async fn sweep_gone(self: &Arc<Self>, gone: &GoneInstance) -> Result<SweepCounts, StoreError> {
+        let started = std::time::Instant::now();
         let membership = self.membership.clone();
         let orphans = membership.orphans(&gone.instance).await?;
         let mut counts = SweepCounts::default();
@@ -303,6 +304,7 @@ impl TaskService {
                 reason,
                 taken_over = counts.taken_over,
                 failed = counts.failed,
+                sweep_ms = started.elapsed().as_millis() as u64,
                 "gateway instance gone: took over the tasks whose call can run again, failed the rest"
             );
             // The sweep touched many tasks: whoever watches one looks again.

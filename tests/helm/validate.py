@@ -354,6 +354,8 @@ def expect_external_redis(docs: list[dict], notes: str) -> None:
     assert data["MTG_ALLOWED_ORIGINS"] == "https://app.example.com,https://admin.example.com"
     assert data["MTG_REDIS_WAIT_REPLICAS"] == "1"
     assert data["MTG_LEASE_TIMEOUT_MS"] == "15000"
+    assert data["MTG_RETRY_ON_OWNER_LOSS"] == "slow_compute,report", data["MTG_RETRY_ON_OWNER_LOSS"]
+    assert data["MTG_MAX_TAKEOVERS"] == "3"
     assert data["MTG_CONFIG"] == "/etc/mcp-task-gateway/config.yaml"
     assert data["OTEL_EXPORTER_OTLP_ENDPOINT"].startswith("http://otel-collector")
     assert data["OTEL_RESOURCE_ATTRIBUTES"] == "deployment.environment=prod"
