@@ -296,7 +296,9 @@ impl TaskService {
         let failed = membership
             .fail_orphans(&gone.instance, &fail, message)
             .await?;
-        telemetry::lost_owner_tasks_failed("not_resumable", failed);
+        if !gone.handed_over {
+            telemetry::lost_owner_tasks_failed("not_resumable", failed);
+        }
         counts.failed += failed;
         if counts.taken_over + counts.failed > 0 {
             tracing::warn!(
