@@ -490,11 +490,18 @@ impl TaskService {
         }
         // Every runner stops here: none may write once another instance runs its task.
         self.stop_runners(|_| true).await;
-        tracing::warn!(
-            handed_over,
-            failed = failed.len(),
-            "drain timeout passed; handing over the tasks that can run again elsewhere, failing the rest"
-        );
+        if handed_over == 0 {
+            tracing::warn!(
+                count = failed.len(),
+                "drain timeout passed; failing the tasks still running"
+            );
+        } else {
+            tracing::warn!(
+                handed_over,
+                failed = failed.len(),
+                "drain timeout passed; leaving the tasks that can run again to live instances, failing the rest"
+            );
+        }
         for task_id in failed {
             let outcome = crate::store::Outcome::gateway_failure(crate::store::INSTANCE_STOPPED);
             match self.store.finish(&task_id, outcome).await {
