@@ -397,3 +397,48 @@ async fn the_rerun_carries_the_callers_credential() {
     );
     assert_eq!(owner_of(&redis, &task_id), "gw-b");
 }
+
+/// An instance that was only frozen (not dead) and comes back after its tasks moved
+/// stops its own runs of them: only the new owner's call goes on.
+#[tokio::test]
+async fn an_instance_that_comes_back_stops_the_calls_it_lost() {
+    let redis = RedisServer::start();
+    let (_upstream, upstream_url) = start_plain_server();
+    let (a, client_a) = gateway(&upstream_url, &redis, "gw-a", &[]);
+    let (_b, client_b) = gateway(&upstream_url, &redis, "gw-b", &[]);
+    let task_id = client_a
+        .start_task("lookup", json!({"key": "k", "ms": 6000}))
+        .await;
+    eventually("the call to reach the upstream", || async {
+        (upstream_stats(&upstream_url).await["callsInFlight"] == 1).then_some(())
+    })
+    .await;
+    let signal = |name: &str| {
+        let status = Command::new("kill")
+            .args([name, &a.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    signal("-STOP");
+    eventually("another instance to take the task over", || async {
+        (owner_of(&redis, &task_id) == "gw-b").then_some(())
+    })
+    .await;
+    eventually("the re-run to reach the upstream", || async {
+        (upstream_stats(&upstream_url).await["callsInFlight"] == 2).then_some(())
+    })
+    .await;
+    signal("-CONT");
+    // A's next renewal finds its lease had lapsed: it cancels its own call upstream.
+    eventually("the frozen instance to cancel its call", || async {
+        let stats = upstream_stats(&upstream_url).await;
+        let cancelled = stats["cancelledReceived"].as_array()?.len();
+        (cancelled == 1 && stats["callsInFlight"] == 1).then_some(())
+    })
+    .await;
+    let done = wait_completed(&client_b, &task_id).await;
+    assert_eq!(first_text(&done["result"]), "found k");
+    assert_eq!(owner_of(&redis, &task_id), "gw-b");
+    assert_eq!(client_a.get_task(&task_id).await["status"], "completed");
+}

@@ -201,7 +201,7 @@ impl TaskService {
             round: RoundState::from_upstream_state(task.upstream_state.as_ref()),
             expires_at_ms: task.expires_at_ms(),
         };
-        tracing::info!(task_id = %task.task_id, takeovers = task.takeovers, "took over a task of a gone instance");
+        tracing::debug!(task_id = %task.task_id, takeovers = task.takeovers, "took over a task of a gone instance");
         // A taken-over task is not refused by the per-caller limit: it already ran.
         drop(self.spawn_runner(&task.task_id, call, start, None));
     }
