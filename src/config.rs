@@ -157,6 +157,64 @@ pub struct Config {
     #[arg(long, env = "MTG_IDENTITY_HEADER")]
     pub identity_header: Option<http::HeaderName>,
 
+    /// Issuer of the bearer JWTs the gateway accepts: with it set, every `/mcp` request
+    /// needs a valid token (the gateway is an OAuth 2.1 resource server), and tasks
+    /// belong to the token's (issuer, subject). Its keys come from
+    /// `--auth-jwt-jwks-url`, else from its metadata (RFC 8414 / OpenID discovery).
+    #[arg(long, env = "MTG_AUTH_JWT_ISSUER", requires = "auth_jwt_audience")]
+    pub auth_jwt_issuer: Option<String>,
+
+    /// The gateway's resource URI (RFC 8707), e.g. `https://mcp.example.com/mcp`: tokens
+    /// must name it in `aud`; the protected resource metadata says it is the resource.
+    #[arg(long, env = "MTG_AUTH_JWT_AUDIENCE", requires = "auth_jwt_issuer")]
+    pub auth_jwt_audience: Option<String>,
+
+    /// The issuer's JSON Web Key Set URL (default: found through the issuer's metadata).
+    #[arg(long, env = "MTG_AUTH_JWT_JWKS_URL", requires = "auth_jwt_issuer")]
+    pub auth_jwt_jwks_url: Option<String>,
+
+    /// Signature algorithms accepted (comma-separated). `none` and HMAC are refused.
+    #[arg(long, env = "MTG_AUTH_JWT_ALGORITHMS", value_delimiter = ',',
+          default_value = "RS256,RS384,RS512,PS256,PS384,PS512,ES256,ES384,EdDSA",
+          value_parser = crate::auth::parse_algorithm)]
+    pub auth_jwt_algorithms: Vec<jsonwebtoken::Algorithm>,
+
+    /// Clock skew tolerated on `exp` and `nbf`, in seconds.
+    #[arg(long, env = "MTG_AUTH_JWT_LEEWAY_S", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(..=300))]
+    pub auth_jwt_leeway_s: u64,
+
+    /// A scope every `tools/call` needs (repeatable; comma-separated in the environment).
+    #[arg(
+        long = "auth-scope-tools-call",
+        env = "MTG_AUTH_SCOPES_TOOLS_CALL",
+        value_delimiter = ',',
+        requires = "auth_jwt_issuer"
+    )]
+    pub auth_scopes_tools_call: Vec<String>,
+
+    /// A scope every `tasks/*` request needs (repeatable; comma-separated in the
+    /// environment).
+    #[arg(
+        long = "auth-scope-tasks",
+        env = "MTG_AUTH_SCOPES_TASKS",
+        value_delimiter = ',',
+        requires = "auth_jwt_issuer"
+    )]
+    pub auth_scopes_tasks: Vec<String>,
+
+    /// What the gateway sends upstream as `Authorization`: `client` (the caller's own
+    /// header, as it came), `none`, or `static` (the value in
+    /// `--upstream-credential-file`, e.g. `Bearer <service token>`).
+    #[arg(long, env = "MTG_UPSTREAM_CREDENTIAL", default_value = "client",
+          value_parser = ["client", "none", "static"])]
+    pub upstream_credential: String,
+
+    /// File holding the `Authorization` value for `--upstream-credential static`; read
+    /// once at start, surrounding whitespace ignored.
+    #[arg(long, env = "MTG_UPSTREAM_CREDENTIAL_FILE")]
+    pub upstream_credential_file: Option<std::path::PathBuf>,
+
     /// `Origin` values allowed on browser requests (repeatable). Requests carrying
     /// any other Origin get HTTP 403. Without this flag only loopback origins pass.
     #[arg(
@@ -246,6 +304,23 @@ impl Config {
 
     /// Rules across flags, which clap checks one at a time.
     pub fn check(&self) -> Result<(), ConfigError> {
+        match (
+            self.upstream_credential.as_str(),
+            &self.upstream_credential_file,
+        ) {
+            ("static", None) => {
+                return Err(ConfigError::Inconsistent(
+                    "--upstream-credential static needs --upstream-credential-file".into(),
+                ));
+            }
+            ("client" | "none", Some(_)) => {
+                return Err(ConfigError::Inconsistent(
+                    "--upstream-credential-file is only read with --upstream-credential static"
+                        .into(),
+                ));
+            }
+            _ => {}
+        }
         if self.task_ttl_ms() < self.poll_interval_ms {
             return Err(ConfigError::Inconsistent(format!(
                 "the task TTL ({} ms, --default-ttl-ms capped by --max-ttl-ms) is shorter than \
@@ -272,6 +347,50 @@ impl Config {
 
     pub fn upstream_timeout(&self) -> Option<Duration> {
         (self.upstream_timeout_ms > 0).then(|| Duration::from_millis(self.upstream_timeout_ms))
+    }
+
+    /// JWT validation, when `--auth-jwt-issuer` is set.
+    pub fn auth_settings(&self) -> Option<crate::auth::AuthSettings> {
+        let issuer = self.auth_jwt_issuer.clone()?;
+        let keys = match &self.auth_jwt_jwks_url {
+            Some(url) => crate::auth::jwks::KeySource::Url(url.clone()),
+            None => crate::auth::jwks::KeySource::Discovery {
+                issuer: issuer.clone(),
+            },
+        };
+        Some(crate::auth::AuthSettings {
+            audience: self.auth_jwt_audience.clone().unwrap_or_default(),
+            issuer,
+            keys,
+            algorithms: self.auth_jwt_algorithms.clone(),
+            leeway: Duration::from_secs(self.auth_jwt_leeway_s),
+            tools_call_scopes: self.auth_scopes_tools_call.clone(),
+            tasks_scopes: self.auth_scopes_tasks.clone(),
+        })
+    }
+
+    /// What goes upstream as `Authorization` (reads `--upstream-credential-file`).
+    pub fn upstream_credential(&self) -> std::io::Result<crate::auth::UpstreamCredential> {
+        use crate::auth::UpstreamCredential;
+        Ok(
+            match (
+                self.upstream_credential.as_str(),
+                &self.upstream_credential_file,
+            ) {
+                ("none", _) => UpstreamCredential::None,
+                ("static", Some(path)) => {
+                    let text = std::fs::read_to_string(path)?;
+                    let value = http::HeaderValue::from_str(text.trim()).map_err(|e| {
+                        std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            format!("{}: not a header value: {e}", path.display()),
+                        )
+                    })?;
+                    UpstreamCredential::Static(value)
+                }
+                _ => UpstreamCredential::Client,
+            },
+        )
     }
 
     pub fn takeover_settings(&self) -> crate::tasks::TakeoverSettings {

@@ -9,6 +9,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod admin;
+pub mod auth;
 mod cluster;
 pub mod config;
 mod config_file;
@@ -114,6 +115,7 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         upstream.clone(),
         tasks.clone(),
         closing.clone(),
+        config.upstream_credential()?,
     ));
     let store_kind = match config.redis_target() {
         None => "memory",

@@ -1,6 +1,7 @@
 //! The HTTP front: routing, the era of each request, limits, and graceful shutdown.
 
 mod accept;
+mod authn;
 mod balance;
 mod bridged;
 mod coalesce;
@@ -58,6 +59,10 @@ pub struct Gateway {
     max_body_bytes: usize,
     strict_headers: bool,
     identity_header: Option<http::HeaderName>,
+    /// Bearer JWT validation (`--auth-jwt-issuer`), if on.
+    auth: Option<Arc<crate::auth::Authenticator>>,
+    /// What goes upstream as `Authorization` (`--upstream-credential`).
+    upstream_credential: crate::auth::UpstreamCredential,
     allowed_origins: Vec<String>,
     check_upstream_readiness: bool,
     /// Session clients whose upstream has no sessions to pass them through to.
@@ -74,8 +79,14 @@ impl Gateway {
         upstream: Arc<dyn Upstream>,
         tasks: Arc<TaskService>,
         closing: tokio_util::sync::CancellationToken,
+        upstream_credential: crate::auth::UpstreamCredential,
     ) -> Self {
+        let auth = config
+            .auth_settings()
+            .map(|settings| Arc::new(crate::auth::Authenticator::new(settings, client.clone())));
         Self {
+            auth,
+            upstream_credential,
             closing,
             client,
             lane_connector: crate::upstream::http::lane_connector(),
@@ -95,10 +106,14 @@ impl Gateway {
         }
     }
 
-    /// Who is calling: the configured identity header, else a hash of the credentials.
-    /// Tasks and gateway-served sessions are bound to it.
-    fn principal(&self, headers: &HeaderMap) -> String {
-        principal(headers, self.identity_header.as_ref())
+    /// Who is calling (`authn::admit` decided it): the token's subject, the configured
+    /// identity header, else a hash of the credentials. Tasks and gateway-served
+    /// sessions are bound to it.
+    fn principal(&self, parts: &Parts) -> String {
+        match parts.extensions.get::<authn::Caller>() {
+            Some(caller) => caller.principal.clone(),
+            None => principal(&parts.headers, self.identity_header.as_ref()),
+        }
     }
 }
 
@@ -154,6 +169,9 @@ async fn route(gateway: &Gateway, lane: &Lane, request: Request<Incoming>) -> Re
     match request.uri().path() {
         "/healthz" => reply::plain(StatusCode::OK, "ok\n"),
         "/readyz" => readiness(gateway).await,
+        path if path.starts_with("/.well-known/oauth-protected-resource") => {
+            authn::metadata(gateway)
+        }
         "/mcp" => {
             let span = tracing::info_span!("request", method = tracing::field::Empty);
             crate::telemetry::traces::continue_from_headers(&span, request.headers());
@@ -213,7 +231,11 @@ async fn mcp_endpoint(
             &ErrorObject::new(code::INVALID_REQUEST, "Origin not allowed"),
         );
     }
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
+    // Before the body is read: an unauthenticated caller costs no more than its headers.
+    if let Some(refusal) = authn::admit(gateway, &mut parts).await {
+        return refusal;
+    }
     let body = match Limited::new(body, gateway.max_body_bytes).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
@@ -242,6 +264,9 @@ async fn mcp_endpoint(
     // gateway does not read it. The metric label keeps its old name for dashboards.
     if parts.headers.contains_key(SESSION_HEADER) {
         "legacy_passthrough".clone_into(method);
+        if let Some(refusal) = authn::check_scopes(gateway, &parts, None, &body) {
+            return refusal;
+        }
         return passthrough(gateway, lane, parts, body, None).await;
     }
     if parts.method != Method::POST {
@@ -254,6 +279,11 @@ async fn mcp_endpoint(
         Ok(message) => message,
         Err(e) => return reply::error(None, &e.to_error_object()),
     };
+    if let Message::Request { method: m, .. } = &message
+        && let Some(refusal) = authn::check_scopes(gateway, &parts, Some(m), &body)
+    {
+        return refusal;
+    }
     match classify(&parts.headers, &message) {
         Era::Session => {
             "legacy_passthrough".clone_into(method);
@@ -396,7 +426,7 @@ async fn modern_message(gateway: &Gateway, parts: &Parts, message: Message) -> R
             )),
         );
     }
-    let principal = gateway.principal(&parts.headers);
+    let principal = gateway.principal(parts);
     let request = stateless::Request {
         id,
         method,

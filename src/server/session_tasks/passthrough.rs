@@ -106,7 +106,7 @@ pub async fn serve(
         None => parts.headers.remove(MCP_SESSION_ID),
     };
     if parts.method == Method::GET {
-        let principal = gateway.principal(&parts.headers);
+        let principal = gateway.principal(&parts);
         let upstream = forward(&gateway.client, lane, url, parts, body).await;
         let upstream = if push::is_event_stream(&upstream) {
             Some(upstream)
@@ -136,7 +136,7 @@ pub async fn serve(
         }),
         capabilities: Map::new(),
         auth: parts.headers.get(header::AUTHORIZATION).cloned(),
-        principal: gateway.principal(&parts.headers),
+        principal: gateway.principal(&parts),
         modes: marked.modes,
     };
     if let Handled::Reply(response) = super::handle(gateway, &session, &message).await {
