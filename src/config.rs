@@ -115,6 +115,12 @@ pub struct Config {
     #[arg(long, env = "MTG_MAX_RUNNING_TASKS_PER_PRINCIPAL", default_value_t = 0)]
     pub max_running_tasks_per_principal: u32,
 
+    /// With N > 0, one caller (principal) may send at most N `tasks/*` requests a second
+    /// to this instance (bursts of N); more get HTTP 429, error -31430, with
+    /// `Retry-After`. 0 means no limit.
+    #[arg(long, env = "MTG_MAX_TASK_REQUESTS_PER_SECOND", default_value_t = 0)]
+    pub max_task_requests_per_second: u32,
+
     /// A 2025-xx client session the gateway serves itself (stdio and 2026-07-28
     /// upstreams) is forgotten after this long without a request, in ms (a call in
     /// flight keeps it). Clients that never send DELETE would otherwise fill the table.

@@ -17,6 +17,9 @@ pub mod code {
     /// The gateway's own: a caller already has as many tasks running as it may. Outside
     /// -32768..=-32000, where 2026-07-28 asks new application codes to go.
     pub const TOO_MANY_RUNNING_TASKS: i64 = -31429;
+    /// The gateway's own: a caller sends `tasks/*` requests faster than
+    /// `--max-task-requests-per-second` (HTTP 429 with `Retry-After`).
+    pub const TOO_MANY_TASK_REQUESTS: i64 = -31430;
 }
 
 /// A JSON-RPC error object. `data` is optional detail for the client.

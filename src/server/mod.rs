@@ -12,6 +12,7 @@ mod session_tasks;
 mod sessions;
 mod sse;
 mod stateless;
+mod task_rate;
 pub mod workers;
 
 use crate::protocol::names::{SESSION_VERSIONS, STATELESS_VERSION};
@@ -63,6 +64,8 @@ pub struct Gateway {
     auth: Option<Arc<crate::auth::Authenticator>>,
     /// What goes upstream as `Authorization` (`--upstream-credential`).
     upstream_credential: crate::auth::UpstreamCredential,
+    /// `--max-task-requests-per-second`, if set.
+    task_rate: Option<task_rate::TaskRequestRate>,
     allowed_origins: Vec<String>,
     check_upstream_readiness: bool,
     /// Session clients whose upstream has no sessions to pass them through to.
@@ -87,6 +90,7 @@ impl Gateway {
         Self {
             auth,
             upstream_credential,
+            task_rate: task_rate::TaskRequestRate::new(config.max_task_requests_per_second),
             closing,
             client,
             lane_connector: crate::upstream::http::lane_connector(),
@@ -104,6 +108,20 @@ impl Gateway {
                 max_sessions: usize::try_from(config.max_sessions).unwrap_or(usize::MAX),
             }),
         }
+    }
+
+    /// The refusal of a `tasks/*` request over `principal`'s rate, if any.
+    fn limit_task_request(
+        &self,
+        principal: &str,
+        method: &str,
+        id: &Value,
+    ) -> Option<Response<Body>> {
+        let rate = self.task_rate.as_ref()?;
+        if !method.starts_with("tasks/") {
+            return None;
+        }
+        rate.check(principal, Some(id))
     }
 
     /// Who is calling (`authn::admit` decided it): the token's subject, the configured
@@ -281,6 +299,11 @@ async fn mcp_endpoint(
     };
     if let Message::Request { method: m, .. } = &message
         && let Some(refusal) = authn::check_scopes(gateway, &parts, Some(m), &body)
+    {
+        return refusal;
+    }
+    if let Message::Request { id, method: m, .. } = &message
+        && let Some(refusal) = gateway.limit_task_request(&gateway.principal(&parts), m, id)
     {
         return refusal;
     }

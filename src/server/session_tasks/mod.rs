@@ -59,6 +59,9 @@ pub async fn handle(gateway: &Gateway, session: &TaskSession, message: &Message)
             method: name,
             params,
         } => {
+            if let Some(refusal) = gateway.limit_task_request(&session.principal, name, id) {
+                return Handled::Reply(refusal);
+            }
             let outcome = match name.as_str() {
                 method::TOOLS_CALL => match tools_call(gateway, session, params.as_ref()).await {
                     Some(outcome) => outcome,
