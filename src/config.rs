@@ -163,6 +163,15 @@ pub struct Config {
     #[arg(long, env = "MTG_IDENTITY_HEADER")]
     pub identity_header: Option<http::HeaderName>,
 
+    /// PEM certificate chain of the TLS listener: with it (and `--tls-key`), `--listen`
+    /// serves HTTPS (HTTP/2 and HTTP/1.1 by ALPN). Read again when the file changes.
+    #[arg(long, env = "MTG_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+
+    /// PEM private key of the TLS listener (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "MTG_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+
     /// Issuer of the bearer JWTs the gateway accepts: with it set, every `/mcp` request
     /// needs a valid token (the gateway is an OAuth 2.1 resource server), and tasks
     /// belong to the token's (issuer, subject). Its keys come from

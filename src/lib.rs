@@ -115,7 +115,7 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         upstream.clone(),
         tasks.clone(),
         closing.clone(),
-        config.upstream_credential()?,
+        server::Edge::from_config(&config)?,
     ));
     let store_kind = match config.redis_target() {
         None => "memory",
@@ -124,7 +124,12 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     };
     tracing::info!(listen = %local, upstream = %describe_upstream(&config), instance = %config.instance_id, store = store_kind, "mcp-task-gateway ready");
     // Tests and scripts read the bound address from this line (the port may be 0).
-    println!("listening on http://{local}/mcp");
+    let scheme = if config.tls_cert.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    println!("listening on {scheme}://{local}/mcp");
     let stop = async move {
         shutdown_signal().await;
         closing.cancel();

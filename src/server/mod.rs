@@ -13,6 +13,7 @@ mod sessions;
 mod sse;
 mod stateless;
 mod task_rate;
+pub mod tls;
 pub mod workers;
 
 use crate::protocol::names::{SESSION_VERSIONS, STATELESS_VERSION};
@@ -66,6 +67,8 @@ pub struct Gateway {
     upstream_credential: crate::auth::UpstreamCredential,
     /// `--max-task-requests-per-second`, if set.
     task_rate: Option<task_rate::TaskRequestRate>,
+    /// The TLS listener's acceptor (`--tls-cert`), if on.
+    tls: Option<tls::Acceptor>,
     allowed_origins: Vec<String>,
     check_upstream_readiness: bool,
     /// Session clients whose upstream has no sessions to pass them through to.
@@ -82,14 +85,15 @@ impl Gateway {
         upstream: Arc<dyn Upstream>,
         tasks: Arc<TaskService>,
         closing: tokio_util::sync::CancellationToken,
-        upstream_credential: crate::auth::UpstreamCredential,
+        edge: Edge,
     ) -> Self {
         let auth = config
             .auth_settings()
             .map(|settings| Arc::new(crate::auth::Authenticator::new(settings, client.clone())));
         Self {
             auth,
-            upstream_credential,
+            upstream_credential: edge.upstream_credential,
+            tls: edge.tls,
             task_rate: task_rate::TaskRequestRate::new(config.max_task_requests_per_second),
             closing,
             client,
@@ -135,6 +139,31 @@ impl Gateway {
     }
 }
 
+/// What the front needs from files named in the config, read (and checked) at start.
+pub struct Edge {
+    pub upstream_credential: crate::auth::UpstreamCredential,
+    pub tls: Option<tls::Acceptor>,
+}
+
+impl Edge {
+    pub fn from_config(config: &Config) -> std::io::Result<Self> {
+        let tls = match (&config.tls_cert, &config.tls_key) {
+            (Some(cert), Some(key)) => Some(
+                tls::Acceptor::start(tls::TlsFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                })
+                .map_err(std::io::Error::other)?,
+            ),
+            _ => None,
+        };
+        Ok(Self {
+            upstream_credential: config.upstream_credential()?,
+            tls,
+        })
+    }
+}
+
 /// Serves the connections of this worker's `seat` until `shutdown` resolves, then lets
 /// in-flight requests finish.
 async fn serve(
@@ -152,6 +181,7 @@ async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
+        let tls = gateway.tls.clone();
         let gateway = gateway.clone();
         let lane = Arc::new(Lane::new(gateway.lane_connector.clone(), lane::IDLE_LIMIT));
         let service = hyper::service::service_fn(move |request| {
@@ -162,11 +192,31 @@ async fn serve(
             // An idle keep-alive connection or a long stream then holds a pointer instead.
             async move { Ok::<_, Infallible>(Box::pin(route(&gateway, &lane, request)).await) }
         });
-        let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection.into_owned());
+        let watcher = graceful.watcher();
+        let builder = builder.clone();
         tokio::spawn(async move {
             let _open = open;
-            if let Err(e) = connection.await {
+            let served = match tls {
+                None => {
+                    let connection =
+                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    watcher.watch(connection.into_owned()).await
+                }
+                // The handshake runs here, not in the accept loop: a slow client delays
+                // only itself.
+                Some(tls) => match tls.accept(stream).await {
+                    Ok(stream) => {
+                        let connection =
+                            builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                        watcher.watch(connection.into_owned()).await
+                    }
+                    Err(e) => {
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                },
+            };
+            if let Err(e) = served {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
         });
