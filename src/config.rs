@@ -286,6 +286,11 @@ pub struct Config {
     #[arg(long, env = "MTG_REDIS_WAIT_REPLICAS", default_value_t = 0)]
     pub redis_wait_replicas: u32,
 
+    /// PEM file of the CA certificate(s) that sign the `rediss://` server's certificate
+    /// (default: the public web roots). Read once at start.
+    #[arg(long, env = "MTG_REDIS_CA_FILE")]
+    pub redis_ca_file: Option<std::path::PathBuf>,
+
     /// Time limit for one Redis operation, connecting included. Past it the request
     /// gets -32603 "task store unavailable".
     #[arg(long, env = "MTG_REDIS_TIMEOUT_MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]

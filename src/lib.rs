@@ -35,6 +35,9 @@ use tasks::{TaskService, TaskSettings};
 /// Runs the gateway until SIGTERM or Ctrl-C. Call it on a current-thread runtime: it
 /// is the first of the worker threads (`server::workers`).
 pub async fn run(config: Config) -> std::io::Result<()> {
+    // Two rustls providers are linked (ring, and aws-lc-rs through a dependency), so
+    // none is the default until one is named: `rediss://` connections need it.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let admin_token = config
         .admin_token_file
         .as_deref()
@@ -62,6 +65,11 @@ pub async fn run(config: Config) -> std::io::Result<()> {
                 wait_replicas: config.redis_wait_replicas,
                 timeout: Duration::from_millis(config.redis_timeout_ms),
                 max_ttl: Duration::from_millis(config.max_ttl_ms),
+                ca_cert: config
+                    .redis_ca_file
+                    .as_ref()
+                    .map(std::fs::read)
+                    .transpose()?,
             };
             Store::new(RedisStore::connect(settings).map_err(std::io::Error::other)?)
         }

@@ -60,6 +60,9 @@ pub struct RedisSettings {
     pub timeout: Duration,
     /// The largest task TTL; bounds how long instance bookkeeping is kept.
     pub max_ttl: Duration,
+    /// PEM CA certificate(s) that sign a `rediss://` server's certificate, instead of
+    /// the public web roots (`--redis-ca-file`).
+    pub ca_cert: Option<Vec<u8>>,
 }
 
 pub struct RedisStore {
@@ -134,8 +137,12 @@ impl RedisStore {
     /// A store for `settings.target`. Fails only on a malformed URL: Redis itself may be
     /// down at start; requests get clear errors until it is up.
     pub fn connect(settings: RedisSettings) -> Result<Arc<Self>, StoreError> {
-        let conn =
-            Conn::new(&settings.target, settings.timeout).map_err(Unavailable::BadAddress)?;
+        let conn = Conn::new(
+            &settings.target,
+            settings.timeout,
+            settings.ca_cert.as_deref(),
+        )
+        .map_err(Unavailable::BadAddress)?;
         Ok(Arc::new(Self {
             conn,
             settings,
@@ -471,6 +478,7 @@ impl WakeUps for RedisStore {
         }
         wakeups::spawn_subscriber(
             &self.settings.target,
+            self.settings.ca_cert.clone(),
             wake_channel(owner),
             self.settings.timeout,
             tx,

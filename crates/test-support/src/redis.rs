@@ -12,6 +12,8 @@ const NO_PERSISTENCE: [&str; 4] = ["--save", "", "--appendonly", "no"];
 pub struct RedisServer {
     proc: Option<Proc>,
     pub port: u16,
+    /// The TLS port, for a server started with [`RedisServer::start_tls`].
+    pub tls_port: Option<u16>,
     binary: String,
     dir: PathBuf,
     args: Vec<String>,
@@ -50,6 +52,42 @@ impl RedisServer {
         Self::launch("redis-server", Some(port), &NO_PERSISTENCE)
     }
 
+    /// A throwaway server that also serves TLS on a port of its own, with `cert`/`key`
+    /// (clients are not asked for certificates). The plain port stays open for the test's
+    /// own checks.
+    pub fn start_tls(cert: &std::path::Path, key: &std::path::Path, ca: &std::path::Path) -> Self {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let tls_port = free_port();
+            let tls: Vec<String> = vec![
+                "--tls-port".into(),
+                tls_port.to_string(),
+                "--tls-cert-file".into(),
+                cert.display().to_string(),
+                "--tls-key-file".into(),
+                key.display().to_string(),
+                "--tls-ca-cert-file".into(),
+                ca.display().to_string(),
+                "--tls-auth-clients".into(),
+                "no".into(),
+            ];
+            let mut server = Self::configured("redis-server", free_port(), &NO_PERSISTENCE, &tls);
+            server.tls_port = Some(tls_port);
+            match server.try_spawn() {
+                Ok(()) => return server,
+                Err(Start::Exited(_)) if attempts < 4 => continue,
+                Err(failure) => panic!("{failure}"),
+            }
+        }
+    }
+
+    /// `rediss://` on the TLS port of a [`RedisServer::start_tls`] server.
+    pub fn tls_url(&self) -> String {
+        let port = self.tls_port.expect("started with start_tls");
+        format!("rediss://127.0.0.1:{port}")
+    }
+
     /// Starts a server on `port`, or on a free one. A free port can be taken by another
     /// process between the check and Redis's bind; then Redis exits and another port is
     /// tried.
@@ -86,6 +124,7 @@ impl RedisServer {
         Self {
             proc: None,
             port,
+            tls_port: None,
             binary: binary.to_owned(),
             dir,
             args,

@@ -23,6 +23,7 @@ impl Changes for RedisStore {
         let (lines_tx, mut lines) = mpsc::unbounded_channel::<String>();
         spawn_subscriber(
             &self.settings.target,
+            self.settings.ca_cert.clone(),
             CHANNEL.to_owned(),
             self.settings.timeout,
             lines_tx,

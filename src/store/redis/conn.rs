@@ -35,10 +35,29 @@ pub struct Conn {
     scripts: &'static Scripts,
 }
 
+/// A client of one server; `rediss://` servers are checked against `ca_cert` when given.
+pub(super) fn client(url: &str, ca_cert: Option<&[u8]>) -> Result<redis::Client, RedisError> {
+    match ca_cert {
+        Some(pem) => redis::Client::build_with_tls(url, certificates(pem)),
+        None => redis::Client::open(url),
+    }
+}
+
+fn certificates(ca_cert: &[u8]) -> redis::TlsCertificates {
+    redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(ca_cert.to_vec()),
+    }
+}
+
 impl Conn {
     /// Builds the connection without touching the network: the gateway starts (and
     /// answers, with clear errors) while Redis is down, and connects once it is up.
-    pub fn new(target: &Target, timeout: Duration) -> Result<Self, RedisError> {
+    pub fn new(
+        target: &Target,
+        timeout: Duration,
+        ca_cert: Option<&[u8]>,
+    ) -> Result<Self, RedisError> {
         // Connect attempts are bounded by the operation's own limit; one retry inside the
         // client is enough, since every request tries again anyway.
         let connect_timeout = timeout.min(Duration::from_secs(1));
@@ -50,17 +69,18 @@ impl Conn {
                     .set_number_of_retries(1)
                     .set_min_delay(Duration::from_millis(50))
                     .set_max_delay(Duration::from_millis(200));
-                Backend::Server(
-                    redis::Client::open(url.as_str())?.get_connection_manager_lazy(config)?,
-                )
+                Backend::Server(client(url, ca_cert)?.get_connection_manager_lazy(config)?)
             }
             Target::Cluster(urls) => {
-                let client =
+                let mut builder =
                     redis::cluster::ClusterClientBuilder::new(urls.iter().map(String::as_str))
                         .retries(2)
                         .min_retry_wait(20)
-                        .max_retry_wait(200)
-                        .build()?;
+                        .max_retry_wait(200);
+                if let Some(pem) = ca_cert {
+                    builder = builder.certs(certificates(pem));
+                }
+                let client = builder.build()?;
                 let config = ClusterConfig::new()
                     .set_connection_timeout(connect_timeout)
                     .set_response_timeout(timeout);

@@ -15,6 +15,7 @@ fn redis_server() -> RedisServer {
 
 fn settings(port: u16, instance: &str, timeout: Duration) -> RedisSettings {
     RedisSettings {
+        ca_cert: None,
         target: Target::Server(format!("redis://127.0.0.1:{port}")),
         instance_id: instance.into(),
         wait_replicas: 0,

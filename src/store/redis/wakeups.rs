@@ -18,6 +18,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 pub(super) fn spawn_subscriber(
     target: &Target,
+    ca_cert: Option<Vec<u8>>,
     channel: String,
     timeout: Duration,
     tx: UnboundedSender<String>,
@@ -35,7 +36,18 @@ pub(super) fn spawn_subscriber(
                 return;
             }
             let mut subscribed = false;
-            match listen(url, &channel, timeout, &tx, &mut subscribed, was_down).await {
+            let ca_cert = ca_cert.as_deref();
+            match listen(
+                url,
+                ca_cert,
+                &channel,
+                timeout,
+                &tx,
+                &mut subscribed,
+                was_down,
+            )
+            .await
+            {
                 Ok(()) => return,
                 Err(e) => {
                     if subscribed || !was_down {
@@ -70,13 +82,14 @@ enum SubscriptionLost {
 /// Listens until the connection fails (`Err`) or the receiver is gone (`Ok`).
 async fn listen(
     url: &str,
+    ca_cert: Option<&[u8]>,
     channel: &str,
     timeout: Duration,
     tx: &UnboundedSender<String>,
     subscribed: &mut bool,
     was_down: bool,
 ) -> Result<(), SubscriptionLost> {
-    let client = redis::Client::open(url)?;
+    let client = super::conn::client(url, ca_cert)?;
     let pubsub = tokio::time::timeout(timeout, client.get_async_pubsub())
         .await
         .map_err(|_| SubscriptionLost::TimedOut("connect"))??;
