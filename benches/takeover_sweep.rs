@@ -166,15 +166,18 @@ async fn sweep(gateway: &Path, args: &Args, extra: &[String]) -> Measured {
     // B logs the sweep once it is done; Redis is not polled meanwhile (it would count).
     let (logged_at, sweep_ms) = wait_for_sweep_log(&log);
     let until_moved = Duration::try_from(logged_at - killed).unwrap_or_default();
-    // Then the adopted runners each look at their task once: wait until Redis is quiet.
+    // Then the adopted runners each look at their task once (HGETALL): wait until those
+    // stop (lease renewals go on all the time, so Redis is never quiet).
+    let looks = |commands: &BTreeMap<String, u64>| commands.get("HGETALL").copied();
     let mut last = counters.read();
     loop {
-        std::thread::sleep(Duration::from_millis(500));
+        std::thread::sleep(Duration::from_millis(1000));
         let now = counters.read();
-        if now.0 == last.0 {
+        let settled = looks(&now.0) == looks(&last.0);
+        last = now;
+        if settled {
             break;
         }
-        last = now;
     }
     let (commands, reads) = last;
     let moved: u64 = redis::cmd("SCARD")

@@ -141,11 +141,22 @@ async fn run(
     // them for lost.
     let mut connected_since: Option<Instant> = None;
     let mut first = true;
+    // Sweeps (and the clean-up after a lapsed lease) run beside the renewals: a sweep of
+    // thousands of tasks takes a second or more, and a renewal waiting behind it would
+    // let this instance's own lease lapse. One at a time.
+    let mut background: Option<JoinHandle<()>> = None;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = stopped.changed() => return,
+            _ = stopped.changed() => {
+                // A sweep under way finishes: the tasks it moved get their runners.
+                if let Some(running) = background.take() {
+                    let _ = running.await;
+                }
+                return;
+            }
         }
+        let idle = background.as_ref().is_none_or(JoinHandle::is_finished);
         match store.renew_lease(&lease).await {
             Ok(held) => {
                 telemetry::lease_held(true);
@@ -156,7 +167,10 @@ async fn run(
                     tracing::warn!(
                         "this instance's lease had lapsed; other instances may have taken over or failed its tasks"
                     );
-                    sweeper.clone().lease_regained().await;
+                    if let Some(running) = background.take() {
+                        let _ = running.await;
+                    }
+                    background = Some(tokio::spawn(sweeper.clone().lease_regained()));
                 }
                 connected_since.get_or_insert_with(Instant::now);
             }
@@ -169,8 +183,12 @@ async fn run(
             }
         }
         first = false;
-        if connected_since.is_some_and(|since| since.elapsed() >= lease.ttl) {
-            sweep(&*store, &sweeper, &settings.instance_id).await;
+        if idle && connected_since.is_some_and(|since| since.elapsed() >= lease.ttl) {
+            let (store, sweeper) = (store.clone(), sweeper.clone());
+            let me = settings.instance_id.clone();
+            background = Some(tokio::spawn(async move {
+                sweep(&*store, &sweeper, &me).await;
+            }));
         }
     }
 }
