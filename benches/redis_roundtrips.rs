@@ -8,9 +8,10 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
+use test_support::bench::RedisCounters;
 use test_support::{RedisServer, spawn_announcing};
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -32,74 +33,6 @@ fn fixture_binary() -> PathBuf {
         "building the fixture failed"
     );
     profile_dir.join("examples").join("plain_server")
-}
-
-/// Redis's own counters since the last `CONFIG RESETSTAT`, less this bench's requests.
-struct Counters {
-    conn: redis::Connection,
-    /// Requests this bench sent since the reset (each one read on the server).
-    own_reads: u64,
-}
-
-impl Counters {
-    fn reset(&mut self) {
-        redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .exec(&mut self.conn)
-            .unwrap();
-        self.own_reads = 0;
-    }
-
-    /// (commands by name, reads) since the reset, without this bench's own.
-    fn read(&mut self) -> (BTreeMap<String, u64>, u64) {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .arg("stats")
-            .query(&mut self.conn)
-            .unwrap();
-        self.own_reads += 1;
-        let mut commands = BTreeMap::new();
-        let mut reads: u64 = 0;
-        for line in info.lines() {
-            if let Some(rest) = line.strip_prefix("cmdstat_") {
-                let (name, stats) = rest.split_once(':').unwrap();
-                let calls: u64 = stats
-                    .split(',')
-                    .find_map(|kv| kv.strip_prefix("calls="))
-                    .unwrap()
-                    .parse()
-                    .unwrap();
-                commands.insert(name.to_uppercase(), calls);
-            } else if let Some(n) = line.strip_prefix("total_reads_processed:") {
-                reads = n.trim().parse().unwrap();
-            }
-        }
-        // The bench's own INFO and CONFIG, and the wake-up subscriber's keep-alive PING.
-        let own_info = self.own_reads;
-        if let Some(info) = commands.get_mut("INFO") {
-            *info -= own_info.min(*info);
-        }
-        let pings = commands.remove("PING").unwrap_or(0);
-        commands.retain(|name, calls| *calls > 0 && name != "CONFIG|RESETSTAT" && name != "CONFIG");
-        commands.remove("INFO");
-        (commands, reads.saturating_sub(self.own_reads + pings))
-    }
-
-    /// Waits until Redis has seen `name` at least `count` times since the reset.
-    fn wait_for(&mut self, name: &str, count: u64) {
-        let start = Instant::now();
-        loop {
-            let (commands, _) = self.read();
-            if commands.get(name).copied().unwrap_or(0) >= count {
-                return;
-            }
-            assert!(
-                start.elapsed() < DEADLINE,
-                "Redis never saw {count} × {name}"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
 }
 
 struct Gateway {
@@ -165,10 +98,7 @@ async fn main() {
     // Started and waited for until it answers PING.
     let redis = RedisServer::start();
     let redis_url = redis.url();
-    let mut counters = Counters {
-        conn: redis.connection(),
-        own_reads: 0,
-    };
+    let mut counters = RedisCounters::new(redis.connection());
 
     let mut fixture = Command::new(fixture_binary());
     fixture.args(["--listen", "127.0.0.1:0"]);

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
+use test_support::bench::RedisCounters;
 use test_support::{RedisServer, spawn_announcing};
 
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -159,7 +160,7 @@ async fn sweep(gateway: &Path, args: &Args, extra: &[String]) -> Measured {
         waiting == created.len()
     });
 
-    let mut counters = Counters::new(&redis);
+    let mut counters = RedisCounters::new(redis.connection());
     counters.reset();
     let killed = time::OffsetDateTime::now_utc();
     lost.kill();
@@ -265,60 +266,5 @@ fn wait_for_sweep_log(log: &Path) -> (time::OffsetDateTime, u64) {
             log.display()
         );
         std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Redis's own counters since `CONFIG RESETSTAT`, less this bench's requests.
-struct Counters {
-    conn: redis::Connection,
-    own_reads: u64,
-}
-
-impl Counters {
-    fn new(redis: &RedisServer) -> Self {
-        Self {
-            conn: redis.connection(),
-            own_reads: 0,
-        }
-    }
-
-    fn reset(&mut self) {
-        redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .exec(&mut self.conn)
-            .expect("CONFIG RESETSTAT");
-        self.own_reads = 0;
-    }
-
-    /// (commands by name, reads) since the reset, without this bench's own INFOs.
-    fn read(&mut self) -> (BTreeMap<String, u64>, u64) {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .arg("stats")
-            .query(&mut self.conn)
-            .expect("INFO");
-        self.own_reads += 1;
-        let mut commands = BTreeMap::new();
-        let mut reads: u64 = 0;
-        for line in info.lines() {
-            if let Some(rest) = line.strip_prefix("cmdstat_") {
-                let (name, stats) = rest.split_once(':').expect("name:stats");
-                let calls: u64 = stats
-                    .split(',')
-                    .find_map(|kv| kv.strip_prefix("calls="))
-                    .and_then(|n| n.parse().ok())
-                    .unwrap_or(0);
-                commands.insert(name.to_uppercase(), calls);
-            } else if let Some(n) = line.strip_prefix("total_reads_processed:") {
-                reads = n.trim().parse().unwrap_or(0);
-            }
-        }
-        let own = self.own_reads;
-        let pings = commands.remove("PING").unwrap_or(0);
-        commands.remove("INFO");
-        commands.remove("CONFIG");
-        commands.remove("CONFIG|RESETSTAT");
-        commands.retain(|_, calls| *calls > 0);
-        (commands, reads.saturating_sub(own + pings))
     }
 }

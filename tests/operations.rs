@@ -115,24 +115,6 @@ fn gateway_with_log(upstream: &str, extra: &[&str]) -> (Proc, String, std::path:
     (proc, url, log)
 }
 
-fn wait_exit(proc: &mut Proc) -> std::process::ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = proc.child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(start.elapsed() < DEADLINE, "gateway did not exit");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
-fn sigterm(proc: &Proc) {
-    let status = Command::new("kill")
-        .args(["-TERM", &proc.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
 
 #[tokio::test]
 async fn sigterm_lets_a_running_task_finish() {

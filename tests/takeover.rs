@@ -44,21 +44,6 @@ fn owner_of(redis: &RedisServer, task_id: &str) -> String {
         .unwrap()
 }
 
-fn sigterm(proc: &Proc) {
-    let status = Command::new("kill")
-        .args(["-TERM", &proc.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
-fn wait_exit(proc: &mut Proc) {
-    let start = Instant::now();
-    while proc.child.try_wait().unwrap().is_none() {
-        assert!(start.elapsed() < DEADLINE, "gateway did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// Polls until the task ends; panics if it fails or is cancelled.
 async fn wait_completed(client: &Client, task_id: &str) -> Value {

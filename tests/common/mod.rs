@@ -446,6 +446,27 @@ pub fn only_input_request(task: &Value) -> (String, Value) {
     (key.clone(), request.clone())
 }
 
+/// Waits for the process to exit (after a signal); its status.
+pub fn wait_exit(proc: &mut Proc) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = proc.child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(start.elapsed() < DEADLINE, "the process did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `kill -TERM`: a graceful stop.
+pub fn sigterm(proc: &Proc) {
+    let status = Command::new("kill")
+        .args(["-TERM", &proc.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
 /// Polls `probe` until it returns `Some`, failing after the deadline.
 pub async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
 where

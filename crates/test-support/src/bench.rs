@@ -2,9 +2,10 @@
 //! binary with its logs quiet. The benches pass the gateway's path (`CARGO_BIN_EXE_…`
 //! exists only in their own crate).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::{Proc, spawn_announcing};
 
@@ -54,4 +55,80 @@ pub fn bench_args() -> Option<Vec<String>> {
         return None;
     }
     Some(raw.into_iter().filter(|a| a != "--bench").collect())
+}
+
+/// Redis's own counters since the last `CONFIG RESETSTAT`, less the bench's own requests
+/// (`INFO`, `CONFIG`) and the wake-up subscribers' keep-alive `PING`s: what the gateway
+/// asked of Redis. `total_reads_processed` counts requests read, a pipeline as one read,
+/// so round trips.
+pub struct RedisCounters {
+    conn: redis::Connection,
+    /// Requests this bench sent since the reset (each one read on the server).
+    own_reads: u64,
+}
+
+impl RedisCounters {
+    /// Counters read over `conn` (a connection of the bench's own).
+    pub fn new(conn: redis::Connection) -> Self {
+        Self { conn, own_reads: 0 }
+    }
+
+    pub fn reset(&mut self) {
+        redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .exec(&mut self.conn)
+            .expect("Redis answers");
+        self.own_reads = 0;
+    }
+
+    /// (commands by name, reads) since the reset, without this bench's own.
+    pub fn read(&mut self) -> (BTreeMap<String, u64>, u64) {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .arg("stats")
+            .query(&mut self.conn)
+            .expect("Redis answers");
+        self.own_reads += 1;
+        let mut commands = BTreeMap::new();
+        let mut reads: u64 = 0;
+        for line in info.lines() {
+            if let Some(rest) = line.strip_prefix("cmdstat_") {
+                let (name, stats) = rest.split_once(':').expect("Redis answers");
+                let calls: u64 = stats
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix("calls="))
+                    .expect("Redis answers")
+                    .parse()
+                    .expect("Redis answers");
+                commands.insert(name.to_uppercase(), calls);
+            } else if let Some(n) = line.strip_prefix("total_reads_processed:") {
+                reads = n.trim().parse().expect("Redis answers");
+            }
+        }
+        // The bench's own INFO and CONFIG, and the wake-up subscriber's keep-alive PING.
+        let own_info = self.own_reads;
+        if let Some(info) = commands.get_mut("INFO") {
+            *info -= own_info.min(*info);
+        }
+        let pings = commands.remove("PING").unwrap_or(0);
+        commands.retain(|name, calls| *calls > 0 && name != "CONFIG|RESETSTAT" && name != "CONFIG");
+        commands.remove("INFO");
+        (commands, reads.saturating_sub(self.own_reads + pings))
+    }
+
+    /// Waits until Redis has seen `name` at least `count` times since the reset.
+    pub fn wait_for(&mut self, name: &str, count: u64) {
+        let start = Instant::now();
+        loop {
+            let (commands, _) = self.read();
+            if commands.get(name).copied().unwrap_or(0) >= count {
+                return;
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "Redis never saw {count} × {name}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
 }
