@@ -115,7 +115,6 @@ fn gateway_with_log(upstream: &str, extra: &[&str]) -> (Proc, String, std::path:
     (proc, url, log)
 }
 
-
 #[tokio::test]
 async fn sigterm_lets_a_running_task_finish() {
     let (_upstream, upstream_url) = start_plain_server();
