@@ -105,7 +105,17 @@ impl Issuer {
             }),
         );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/jwks", listener.local_addr().unwrap());
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let url = format!("{base}/jwks");
+        // RFC 8414 metadata naming the key set, for issuers found by discovery.
+        let metadata = json!({"issuer": base, "jwks_uri": url});
+        let app = app.route(
+            "/.well-known/oauth-authorization-server",
+            axum::routing::get(move || {
+                let metadata = metadata.clone();
+                async move { axum::Json(metadata) }
+            }),
+        );
         tokio::spawn(async move { axum::serve(listener, app).await });
         Self { keys, fetches, url }
     }
@@ -374,4 +384,21 @@ async fn the_upstream_gets_the_configured_credential() {
         let task = client.wait_status(&task_id, "completed").await;
         assert_eq!(first_text(&task["result"]), expected, "{mode:?}");
     }
+}
+
+#[tokio::test]
+async fn the_keys_are_found_through_the_issuers_metadata() {
+    let key = SigningKey::ed25519("k1");
+    let issuer = Issuer::start(vec![key.jwk.clone()]).await;
+    let base = issuer.url.trim_end_matches("/jwks").to_owned();
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(
+        &upstream_url,
+        &["--auth-jwt-issuer", &base, "--auth-jwt-audience", AUDIENCE],
+    );
+    let mut good = claims("alice");
+    good["iss"] = json!(base);
+    let (status, _, body) = call_raw(&url, Some(&format!("Bearer {}", key.sign(&good)))).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(*issuer.fetches.lock().unwrap(), 1);
 }
