@@ -44,7 +44,6 @@ fn owner_of(redis: &RedisServer, task_id: &str) -> String {
         .unwrap()
 }
 
-
 /// Polls until the task ends; panics if it fails or is cancelled.
 async fn wait_completed(client: &Client, task_id: &str) -> Value {
     let task = client
