@@ -13,8 +13,10 @@ What it does, all without a cluster or network:
     cloudcoil-models-prometheus-operator, generated from the CRDs, plus a check that no field was
     dropped as unknown; any other kind without a schema is a failure, never a silent skip;
   * checks what the chart promises (security context, probes, instance id, grace period, Redis
-    URL only from a Secret, admin token only from a read-only Secret file, ...) and that bad
-    values fail with a clear message;
+    URL only from a Secret, admin token only from a read-only Secret file, TLS certificate,
+    upstream credential and Redis CA only from read-only whole-volume mounts, HTTPS probes
+    with TLS, the RFC 9728 metadata path on the Ingress with token validation, ...) and that
+    bad values fail with a clear message;
   * alert rules (files/alerts.yaml, as rendered) and the Grafana dashboard (files/dashboard.json,
     as rendered): every PromQL expression parses with a real PromQL parser (PyPI
     `promql-parser`; Grafana variables are substituted first), every metric named is one the
@@ -287,7 +289,9 @@ def check_gateway(docs: list[dict], merged: dict) -> None:
         for k, v in (cm.get("data") or {}).items():
             assert "redis://" not in v and "rediss://" not in v, f"Redis URL in ConfigMap key {k}"
     for name, e in env.items():
-        assert "redis" not in str(e.get("value", "")), f"Redis URL in literal env {name}"
+        value = str(e.get("value", ""))
+        assert "redis://" not in value and "rediss://" not in value, \
+            f"Redis URL in literal env {name}"
 
     redis_env = [n for n in ("MTG_REDIS", "MTG_REDIS_CLUSTER") if n in env]
     r = merged["redis"]
@@ -336,6 +340,13 @@ def expect_defaults(docs: list[dict], notes: str) -> None:
     assert data["MTG_SESSION_IDLE_TIMEOUT_MS"] == "3600000", data["MTG_SESSION_IDLE_TIMEOUT_MS"]
     assert data["MTG_MAX_SESSIONS"] == "10000", data["MTG_MAX_SESSIONS"]
     assert data["MTG_INPUT_WAIT_TIMEOUT_MS"] == "300000", data["MTG_INPUT_WAIT_TIMEOUT_MS"]
+    # No TLS, no token validation, the caller's own Authorization upstream, no rate limit.
+    assert data["MTG_MAX_TASK_REQUESTS_PER_SECOND"] == "0"
+    assert data["MTG_UPSTREAM_CREDENTIAL"] == "client"
+    assert not [k for k in data if k.startswith(("MTG_AUTH_", "MTG_TLS_"))], sorted(data)
+    c = container(gateway_deployment(docs), "gateway")
+    assert env_of(c)["MTG_ADVERTISE_URL"]["value"] == "http://$(MTG_POD_IP):8080"
+    assert {probe_scheme(c, p) for p in PROBES} == {"HTTP"}
     # Held calls' requestState key: generated into the chart's Secret, from there to env.
     secret = one(docs, "Secret", REQUEST_STATE_SECRET)
     assert len(secret["stringData"]["request-state-key"]) >= 32, "generated key too short"
@@ -681,7 +692,10 @@ def check_admin(docs: list[dict], merged: dict) -> None:
                     if d["metadata"]["name"] == f"{dep['metadata']['name']}-admin"]
     if not a["enabled"]:
         assert ADMIN_TOKEN_ENV not in env, f"{ADMIN_TOKEN_ENV} set while admin.enabled is false"
-        assert not any("secret" in v for v in volumes.values()), "a Secret volume without admin"
+        admin_secrets = {f"{dep['metadata']['name']}-admin", a["existingSecret"]} - {""}
+        assert not any(v.get("secret", {}).get("secretName") in admin_secrets
+                       for v in volumes.values()), "the admin Secret is mounted without admin"
+        assert "admin-token" not in volumes, "an admin-token volume without admin"
         assert not chart_secret, "an admin Secret without admin"
         return
     path = env[ADMIN_TOKEN_ENV].get("value")
@@ -714,6 +728,235 @@ def check_admin(docs: list[dict], merged: dict) -> None:
             "the chart's admin Secret does not hold admin.token under `token`"
         annotations = dep["spec"]["template"]["metadata"]["annotations"]
         assert "checksum/admin-token" in annotations, "pods do not roll when admin.token changes"
+
+
+# ---------------------------------------------------------------------------------------------
+# TLS, tokens and credentials
+
+PROBES = ("startupProbe", "livenessProbe", "readinessProbe")
+WELL_KNOWN = "/.well-known/oauth-protected-resource"
+# Environment variables naming a file the gateway reads, each from a volume of its own.
+FILE_ENV = ("MTG_TLS_CERT", "MTG_TLS_KEY", "MTG_UPSTREAM_CREDENTIAL_FILE", "MTG_REDIS_CA_FILE")
+
+
+def probe_scheme(c: dict, probe: str) -> str:
+    return c[probe]["httpGet"].get("scheme", "HTTP")
+
+
+def mounted_file(dep: dict, env_name: str) -> tuple[dict, str]:
+    """The volume a file named by a literal env var comes from, and the file's path inside it.
+    The file must sit in exactly one read-only whole-volume mount (a subPath mount never sees
+    a Secret's update), not inside another mount."""
+    pod = dep["spec"]["template"]["spec"]
+    c = container(dep, "gateway")
+    e = env_of(c)[env_name]
+    path = e.get("value")
+    assert path and path.startswith("/") and "valueFrom" not in e, \
+        f"{env_name} is not a literal absolute path: {e}"
+    mounts = [m for m in c["volumeMounts"] if path.startswith(m["mountPath"].rstrip("/") + "/")]
+    assert len(mounts) == 1, f"{env_name}={path} is under {len(mounts)} mounts"
+    mount = mounts[0]
+    assert mount.get("readOnly") is True, f"{mount['name']} is not mounted read-only"
+    assert "subPath" not in mount and "subPathExpr" not in mount, \
+        f"{mount['name']}: a subPath mount never sees the Secret change"
+    outer = [m["mountPath"] for m in c["volumeMounts"] if m is not mount
+             and mount["mountPath"].startswith(m["mountPath"].rstrip("/") + "/")]
+    assert not outer, f"{mount['mountPath']} is inside {outer}: no mount point can be made there"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    return volumes[mount["name"]], path[len(mount["mountPath"].rstrip("/")) + 1:]
+
+
+def check_secret_file(dep: dict, env_name: str, secret_name: str, key: str) -> None:
+    """`env_name` names the file holding `key` of Secret `secret_name`, not world-readable."""
+    volume, rel = mounted_file(dep, env_name)
+    secret = volume.get("secret")
+    assert secret, f"{env_name}: volume {volume['name']} is not a Secret"
+    assert secret["secretName"] == secret_name, f"{env_name}: Secret {secret['secretName']}"
+    assert {"key": key, "path": rel} in secret.get("items", []), \
+        f"{env_name}: key {key} is not projected to {rel}: {secret.get('items')}"
+    assert secret.get("defaultMode", 0o644) & 0o007 == 0 or env_name == "MTG_REDIS_CA_FILE", \
+        f"{env_name}: the file is world-readable"
+
+
+def ingress_covers(paths: list[dict], target: str) -> bool:
+    """Whether one of an Ingress rule's paths routes `target` (and what lies below it)."""
+    for p in paths:
+        prefix = p["path"].rstrip("/")
+        if p["pathType"] != "Exact" and (prefix == target or target.startswith(prefix + "/")):
+            return True
+    return False
+
+
+def check_security(docs: list[dict], merged: dict) -> None:
+    """TLS listener, token validation, upstream credential, Redis CA and rate limit as the
+    values say, for every rendering; files only from read-only volumes, never ConfigMap values."""
+    dep = gateway_deployment(docs)
+    pod = dep["spec"]["template"]["spec"]
+    c = container(dep, "gateway")
+    env = env_of(c)
+    data = cm_data(docs)
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    for name in FILE_ENV:
+        assert name not in data, f"{name} in the ConfigMap: it belongs beside its volume"
+    assert data["MTG_MAX_TASK_REQUESTS_PER_SECOND"] == \
+        str(merged["gateway"]["maxTaskRequestsPerSecond"]), data["MTG_MAX_TASK_REQUESTS_PER_SECOND"]
+
+    tls = merged["tls"]
+    port = merged["containerPorts"]["http"]
+    svc_http = next(p for p in one(docs, "Service", dep["metadata"]["name"])["spec"]["ports"]
+                    if p["name"] == "http")
+    scheme = "https" if tls["enabled"] else "http"
+    if not merged["gateway"]["advertiseUrl"]:
+        assert env["MTG_ADVERTISE_URL"]["value"] == f"{scheme}://$(MTG_POD_IP):{port}", \
+            env["MTG_ADVERTISE_URL"]
+    for probe in PROBES:
+        if probe in c:
+            assert probe_scheme(c, probe) == scheme.upper(), \
+                f"{probe} scheme {probe_scheme(c, probe)} with tls.enabled={tls['enabled']}"
+    if tls["enabled"]:
+        check_secret_file(dep, "MTG_TLS_CERT", tls["secretName"], tls["certKey"])
+        check_secret_file(dep, "MTG_TLS_KEY", tls["secretName"], tls["keyKey"])
+        assert svc_http.get("appProtocol") == "https", svc_http
+    else:
+        assert "MTG_TLS_CERT" not in env and "MTG_TLS_KEY" not in env, "TLS files without TLS"
+        assert "appProtocol" not in svc_http, svc_http
+
+    jwt, scopes = merged["auth"]["jwt"], merged["auth"]["scopes"]
+    auth_keys = sorted(k for k in data if k.startswith("MTG_AUTH_"))
+    ingresses = by_kind(docs, "Ingress")
+    if jwt["issuer"]:
+        assert data["MTG_AUTH_JWT_ISSUER"] == jwt["issuer"]
+        assert data["MTG_AUTH_JWT_AUDIENCE"] == jwt["audience"]
+        assert data["MTG_AUTH_JWT_LEEWAY_S"] == str(jwt["leewaySeconds"])
+        expected = {"MTG_AUTH_JWT_JWKS_URL": jwt["jwksUrl"],
+                    "MTG_AUTH_JWT_ALGORITHMS": ",".join(jwt["algorithms"]),
+                    "MTG_AUTH_SCOPES_TOOLS_CALL": ",".join(scopes["toolsCall"]),
+                    "MTG_AUTH_SCOPES_TASKS": ",".join(scopes["tasks"])}
+        for k, v in expected.items():
+            # Unset, not empty: an empty MTG_* variable is a value to the gateway.
+            assert data.get(k) == (v or None), f"{k}={data.get(k)!r}, expected {v!r}"
+        for ing in ingresses:
+            for rule in ing["spec"]["rules"]:
+                paths = rule["http"]["paths"]
+                assert ingress_covers(paths, WELL_KNOWN) and ingress_covers(
+                    paths, WELL_KNOWN + "/mcp"), \
+                    f"host {rule.get('host')}: {WELL_KNOWN} not routed: {paths}"
+                assert sum(p["path"] == WELL_KNOWN for p in paths) <= 1, paths
+    else:
+        assert not auth_keys, f"token settings without auth.jwt.issuer: {auth_keys}"
+        for ing in ingresses:
+            rendered = [[p["path"] for p in r["http"]["paths"]] for r in ing["spec"]["rules"]]
+            given = [[p["path"] for p in h["paths"]] for h in merged["ingress"]["hosts"]]
+            assert rendered == given, f"Ingress paths {rendered} differ from the values' {given}"
+
+    uc = merged["upstreamCredential"]
+    assert data["MTG_UPSTREAM_CREDENTIAL"] == uc["mode"], data["MTG_UPSTREAM_CREDENTIAL"]
+    if uc["mode"] == "static":
+        check_secret_file(dep, "MTG_UPSTREAM_CREDENTIAL_FILE", uc["existingSecret"]["name"],
+                          uc["existingSecret"]["key"])
+    else:
+        assert "MTG_UPSTREAM_CREDENTIAL_FILE" not in env, "a credential file without static"
+        assert "upstream-credential" not in volumes, "a credential volume without static"
+
+    ca = merged["redis"]["tls"]
+    if ca["caSecret"]["name"]:
+        check_secret_file(dep, "MTG_REDIS_CA_FILE", ca["caSecret"]["name"], ca["caSecret"]["key"])
+    elif ca["caConfigMap"]["name"]:
+        volume, rel = mounted_file(dep, "MTG_REDIS_CA_FILE")
+        cm = volume.get("configMap")
+        assert cm and cm["name"] == ca["caConfigMap"]["name"], volume
+        assert {"key": ca["caConfigMap"]["key"], "path": rel} in cm.get("items", []), cm
+    else:
+        assert "MTG_REDIS_CA_FILE" not in env and "redis-ca" not in volumes, \
+            "a Redis CA without redis.tls"
+
+
+def expect_security(docs: list[dict], notes: str) -> None:
+    data = cm_data(docs)
+    assert {k: v for k, v in data.items() if k.startswith(("MTG_AUTH_", "MTG_UPSTREAM_CRED",
+                                                           "MTG_MAX_TASK_REQ"))} == {
+        "MTG_AUTH_JWT_ISSUER": "https://login.example.com/realms/mcp",
+        "MTG_AUTH_JWT_AUDIENCE": "https://mcp.example.com/mcp",
+        "MTG_AUTH_JWT_JWKS_URL":
+            "https://login.example.com/realms/mcp/protocol/openid-connect/certs",
+        "MTG_AUTH_JWT_ALGORITHMS": "RS256,ES256",
+        "MTG_AUTH_JWT_LEEWAY_S": "60",
+        "MTG_AUTH_SCOPES_TOOLS_CALL": "mcp:tools",
+        "MTG_AUTH_SCOPES_TASKS": "mcp:tasks,mcp:read",
+        "MTG_UPSTREAM_CREDENTIAL": "static",
+        "MTG_MAX_TASK_REQUESTS_PER_SECOND": "20",
+    }, data
+    dep = gateway_deployment(docs)
+    c = container(dep, "gateway")
+    env = env_of(c)
+    assert {n: env[n]["value"] for n in FILE_ENV} == {
+        "MTG_TLS_CERT": "/etc/mcp-task-gateway-tls/tls.crt",
+        "MTG_TLS_KEY": "/etc/mcp-task-gateway-tls/tls.key",
+        "MTG_UPSTREAM_CREDENTIAL_FILE": "/etc/mcp-task-gateway-upstream/authorization",
+        "MTG_REDIS_CA_FILE": "/etc/mcp-task-gateway-redis-ca/ca.crt",
+    }
+    assert env["MTG_ADVERTISE_URL"]["value"] == "https://$(MTG_POD_IP):8080"
+    assert env["MTG_REDIS"]["valueFrom"]["secretKeyRef"] == {"name": "mcp-gateway-redis",
+                                                            "key": "url"}
+    assert [(probe_scheme(c, p), c[p]["httpGet"]["port"]) for p in PROBES] == \
+        [("HTTPS", "http")] * 3
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"] == {
+        "secretName": "mcp-gateway-tls", "defaultMode": 0o440,
+        "items": [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}]}
+    assert volumes["upstream-credential"]["secret"] == {
+        "secretName": "mcp-upstream-credential", "defaultMode": 0o440,
+        "items": [{"key": "authorization", "path": "authorization"}]}
+    assert volumes["redis-ca"]["secret"] == {
+        "secretName": "redis-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}
+    # The metrics listener stays plain HTTP: the ServiceMonitor and the metrics port unchanged.
+    ports = {p["name"]: p for p in one(docs, "Service", dep["metadata"]["name"])["spec"]["ports"]}
+    assert ports["http"]["appProtocol"] == "https" and "appProtocol" not in ports["metrics"]
+    rules = {r["host"]: [(p["path"], p["pathType"]) for p in r["http"]["paths"]]
+             for r in one(docs, "Ingress")["spec"]["rules"]}
+    assert rules == {
+        "mcp.example.com": [("/mcp", "Prefix"), (WELL_KNOWN, "Prefix")],
+        "mcp-internal.example.com": [("/", "Prefix")],
+    }, rules
+    for needle in ('TLS: the pods serve HTTPS', 'bearer JWT from https://login.example.com',
+                   'Secret "mcp-upstream-credential" key "authorization"',
+                   'CA of Secret "redis-ca" key "ca.crt"'):
+        assert needle in notes, f"NOTES.txt lacks {needle!r}:\n{notes}"
+    assert "backend-protocol" not in notes, "NOTES.txt asks for an annotation already set"
+
+
+def expect_redis_ca_configmap(docs: list[dict], notes: str) -> None:
+    dep = gateway_deployment(docs)
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["redis-ca"] == {"name": "redis-ca", "configMap": {
+        "name": "trust-bundle", "items": [{"key": "bundle.pem", "path": "ca.crt"}]}}, volumes
+    env = env_of(container(dep, "gateway"))
+    assert env["MTG_REDIS_CA_FILE"]["value"] == "/etc/mcp-task-gateway-redis-ca/ca.crt"
+    assert "MTG_UPSTREAM_CREDENTIAL_FILE" not in env
+    assert cm_data(docs)["MTG_UPSTREAM_CREDENTIAL"] == "none"
+    assert "calls carry no Authorization header" in notes
+
+
+def expect_tls_other_keys(docs: list[dict], notes: str) -> None:
+    dep = gateway_deployment(docs)
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["items"] == [{"key": "cert.pem", "path": "tls.crt"},
+                                                 {"key": "key.pem", "path": "tls.key"}]
+    # An explicit advertise URL is kept as given.
+    env = env_of(container(dep, "gateway"))
+    assert env["MTG_ADVERTISE_URL"]["value"] == "https://$(MTG_POD_IP):8080/mcp"
+    assert "https://mtg-mcp-task-gateway.mcp.svc:80/mcp" in notes, notes
+    # Tokens over plain HTTP would be worth a warning; with TLS there is none.
+    assert "in clear" not in notes
+
+
+def expect_auth_without_tls(docs: list[dict], notes: str) -> None:
+    data = cm_data(docs)
+    assert "MTG_AUTH_JWT_JWKS_URL" not in data and "MTG_AUTH_JWT_ALGORITHMS" not in data
+    assert data["MTG_AUTH_JWT_LEEWAY_S"] == "30"
+    rules = one(docs, "Ingress")["spec"]["rules"]
+    assert [p["path"] for p in rules[0]["http"]["paths"]] == ["/"], rules
+    assert "tokens cross the network in clear" in notes, notes
 
 
 def expect_operations(docs: list[dict], notes: str) -> None:
@@ -749,6 +992,7 @@ EXPECTATIONS: dict[str, Callable[[list[dict], str], None]] = {
     "values-ingress-hpa.yaml": expect_ingress_hpa,
     "values-evaluation-redis.yaml": expect_evaluation_redis,
     "values-operations.yaml": expect_operations,
+    "values-security.yaml": expect_security,
 }
 
 UPSTREAM = {"gateway": {"upstream": "http://mcp-server:8000/mcp"}}
@@ -829,6 +1073,52 @@ MUST_FAIL: list[tuple[str, dict, str]] = [
      "set only one of admin.token and admin.existingSecret"),
     ("an admin token shorter than 16 characters",
      with_upstream({"admin": {"enabled": True, "token": "short"}}), "/admin/token"),
+    ("TLS without a Secret", with_upstream({"tls": {"enabled": True}}),
+     "tls.enabled needs tls.secretName"),
+    ("a token issuer without an audience",
+     with_upstream({"auth": {"jwt": {"issuer": "https://login.example.com"}}}),
+     "auth.jwt.issuer needs auth.jwt.audience"),
+    ("a token audience without an issuer",
+     with_upstream({"auth": {"jwt": {"audience": "https://mcp.example.com/mcp"}}}),
+     "auth.jwt.audience set without auth.jwt.issuer"),
+    ("a JWKS URL and scopes without an issuer",
+     with_upstream({"auth": {"jwt": {"jwksUrl": "https://login.example.com/jwks"},
+                             "scopes": {"tasks": ["mcp:tasks"]}}}),
+     "auth.jwt.jwksUrl, auth.scopes.tasks set without auth.jwt.issuer"),
+    ("an HMAC token algorithm",
+     with_upstream({"auth": {"jwt": {"issuer": "https://login.example.com",
+                                     "audience": "https://mcp.example.com/mcp",
+                                     "algorithms": ["HS256"]}}}),
+     "/auth/jwt/algorithms/0"),
+    ("a token leeway over 300 s",
+     with_upstream({"auth": {"jwt": {"leewaySeconds": 301}}}), "/auth/jwt/leewaySeconds"),
+    ("a scope with a comma",
+     with_upstream({"auth": {"scopes": {"toolsCall": ["a,b"]}}}), "/auth/scopes/toolsCall/0"),
+    ("a static upstream credential without a Secret",
+     with_upstream({"upstreamCredential": {"mode": "static"}}),
+     "upstreamCredential.mode static needs upstreamCredential.existingSecret.name"),
+    ("an upstream credential Secret the mode would not send",
+     with_upstream({"upstreamCredential": {"existingSecret": {"name": "mcp-upstream"}}}),
+     "upstreamCredential.existingSecret.name is only used with upstreamCredential.mode static"),
+    ("an unknown upstream credential mode",
+     with_upstream({"upstreamCredential": {"mode": "bearer"}}), "/upstreamCredential/mode"),
+    ("a Redis CA from a Secret and a ConfigMap",
+     with_upstream({"redis": {"url": "rediss://redis:6380",
+                              "tls": {"caSecret": {"name": "a"}, "caConfigMap": {"name": "b"}}}}),
+     "set only one of redis.tls.caSecret.name and redis.tls.caConfigMap.name"),
+    ("a Redis CA without Redis",
+     with_upstream({"redis": {"tls": {"caSecret": {"name": "redis-ca"}}}}),
+     "redis.tls.caSecret.name is set but no Redis is configured"),
+    ("a Redis CA with a redis:// URL",
+     with_upstream({"redis": {"clusterUrls": ["rediss://a:6380", "redis://b:6379"],
+                              "tls": {"caConfigMap": {"name": "bundle"}}}}),
+     "redis.tls.caConfigMap.name needs rediss:// Redis URLs"),
+    ("a Redis CA with the evaluation Redis",
+     with_upstream({"redis": {"evaluation": {"enabled": True},
+                              "tls": {"caSecret": {"name": "redis-ca"}}}}),
+     "the evaluation Redis has no TLS"),
+    ("a negative task request rate", with_upstream({"gateway": {"maxTaskRequestsPerSecond": -1}}),
+     "/gateway/maxTaskRequestsPerSecond"),
 ]
 
 
@@ -854,6 +1144,22 @@ MUST_RENDER: list[tuple[str, dict, Callable[[list[dict], str], None]]] = [
      with_upstream({"metrics": {"prometheusRule": {
          "enabled": True, "alerts": {"MtgTasksRefusedAtLimit": {"enabled": False}}}}}),
      expect_alert_disabled),
+    ("a Redis CA from a ConfigMap, no upstream credential",
+     with_upstream({"redis": {"url": "rediss://:pw@redis.example.com:6380/0",
+                              "tls": {"caConfigMap": {"name": "trust-bundle",
+                                                      "key": "bundle.pem"}}},
+                    "upstreamCredential": {"mode": "none"}}),
+     expect_redis_ca_configmap),
+    ("TLS with other Secret keys and an explicit advertise URL",
+     with_upstream({"tls": {"enabled": True, "secretName": "gw-cert", "certKey": "cert.pem",
+                            "keyKey": "key.pem"},
+                    "gateway": {"advertiseUrl": "https://$(MTG_POD_IP):8080/mcp"}}),
+     expect_tls_other_keys),
+    ("token validation without TLS, Ingress routing everything",
+     with_upstream({"auth": {"jwt": {"issuer": "https://login.example.com",
+                                     "audience": "https://mcp.example.com/mcp"}},
+                    "ingress": {"enabled": True}}),
+     expect_auth_without_tls),
 ]
 
 
@@ -925,6 +1231,7 @@ def check_rendering(chart: helm.Chart, label: str, values: dict,
     check(f"{label}: alert rules", lambda: check_prometheus_rule(docs, merged))
     check(f"{label}: Grafana dashboard", lambda: check_dashboard(docs, merged))
     check(f"{label}: admin API wiring", lambda: check_admin(docs, merged))
+    check(f"{label}: TLS, tokens and credentials wiring", lambda: check_security(docs, merged))
     if expect is None:
         print(f"note  {label} has no specific expectations in validate.py")
     else:

@@ -115,6 +115,22 @@ request-state-previous-key
 {{- ternary .Values.admin.existingSecretKey "token" (ne .Values.admin.existingSecret "") }}
 {{- end }}
 
+{{/* Mount points of the files the gateway reads, each a directory of its own (a mount
+point cannot be made inside another read-only volume). */}}
+{{- define "mtg.tls.dir" -}}/etc/mcp-task-gateway-tls{{- end }}
+{{- define "mtg.upstreamCredential.dir" -}}/etc/mcp-task-gateway-upstream{{- end }}
+{{- define "mtg.redis.caDir" -}}/etc/mcp-task-gateway-redis-ca{{- end }}
+
+{{/* "true" when the gateway is given a CA for its rediss:// connection. */}}
+{{- define "mtg.redis.hasCa" -}}
+{{- if or .Values.redis.tls.caSecret.name .Values.redis.tls.caConfigMap.name }}true{{ end }}
+{{- end }}
+
+{{/* Scheme of the gateway's own listener: https with tls.enabled. */}}
+{{- define "mtg.scheme" -}}
+{{- ternary "https" "http" .Values.tls.enabled }}
+{{- end }}
+
 {{- define "mtg.redis.secretRef" -}}
 {{- if eq (include "mtg.redis.source" .) "existing" -}}
 name: {{ .Values.redis.existingSecret.name }}
@@ -183,6 +199,57 @@ them, so `helm template`/`install` stop with a clear message.
 {{- end }}
 {{- if and .Values.metrics.grafanaDashboard.enabled (not .Values.metrics.enabled) }}
 {{- fail "metrics.grafanaDashboard.enabled requires metrics.enabled: the dashboard shows the gateway's metrics" }}
+{{- end }}
+{{- with .Values.tls }}
+{{- if and .enabled (not .secretName) }}
+{{- fail "tls.enabled needs tls.secretName: a Secret with the PEM certificate chain (tls.certKey) and key (tls.keyKey), e.g. the one a cert-manager Certificate writes" }}
+{{- end }}
+{{- end }}
+{{- with .Values.auth }}
+{{- if and .jwt.issuer (not .jwt.audience) }}
+{{- fail "auth.jwt.issuer needs auth.jwt.audience: the gateway's resource URI that tokens must name in aud, e.g. https://mcp.example.com/mcp" }}
+{{- end }}
+{{- if not .jwt.issuer }}
+{{- $orphans := list }}
+{{- if .jwt.audience }}{{ $orphans = append $orphans "auth.jwt.audience" }}{{ end }}
+{{- if .jwt.jwksUrl }}{{ $orphans = append $orphans "auth.jwt.jwksUrl" }}{{ end }}
+{{- if .jwt.algorithms }}{{ $orphans = append $orphans "auth.jwt.algorithms" }}{{ end }}
+{{- if .scopes.toolsCall }}{{ $orphans = append $orphans "auth.scopes.toolsCall" }}{{ end }}
+{{- if .scopes.tasks }}{{ $orphans = append $orphans "auth.scopes.tasks" }}{{ end }}
+{{- if $orphans }}
+{{- fail (printf "%s set without auth.jwt.issuer: tokens are only validated with an issuer (and auth.jwt.audience)" (join ", " $orphans)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- with .Values.upstreamCredential }}
+{{- if and (eq .mode "static") (not .existingSecret.name) }}
+{{- fail "upstreamCredential.mode static needs upstreamCredential.existingSecret.name: a Secret holding the whole Authorization value, e.g. kubectl create secret generic mcp-upstream --from-literal=authorization=\"Bearer $TOKEN\"" }}
+{{- end }}
+{{- if and (ne .mode "static") .existingSecret.name }}
+{{- fail (printf "upstreamCredential.existingSecret.name is only used with upstreamCredential.mode static (mode is %s, so the gateway would not send it): set mode: static, or drop the Secret" .mode) }}
+{{- end }}
+{{- end }}
+{{- with .Values.redis.tls }}
+{{- if and .caSecret.name .caConfigMap.name }}
+{{- fail "set only one of redis.tls.caSecret.name and redis.tls.caConfigMap.name" }}
+{{- end }}
+{{- if or .caSecret.name .caConfigMap.name }}
+{{- $what := ternary "redis.tls.caSecret.name" "redis.tls.caConfigMap.name" (ne .caSecret.name "") }}
+{{- if eq (len $sources) 0 }}
+{{- fail (printf "%s is set but no Redis is configured: the CA is only used to verify a rediss:// Redis" $what) }}
+{{- end }}
+{{- if $r.evaluation.enabled }}
+{{- fail (printf "%s cannot be used with redis.evaluation.enabled: the evaluation Redis has no TLS" $what) }}
+{{- end }}
+{{- $plain := list }}
+{{- if $r.url }}{{ $plain = append $plain $r.url }}{{ end }}
+{{- range $r.clusterUrls }}{{ $plain = append $plain . }}{{ end }}
+{{- range $plain }}
+{{- if not (hasPrefix "rediss://" .) }}
+{{- fail (printf "%s needs rediss:// Redis URLs (TLS): the CA verifies the Redis server's certificate, and redis.url/redis.clusterUrls have a redis:// URL" $what) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- with .Values.admin }}
 {{- if .enabled }}
