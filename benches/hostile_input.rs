@@ -20,7 +20,8 @@
 //! it must still run and its log must hold no panic. Exit status 1 if any check failed.
 //!
 //! Every request is a function of `--seed` and its index: `--replay N` sends request N
-//! alone and prints it and the answer.
+//! alone and prints it and the answer. `--spray N` then measures what N bridged calls
+//! with an `Authorization` each leave behind (docs/security.md, "Findings").
 //!
 //! ```text
 //! cargo bench --bench hostile_input -- --requests 1000000
@@ -88,6 +89,11 @@ struct Args {
     /// Send only request N of the campaign, print it and the answer.
     #[arg(long)]
     replay: Option<u64>,
+    /// After the campaign, this many bridged `tools/list` calls, each with an
+    /// `Authorization` of its own (0: none): each opens an upstream session, and the
+    /// probe shows whether the gateway ever lets them go.
+    #[arg(long, default_value_t = 0)]
+    spray: u64,
     /// Optional name filter, as `cargo bench NAME` passes it.
     filter: Option<String>,
 }
@@ -165,22 +171,12 @@ async fn run(args: Args) -> Result<bool, String> {
     );
     tokio::time::sleep(Duration::from_secs(args.quiet_secs)).await;
 
-    let end = Memory::read(pid).ok();
-    let health = health(addr).await;
-    let gateway_alive = matches!(gateway.child.try_wait(), Ok(None));
-    let upstream_alive = matches!(upstream.child.try_wait(), Ok(None));
-    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
-    let checks = Checks {
-        baseline,
-        end,
-        sampled_peak,
-        slack_kib: args.rss_slack_mib * 1024,
-        gateway_alive,
-        upstream_alive,
-        health,
-        panics: log_text.matches("panicked").count(),
-        log_lines: log_text.lines().count(),
-        log,
+    let processes = (&mut gateway, &mut upstream);
+    let checks = final_checks(processes, addr, baseline, sampled_peak, &args, log).await?;
+    let spray = if args.spray > 0 {
+        Some(spray(&context, pid, args.spray, args.concurrency, args.quiet_secs).await?)
+    } else {
+        None
     };
     let report = Report {
         args: &args,
@@ -188,12 +184,40 @@ async fn run(args: Args) -> Result<bool, String> {
         tally: &tally,
         duration,
         checks: &checks,
+        spray: spray.as_ref(),
     };
     println!("{}", report.markdown());
     save_failures(&tally)?;
     gateway.kill();
     upstream.kill();
-    Ok(tally.failures == 0 && warmup.failures == 0 && checks.passed())
+    let spray_passed = spray.as_ref().is_none_or(Spray::passed);
+    Ok(tally.failures == 0 && warmup.failures == 0 && checks.passed() && spray_passed)
+}
+
+/// The state the campaign left the gateway in: memory against the baseline, both
+/// processes alive, `/healthz`, and panics in the log.
+async fn final_checks(
+    (gateway, upstream): (&mut Proc, &mut Proc),
+    addr: SocketAddr,
+    baseline: Memory,
+    sampled_peak: Peak,
+    args: &Args,
+    log: PathBuf,
+) -> Result<Checks, String> {
+    let end = Memory::read(gateway.pid()).ok();
+    let log_text = std::fs::read_to_string(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    Ok(Checks {
+        baseline,
+        end,
+        sampled_peak,
+        slack_kib: args.rss_slack_mib * 1024,
+        gateway_alive: matches!(gateway.child.try_wait(), Ok(None)),
+        upstream_alive: matches!(upstream.child.try_wait(), Ok(None)),
+        health: health(addr).await,
+        panics: log_text.matches("panicked").count(),
+        log_lines: log_text.lines().count(),
+        log,
+    })
 }
 
 /// Warm-up requests are drawn from their own part of the index space.
@@ -293,6 +317,9 @@ async fn campaign(
 struct Worker {
     context: Arc<Context>,
     connection: Option<SendRequest<ReqBody>>,
+    /// The last request the kept connection answered, named in a failure on it: the two
+    /// together reproduce a connection that ended between requests.
+    previous: Option<String>,
     tally: Tally,
 }
 
@@ -301,6 +328,7 @@ impl Worker {
         Self {
             context,
             connection: None,
+            previous: None,
             tally: Tally::default(),
         }
     }
@@ -312,9 +340,37 @@ impl Worker {
             Wire::Http(http) => self.send_http(http).await,
             Wire::Raw(raw) => send_raw(self.context.addr, raw).await,
         };
-        let verdict = judge(&case, &outcome);
+        let mut verdict = judge(&case, &outcome);
+        if let Wire::Http(http) = &case.wire {
+            self.note_connection(index, &case, http, &outcome, &mut verdict);
+        }
         self.tally
             .record(&case, index, &outcome, verdict, started.elapsed());
+    }
+
+    /// Names the kept connection's last request in a failure on it; remembers this one.
+    fn note_connection(
+        &mut self,
+        index: u64,
+        case: &Case,
+        http: &HttpCase,
+        outcome: &Outcome,
+        verdict: &mut Verdict,
+    ) {
+        if let (Some(failure), Outcome::Closed(_), Some(previous)) =
+            (&mut verdict.failure, outcome, &self.previous)
+        {
+            let _ = write!(failure, "; the connection had just answered {previous}");
+        }
+        self.previous = match outcome {
+            Outcome::Responses(answers) => answers.first().map(|answer| {
+                format!(
+                    "request {index} ({}: {} {} -> {})",
+                    case.class, http.method, http.path, answer.status
+                )
+            }),
+            _ => None,
+        };
     }
 
     /// One request on this worker's keep-alive connection, opened again when closed.
@@ -348,6 +404,8 @@ impl Worker {
 }
 
 type ReqBody = UnsyncBoxBody<Bytes, Infallible>;
+/// A connection that answered, and its answer.
+type Exchanged = (SendRequest<ReqBody>, hyper::Response<hyper::body::Incoming>);
 
 impl Worker {
     async fn sender(&mut self) -> Result<SendRequest<ReqBody>, Outcome> {
@@ -356,6 +414,7 @@ impl Worker {
         {
             return Ok(sender);
         }
+        self.previous = None;
         connect(self.context.addr)
             .await
             .map_err(|e| Outcome::ClientError(format!("connect: {e}")))
@@ -364,10 +423,7 @@ impl Worker {
     /// Sends `request`; once more on a new connection when the kept one turned out to be
     /// closed before a byte of it was written (the gateway closes a connection after
     /// answering a request whose body it did not read).
-    async fn exchange(
-        &mut self,
-        request: Request<ReqBody>,
-    ) -> Result<(SendRequest<ReqBody>, hyper::Response<hyper::body::Incoming>), Outcome> {
+    async fn exchange(&mut self, request: Request<ReqBody>) -> Result<Exchanged, Outcome> {
         let mut request = request;
         for attempt in 0..2 {
             let mut sender = self.sender().await?;
@@ -653,6 +709,10 @@ fn judge(case: &Case, outcome: &Outcome) -> Verdict {
 }
 
 fn check_answer(case: &Case, answer: &Answer, rpc: &mut Vec<String>) -> Result<(), String> {
+    if case.is_head() {
+        // No body, whatever the headers say.
+        return case.expect.check(answer.status, &[]);
+    }
     let media = answer
         .content_type
         .as_deref()
@@ -814,11 +874,11 @@ struct Rng(u64);
 impl Rng {
     fn for_case(seed: u64, index: u64) -> Self {
         let mut rng = Rng(seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        rng.next();
+        rng.next_u64();
         rng
     }
 
-    fn next(&mut self) -> u64 {
+    fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -827,11 +887,11 @@ impl Rng {
     }
 
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+        (self.next_u64() % n.max(1) as u64) as usize
     }
 
     fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
+        self.next_u64() % 100 < percent
     }
 
     fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
@@ -841,12 +901,12 @@ impl Rng {
     /// Sizes spread evenly over orders of magnitude.
     fn log_size(&mut self, low: usize, high: usize) -> usize {
         let (low, high) = ((low.max(1)) as f64, high as f64);
-        let unit = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        let unit = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
         (low * (high / low).powf(unit)) as usize
     }
 
     fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
+        (0..n).map(|_| self.next_u64() as u8).collect()
     }
 
     /// Text with what trips parsers: quotes, escapes, controls, non-ASCII, lone `%`.
@@ -936,6 +996,13 @@ impl Case {
     fn expecting(mut self, expect: Expect) -> Self {
         self.expect = expect;
         self
+    }
+
+    fn is_head(&self) -> bool {
+        match &self.wire {
+            Wire::Http(http) => http.method == Method::HEAD,
+            Wire::Raw(raw) => raw.head_request,
+        }
     }
 
     /// JSON answers elsewhere (`/readyz`) are not JSON-RPC.
@@ -1116,7 +1183,7 @@ const CLASSES: &[(&str, u32, Generator)] = &[
 fn generate(context: &Context, index: u64) -> Case {
     let mut rng = Rng::for_case(context.seed, index);
     let total: u32 = CLASSES.iter().map(|c| c.1).sum();
-    let mut roll = (rng.next() % u64::from(total)) as u32;
+    let mut roll = (rng.next_u64() % u64::from(total)) as u32;
     for (_, weight, generator) in CLASSES {
         if roll < *weight {
             return generator(context, &mut rng);
@@ -1185,9 +1252,9 @@ fn modern(rng: &mut Rng) -> Modern {
         "io.modelcontextprotocol/clientInfo": {"name": "hostile_input", "version": "0"},
     });
     let id = if rng.chance(50) {
-        json!(rng.next() >> 12)
+        json!(rng.next_u64() >> 12)
     } else {
-        json!(format!("r-{}", rng.next()))
+        json!(format!("r-{}", rng.next_u64()))
     };
     Modern {
         body: json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
@@ -1248,7 +1315,7 @@ fn mutate(rng: &mut Rng, bytes: &mut Vec<u8>) {
         let byte = if rng.chance(60) {
             *rng.pick(STRUCTURAL)
         } else {
-            rng.next() as u8
+            rng.next_u64() as u8
         };
         match rng.below(5) {
             0 if len > 0 => bytes[at] = byte,
@@ -1381,7 +1448,17 @@ fn header_mutations(context: &Context, rng: &mut Rng) -> Case {
             expect = e;
         }
     }
-    Case::http("header mutations", case).expecting(expect)
+    // A head over hyper's limits (100 headers, 400 KiB) is refused with 431 while the
+    // client may still be writing it: the connection can end before the answer is read.
+    let head: usize = case
+        .headers
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum();
+    let may_close = case.headers.len() > 100 || head > 64 * 1024;
+    let mut case = Case::http("header mutations", case).expecting(expect);
+    case.may_close = may_close;
+    case
 }
 
 /// One header change; what the answer must then be, when that is certain.
@@ -1413,16 +1490,19 @@ fn mutate_headers(context: &Context, rng: &mut Rng, case: &mut HttpCase) -> Opti
                 "traceparent",
                 "origin",
             ]);
+            if name == "authorization" {
+                // Fixed, like every credential here: each distinct one is an upstream
+                // session (measured by --spray instead).
+                invalid = b"Bearer \xff\xfe".to_vec();
+            }
             case.remove(name);
             case.header(name, &invalid);
         }
         5 => {
             // Values up to 1 MiB; hyper refuses heads over its buffer with 431.
             let size = rng.log_size(1024, 1024 * 1024);
-            case.header(
-                *rng.pick(&["mcp-name", "x-junk", "authorization", "cookie"]),
-                &vec![b'a'; size],
-            );
+            let name = *rng.pick(&["mcp-name", "x-junk", "cookie"]);
+            case.header(name, &vec![b'a'; size]);
         }
         6 => {
             for i in 0..rng.log_size(20, 2000) {
@@ -1449,7 +1529,7 @@ fn mutate_headers(context: &Context, rng: &mut Rng, case: &mut HttpCase) -> Opti
             let origin = rng.text(10);
             case.header("origin", origin.trim().as_bytes());
         }
-        10 => case.header("mcp-session-id", format!("{:x}", rng.next()).as_bytes()),
+        10 => case.header("mcp-session-id", format!("{:x}", rng.next_u64()).as_bytes()),
         11 => case.header(
             "mcp-session-id",
             format!("mtg-t.{}", rng.text(6)).trim().as_bytes(),
@@ -1466,9 +1546,9 @@ fn mutate_headers(context: &Context, rng: &mut Rng, case: &mut HttpCase) -> Opti
         14 => {
             let parent = format!(
                 "00-{:032x}-{:016x}-{:02x}",
-                rng.next(),
-                rng.next(),
-                rng.next() as u8
+                rng.next_u64(),
+                rng.next_u64(),
+                rng.next_u64() as u8
             );
             let value = if rng.chance(50) { parent } else { rng.text(40) };
             case.header("traceparent", value.trim().as_bytes());
@@ -1554,7 +1634,7 @@ fn wrong_method_or_path(context: &Context, rng: &mut Rng) -> Case {
         case.path = "/mcp/".into();
     }
     if rng.chance(20) {
-        case.header("mcp-session-id", format!("{:x}", rng.next()).as_bytes());
+        case.header("mcp-session-id", format!("{:x}", rng.next_u64()).as_bytes());
     }
     Case::http("wrong method or path", case)
 }
@@ -2059,6 +2139,7 @@ struct Report<'a> {
     tally: &'a Tally,
     duration: Duration,
     checks: &'a Checks,
+    spray: Option<&'a Spray>,
 }
 
 impl Report<'_> {
@@ -2067,6 +2148,9 @@ impl Report<'_> {
         self.summary(&mut out);
         self.classes(&mut out);
         self.statuses(&mut out);
+        if let Some(spray) = self.spray {
+            spray.markdown(&mut out);
+        }
         self.failures(&mut out);
         out
     }
@@ -2255,4 +2339,119 @@ async fn replay(context: Arc<Context>, index: u64) {
         "verdict: {}",
         verdict.failure.unwrap_or_else(|| "ok".into())
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// The upstream-sessions probe.
+
+/// What `--spray` saw: the gateway before, right after, and after a quiet period.
+struct Spray {
+    calls: u64,
+    tally: Tally,
+    before: Memory,
+    after: Memory,
+    quiet: Memory,
+    quiet_secs: u64,
+}
+
+/// Bridged calls with an `Authorization` each: `Spray-<i>`.
+async fn spray(
+    context: &Arc<Context>,
+    pid: u32,
+    calls: u64,
+    concurrency: usize,
+    quiet_secs: u64,
+) -> Result<Spray, String> {
+    let before = Memory::read(pid)?;
+    let next = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..concurrency.max(1) {
+        let (context, next) = (context.clone(), next.clone());
+        workers.push(tokio::spawn(async move {
+            let mut worker = Worker::new(context.clone());
+            loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                if index >= calls {
+                    return worker.tally;
+                }
+                let case = spray_case(&context, index);
+                let started = Instant::now();
+                let outcome = match &case.wire {
+                    Wire::Http(http) => worker.send_http(http).await,
+                    Wire::Raw(raw) => send_raw(context.addr, raw).await,
+                };
+                let verdict = judge(&case, &outcome);
+                worker
+                    .tally
+                    .record(&case, index, &outcome, verdict, started.elapsed());
+            }
+        }));
+    }
+    let mut tally = Tally::default();
+    for worker in workers {
+        tally.merge(
+            worker
+                .await
+                .map_err(|e| format!("a spray worker died: {e}"))?,
+        );
+    }
+    let after = Memory::read(pid)?;
+    tokio::time::sleep(Duration::from_secs(quiet_secs)).await;
+    Ok(Spray {
+        calls,
+        tally,
+        before,
+        after,
+        quiet: Memory::read(pid)?,
+        quiet_secs,
+    })
+}
+
+fn spray_case(context: &Context, index: u64) -> Case {
+    let modern = Modern {
+        body: json!({"jsonrpc": "2.0", "id": index, "method": "tools/list", "params": {"_meta": {
+            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }}}),
+        method: "tools/list",
+        name: None,
+    };
+    let mut http = modern_case(context, &modern, to_bytes(&modern.body));
+    http.header("authorization", format!("Bearer spray-{index}").as_bytes());
+    Case::http("credential spray", http)
+}
+
+impl Spray {
+    /// Descriptors back within 64 of where they were once the callers are gone.
+    fn passed(&self) -> bool {
+        self.tally.failures == 0 && self.quiet.fds <= self.before.fds + 64
+    }
+
+    fn markdown(&self, out: &mut String) {
+        let mib = |m: &Memory| format!("{:.1} MiB", m.rss_kib as f64 / 1024.0);
+        let mark = if self.passed() { "✅" } else { "❌" };
+        let _ = writeln!(
+            out,
+            "\n### Upstream sessions: {} bridged calls, each with its own Authorization\n",
+            self.calls
+        );
+        let _ = writeln!(
+            out,
+            "| | before | after the calls | after {} s quiet | check |\n|---|---:|---:|---:|:---:|",
+            self.quiet_secs
+        );
+        let _ = writeln!(
+            out,
+            "| gateway open fds | {} | {} | {} | {mark} |",
+            self.before.fds, self.after.fds, self.quiet.fds
+        );
+        let _ = writeln!(
+            out,
+            "| gateway RSS | {} | {} | {} | |",
+            mib(&self.before),
+            mib(&self.after),
+            mib(&self.quiet)
+        );
+        let _ = writeln!(out, "| failed calls | | {} | | |", self.tally.failures);
+    }
 }

@@ -508,7 +508,7 @@ fn default_instance_id() -> String {
 fn parse_upstream_url(raw: &str) -> Result<http::Uri, InvalidValue> {
     let uri: http::Uri = raw.parse().map_err(InvalidValue::NotUrl)?;
     match uri.scheme_str() {
-        Some("http" | "https") if uri.host().is_some() => Ok(uri),
+        Some("http" | "https") if uri.host().is_some_and(|host| !host.is_empty()) => Ok(uri),
         _ => Err(InvalidValue::NotHttpUrl),
     }
 }

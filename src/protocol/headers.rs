@@ -147,9 +147,15 @@ pub fn encode_value(text: &str) -> String {
     format!("=?base64?{encoded}?=")
 }
 
-/// The same number written two ways (`42.0` and `42`).
+/// The same number written two ways (`42.0` and `42`). Integers compare exactly: past
+/// 2^53 two different ones can be the same `f64`.
 fn same_number(header: &str, body: &str) -> bool {
-    matches!((header.parse::<f64>(), body.parse::<f64>()), (Ok(a), Ok(b)) if a == b)
+    let integer = |text: &str| text.parse::<i128>().ok();
+    match (integer(header), integer(body)) {
+        (Some(a), Some(b)) => a == b,
+        (Some(a), None) | (None, Some(a)) if a.unsigned_abs() > 1 << 53 => false,
+        _ => matches!((header.parse::<f64>(), body.parse::<f64>()), (Ok(a), Ok(b)) if a == b),
+    }
 }
 
 /// Decodes the `=?base64?...?=` form; any other text is the literal value.

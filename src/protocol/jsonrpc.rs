@@ -132,8 +132,12 @@ impl Message {
             (None, Some(id)) => {
                 let outcome = match (obj.remove("result"), obj.remove("error")) {
                     (Some(result), None) => Ok(result),
-                    (None, Some(error)) => Err(serde_json::from_value(error)
+                    // serde would also read the array form `[code, message, data]`.
+                    (None, Some(error @ Value::Object(_))) => Err(serde_json::from_value(error)
                         .map_err(|_| ParseError::NotJsonRpc("malformed \"error\" object"))?),
+                    (None, Some(_)) => {
+                        return Err(ParseError::NotJsonRpc("\"error\" must be an object"));
+                    }
                     _ => {
                         return Err(ParseError::NotJsonRpc(
                             "a response needs exactly one of \"result\" and \"error\"",

@@ -307,7 +307,7 @@ async fn mcp_endpoint(
     let body = match Limited::new(body, gateway.max_body_bytes).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            return reply::error_with_status(
+            let mut response = reply::error_with_status(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 &ErrorObject::new(
                     code::INVALID_REQUEST,
@@ -317,6 +317,12 @@ async fn mcp_endpoint(
                     ),
                 ),
             );
+            // The rest of the body is not read: the connection cannot carry another
+            // request, and the client must be told so rather than find it closed.
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, http::HeaderValue::from_static("close"));
+            return response;
         }
         Err(e) => {
             return reply::error_with_status(

@@ -33,6 +33,36 @@ use crate::protocol::names::header::{
     MCP_PROTOCOL_VERSION as PROTOCOL_HEADER, MCP_SESSION_ID as SESSION_HEADER,
 };
 const LISTENER_RETRY: Duration = Duration::from_secs(1);
+/// A gateway-owned upstream session unused this long (and held by no call) is closed.
+const IDLE_LIMIT: Duration = Duration::from_secs(300);
+/// Most gateway-owned upstream sessions at once; past it the least recently used idle
+/// one is closed to make room.
+const MAX_SESSIONS: usize = 1024;
+
+/// Whether only the session map holds the session (no call or exchange does).
+fn unused(session: &Arc<UpstreamSession>) -> bool {
+    Arc::strong_count(session) == 1
+}
+
+/// Removes the least recently used idle session when `sessions` is full; the removed one.
+fn evict_one_idle(
+    sessions: &mut HashMap<String, SessionCell>,
+    limit: usize,
+) -> Option<Arc<UpstreamSession>> {
+    if sessions.len() < limit {
+        return None;
+    }
+    let key = sessions
+        .iter()
+        .filter_map(|(key, cell)| {
+            cell.get()
+                .filter(|s| unused(s))
+                .map(|s| (key, s.idle_for()))
+        })
+        .max_by_key(|(_, idle)| *idle)
+        .map(|(key, _)| key.clone())?;
+    sessions.remove(&key).and_then(|cell| cell.get().cloned())
+}
 
 /// One upstream session and what its `initialize` returned.
 pub struct UpstreamSession {
@@ -44,6 +74,21 @@ pub struct UpstreamSession {
     auth: Option<HeaderValue>,
     key: String,
     listener: Mutex<Option<AbortHandle>>,
+    /// When a call last asked for this session (for closing idle ones).
+    last_used: Mutex<std::time::Instant>,
+}
+
+impl UpstreamSession {
+    fn touch(&self) {
+        *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = std::time::Instant::now();
+    }
+
+    fn idle_for(&self) -> Duration {
+        self.last_used
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .elapsed()
+    }
 }
 
 impl Drop for UpstreamSession {
@@ -80,14 +125,28 @@ impl SessionHttpUpstream {
             .iter()
             .map(|uri| json!({"uri": uri}))
             .collect::<Vec<_>>();
-        Arc::new_cyclic(|me| Self {
+        let upstream = Arc::new_cyclic(|me| Self {
             me: me.clone(),
             client,
             url,
             roots: json!({ "roots": roots }),
             next_id: AtomicU64::new(1),
             sessions: Mutex::new(HashMap::new()),
-        })
+        });
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let weak = Arc::downgrade(&upstream);
+            runtime.spawn(async move {
+                let mut tick = tokio::time::interval(IDLE_LIMIT / 5);
+                loop {
+                    tick.tick().await;
+                    let Some(upstream) = weak.upgrade() else {
+                        return;
+                    };
+                    upstream.close_idle();
+                }
+            });
+        }
+        upstream
     }
 
     fn next_request_id(&self) -> Value {
@@ -103,18 +162,75 @@ impl SessionHttpUpstream {
         let subset = meta::session_subset(capabilities);
         let capabilities = &subset;
         let key = session_key(capabilities, auth);
-        let cell = {
+        let (cell, evicted) = {
             let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-            sessions.entry(key.clone()).or_default().clone()
+            // Each credential and capability set has its own session: without a bound,
+            // callers varying their Authorization would open sessions without end.
+            let evicted = if sessions.contains_key(&key) {
+                None
+            } else {
+                evict_one_idle(&mut sessions, MAX_SESSIONS)
+            };
+            (sessions.entry(key.clone()).or_default().clone(), evicted)
         };
+        if let Some(session) = evicted {
+            self.close_in_background(session);
+        }
         let result = cell
             .get_or_try_init(|| self.open_session(key.clone(), capabilities, auth.cloned()))
             .await;
-        if result.is_err() {
+        match &result {
+            Ok(session) => session.touch(),
             // Let the next call try again instead of caching the failure.
-            self.forget(&key, &cell);
+            Err(_) => self.forget(&key, &cell),
         }
         result.cloned()
+    }
+
+    /// Closes the sessions no call has used for [`IDLE_LIMIT`] and none holds now.
+    fn close_idle(&self) {
+        let idle: Vec<Arc<UpstreamSession>> = {
+            let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+            let keys: Vec<String> = sessions
+                .iter()
+                .filter(|(_, cell)| {
+                    cell.get()
+                        .is_some_and(|s| unused(s) && s.idle_for() >= IDLE_LIMIT)
+                })
+                .map(|(key, _)| key.clone())
+                .collect();
+            keys.iter()
+                .filter_map(|key| sessions.remove(key))
+                .filter_map(|cell| cell.get().cloned())
+                .collect()
+        };
+        if !idle.is_empty() {
+            tracing::debug!(count = idle.len(), "closing idle upstream sessions");
+        }
+        for session in idle {
+            self.close_in_background(session);
+        }
+    }
+
+    /// Ends a session the gateway dropped: `DELETE` upstream (best effort), and its GET
+    /// stream stops with the last reference.
+    fn close_in_background(&self, session: Arc<UpstreamSession>) {
+        let (Some(me), Some(id)) = (self.me.upgrade(), session.id.clone()) else {
+            return;
+        };
+        tokio::spawn(async move {
+            let mut request = Request::builder()
+                .method(Method::DELETE)
+                .uri(me.url.clone())
+                .header(SESSION_HEADER, id)
+                .header(PROTOCOL_HEADER, &session.protocol_version);
+            if let Some(auth) = &session.auth {
+                request = request.header(header::AUTHORIZATION, auth);
+            }
+            if let Err(e) = me.send_built(request, Bytes::new()).await {
+                tracing::debug!(error = %e, "could not end an idle upstream session");
+            }
+        });
     }
 
     /// Drops a session the upstream no longer knows, so the next call opens a new one.
@@ -176,6 +292,7 @@ impl SessionHttpUpstream {
             auth,
             key,
             listener: Mutex::new(None),
+            last_used: Mutex::new(std::time::Instant::now()),
         });
         // The GET stream must be open before `initialized`: some upstreams (server-everything)
         // send `roots/list` on it right after, and drop it if nobody listens.
@@ -216,6 +333,7 @@ impl SessionHttpUpstream {
             auth: auth.cloned(),
             key: String::new(),
             listener: Mutex::new(None),
+            last_used: Mutex::new(std::time::Instant::now()),
         });
         let id = Value::String(format!(
             "mtg-{}",
