@@ -135,6 +135,17 @@ fn auth_flags(issuer: &Issuer) -> Vec<String> {
     .collect()
 }
 
+/// The fixture upstream and a gateway checking `issuer`'s tokens, with `extra` flags: the
+/// processes (kept alive by the caller) and the gateway's URL.
+fn gateway_for(issuer: &Issuer, extra: &[&str]) -> ((Proc, Proc), String) {
+    let (upstream, upstream_url) = start_plain_server();
+    let mut flags = auth_flags(issuer);
+    flags.extend(extra.iter().map(|s| (*s).to_owned()));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let (gateway, url) = start_gateway(&upstream_url, &flags);
+    ((upstream, gateway), url)
+}
+
 fn client_with(url: &str, token: &str) -> Client {
     let mut client = Client::with_tasks(url);
     client.authorization = Some(format!("Bearer {token}"));
@@ -172,10 +183,7 @@ async fn call_raw(url: &str, authorization: Option<&str>) -> (u16, String, Value
 async fn bad_tokens_get_the_right_401s() {
     let key = SigningKey::es256("k1");
     let issuer = Issuer::start(vec![key.jwk.clone()]).await;
-    let (_upstream, upstream_url) = start_plain_server();
-    let flags = auth_flags(&issuer);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let (_gateway, url) = start_gateway(&upstream_url, &flags);
+    let (_processes, url) = gateway_for(&issuer, &[]);
     let metadata_url = "https://gateway.test/.well-known/oauth-protected-resource/mcp";
 
     let (status, challenge, body) = call_raw(&url, None).await;
@@ -255,10 +263,7 @@ async fn a_rotated_key_is_fetched_once_it_is_named() {
     let first = SigningKey::es256("k1");
     let second = SigningKey::ed25519("k2");
     let issuer = Issuer::start(vec![first.jwk.clone()]).await;
-    let (_upstream, upstream_url) = start_plain_server();
-    let flags = auth_flags(&issuer);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let (_gateway, url) = start_gateway(&upstream_url, &flags);
+    let (_processes, url) = gateway_for(&issuer, &[]);
 
     let (status, _, _) =
         call_raw(&url, Some(&format!("Bearer {}", first.sign(&claims("a"))))).await;
@@ -288,10 +293,7 @@ async fn a_rotated_key_is_fetched_once_it_is_named() {
 async fn tasks_belong_to_the_subject_across_tokens() {
     let key = SigningKey::es256("k1");
     let issuer = Issuer::start(vec![key.jwk.clone()]).await;
-    let (_upstream, upstream_url) = start_plain_server();
-    let flags = auth_flags(&issuer);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let (_gateway, url) = start_gateway(&upstream_url, &flags);
+    let (_processes, url) = gateway_for(&issuer, &[]);
 
     let first = client_with(&url, &key.sign(&claims("alice")));
     let task_id = first.start_task("sleep", json!({"ms": 100})).await;
@@ -325,11 +327,7 @@ async fn tasks_belong_to_the_subject_across_tokens() {
 async fn methods_need_their_scopes() {
     let key = SigningKey::es256("k1");
     let issuer = Issuer::start(vec![key.jwk.clone()]).await;
-    let (_upstream, upstream_url) = start_plain_server();
-    let mut flags = auth_flags(&issuer);
-    flags.extend(["--auth-scope-tools-call".into(), "tools:call".into()]);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let (_gateway, url) = start_gateway(&upstream_url, &flags);
+    let (_processes, url) = gateway_for(&issuer, &["--auth-scope-tools-call", "tools:call"]);
 
     let (status, challenge, body) = call_raw(
         &url,
