@@ -39,19 +39,14 @@ const IDLE_LIMIT: Duration = Duration::from_secs(300);
 /// one is closed to make room.
 const MAX_SESSIONS: usize = 1024;
 
-/// Whether only the session map holds the session (no call or exchange does).
+/// Whether no call uses the session: no exchange is open on it, and no call asked for
+/// it in the last 10 s (one may still wait for the upstream to answer its request).
 fn unused(session: &Arc<UpstreamSession>) -> bool {
-    Arc::strong_count(session) == 1
+    session.users.load(Ordering::Relaxed) == 0 && session.idle_for() >= Duration::from_secs(10)
 }
 
-/// Removes the least recently used idle session when `sessions` is full; the removed one.
-fn evict_one_idle(
-    sessions: &mut HashMap<String, SessionCell>,
-    limit: usize,
-) -> Option<Arc<UpstreamSession>> {
-    if sessions.len() < limit {
-        return None;
-    }
+/// Removes the least recently used unused session; the removed one, if any.
+fn evict_one_idle(sessions: &mut HashMap<String, SessionCell>) -> Option<Arc<UpstreamSession>> {
     let key = sessions
         .iter()
         .filter_map(|(key, cell)| {
@@ -76,6 +71,8 @@ pub struct UpstreamSession {
     listener: Mutex<Option<AbortHandle>>,
     /// When a call last asked for this session (for closing idle ones).
     last_used: Mutex<std::time::Instant>,
+    /// Exchanges open on it (a task's call may hold one for hours).
+    users: std::sync::atomic::AtomicUsize,
 }
 
 impl UpstreamSession {
@@ -168,8 +165,18 @@ impl SessionHttpUpstream {
             // callers varying their Authorization would open sessions without end.
             let evicted = if sessions.contains_key(&key) {
                 None
+            } else if sessions.len() >= MAX_SESSIONS {
+                match evict_one_idle(&mut sessions) {
+                    Some(session) => Some(session),
+                    None => {
+                        return Err(UpstreamError::Unreachable(format!(
+                            "the gateway already holds {MAX_SESSIONS} upstream sessions, all \
+                             in use (one per credential and capability set); try again later"
+                        )));
+                    }
+                }
             } else {
-                evict_one_idle(&mut sessions, MAX_SESSIONS)
+                None
             };
             (sessions.entry(key.clone()).or_default().clone(), evicted)
         };
@@ -293,6 +300,7 @@ impl SessionHttpUpstream {
             key,
             listener: Mutex::new(None),
             last_used: Mutex::new(std::time::Instant::now()),
+            users: std::sync::atomic::AtomicUsize::new(0),
         });
         // The GET stream must be open before `initialized`: some upstreams (server-everything)
         // send `roots/list` on it right after, and drop it if nobody listens.
@@ -334,6 +342,7 @@ impl SessionHttpUpstream {
             key: String::new(),
             listener: Mutex::new(None),
             last_used: Mutex::new(std::time::Instant::now()),
+            users: std::sync::atomic::AtomicUsize::new(0),
         });
         let id = Value::String(format!(
             "mtg-{}",
@@ -350,6 +359,7 @@ impl SessionHttpUpstream {
         stream: CallStream,
         id: Value,
     ) -> Box<dyn Exchange> {
+        session.users.fetch_add(1, Ordering::Relaxed);
         Box::new(SessionHttpExchange {
             upstream: self
                 .me
@@ -574,6 +584,7 @@ impl Drop for SessionHttpExchange {
     /// A caller that stops listening before the answer (its client hung up, a timeout)
     /// cancels the call: a 2025-xx server goes on working after a closed stream.
     fn drop(&mut self) {
+        self.session.users.fetch_sub(1, Ordering::Relaxed);
         if self.settled.swap(true, Ordering::Relaxed) {
             return;
         }
