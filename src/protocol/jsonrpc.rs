@@ -243,6 +243,32 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A result the gateway reads and writes again (bridged calls, task results) keeps
+    /// every float as the upstream wrote it (serde_json's `float_roundtrip`).
+    #[test]
+    fn floats_survive_a_read_and_a_write() {
+        for text in [
+            "2.37912400050865e-244",
+            "0.1",
+            "1.7976931348623157e308",
+            "5e-324",
+        ] {
+            let body = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"x":{text}}}}}"#);
+            let Ok(Message::Response {
+                outcome: Ok(result),
+                ..
+            }) = Message::parse(body.as_bytes())
+            else {
+                panic!("not a response: {body}");
+            };
+            let again: f64 = text.parse().unwrap();
+            assert_eq!(result["x"].as_f64(), Some(again), "{text}");
+            let written = serde_json::to_string(&result).unwrap();
+            let reread: Value = serde_json::from_str(&written).unwrap();
+            assert_eq!(reread["x"].as_f64(), Some(again), "{text} -> {written}");
+        }
+    }
+
     #[test]
     fn classifies_messages() {
         let req = Message::parse(
