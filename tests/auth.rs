@@ -400,3 +400,86 @@ async fn the_keys_are_found_through_the_issuers_metadata() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(*issuer.fetches.lock().unwrap(), 1);
 }
+
+/// An independent client, rmcp 3.x, sending its bearer token the way it does
+/// (`auth_header`): refused without one, served with one, and its task still its own
+/// under a refreshed token.
+#[tokio::test]
+async fn rmcp_clients_work_through_token_checks() {
+    use rmcp::model::{
+        CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, GetTaskParams,
+        Implementation, ProtocolVersion, TaskPayload,
+    };
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    use rmcp::{ClientLifecycleMode, ClientServiceExt};
+
+    let key = SigningKey::es256("k1");
+    let issuer = Issuer::start(vec![key.jwk.clone()]).await;
+    let (_processes, url) = gateway_for(&issuer, &[]);
+    let connect = |token: Option<String>| {
+        let url = url.clone();
+        async move {
+            let mut transport = StreamableHttpClientTransportConfig::with_uri(url);
+            if let Some(token) = token {
+                transport = transport.auth_header(token);
+            }
+            let config = ClientConfig::new(
+                ClientCapabilities::builder()
+                    .enable_extensions()
+                    .enable_tasks()
+                    .build(),
+                Implementation::new("rmcp-auth-test", "0.1.0"),
+            )
+            .with_protocol_version(ProtocolVersion::V_2026_07_28);
+            let lifecycle = ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            };
+            tokio::time::timeout(
+                DEADLINE,
+                config.serve_with_lifecycle(
+                    StreamableHttpClientTransport::from_config(transport),
+                    lifecycle,
+                ),
+            )
+            .await
+            .expect("an answer in time")
+        }
+    };
+    assert!(
+        connect(None).await.is_err(),
+        "rmcp got through without a token"
+    );
+    let client = connect(Some(key.sign(&claims("alice"))))
+        .await
+        .expect("rmcp connects");
+    let call = CallToolRequestParams::new("sleep".to_owned())
+        .with_arguments(serde_json::from_value(json!({"ms": 100})).unwrap());
+    let task_id = match client.call_tool_once(call).await.expect("tools/call") {
+        CallToolResponse::Task(created) => created.task.task_id,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    let refreshed = connect(Some(key.sign(&claims("alice"))))
+        .await
+        .expect("rmcp connects");
+    eventually(
+        "the task to complete, read with a refreshed token",
+        || async {
+            let got = refreshed
+                .get_task(GetTaskParams::new(task_id.clone()))
+                .await
+                .expect("tasks/get");
+            matches!(got.task.payload, TaskPayload::Completed { .. }).then_some(())
+        },
+    )
+    .await;
+    let bob = connect(Some(key.sign(&claims("bob"))))
+        .await
+        .expect("rmcp connects");
+    assert!(
+        bob.get_task(GetTaskParams::new(task_id.clone()))
+            .await
+            .is_err(),
+        "another subject read alice's task"
+    );
+}
