@@ -7,7 +7,7 @@ use http::{StatusCode, header};
 use serde::Deserialize;
 
 use super::{Gateway, principal, reply};
-use crate::auth::{AuthFailure, Authenticator, Identity};
+use crate::auth::{AuthFailure, Authenticator, Identity, UpstreamCredential};
 use crate::protocol::jsonrpc::{ErrorObject, code};
 use reply::Body;
 
@@ -28,14 +28,20 @@ pub async fn admit(gateway: &Gateway, parts: &mut Parts) -> Option<http::Respons
         },
         None => None,
     };
-    let principal = match &identity {
-        Some(identity) => identity.principal(),
-        None => principal(&parts.headers, gateway.identity_header.as_ref()),
+    // Noted only when the headers alone will not tell it later: a token's subject, or
+    // a caller whose `Authorization` is about to be replaced. Otherwise the principal is
+    // worked out where a handler needs it (pass-through traffic never does).
+    let principal = match (&identity, &gateway.upstream_credential) {
+        (Some(identity), _) => Some(identity.principal()),
+        (None, UpstreamCredential::Client) => None,
+        (None, _) => Some(principal(&parts.headers, gateway.identity_header.as_ref())),
     };
-    parts.extensions.insert(Caller {
-        principal,
-        identity,
-    });
+    if let Some(principal) = principal {
+        parts.extensions.insert(Caller {
+            principal,
+            identity,
+        });
+    }
     gateway.upstream_credential.apply(&mut parts.headers);
     None
 }

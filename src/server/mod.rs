@@ -114,10 +114,11 @@ impl Gateway {
         }
     }
 
-    /// The refusal of a `tasks/*` request over `principal`'s rate, if any.
+    /// The refusal of a `tasks/*` request over its caller's rate, if any; `principal` is
+    /// asked only then.
     fn limit_task_request(
         &self,
-        principal: &str,
+        principal: impl FnOnce() -> String,
         method: &str,
         id: &Value,
     ) -> Option<Response<Body>> {
@@ -125,7 +126,7 @@ impl Gateway {
         if !method.starts_with("tasks/") {
             return None;
         }
-        rate.check(principal, Some(id))
+        rate.check(&principal(), Some(id))
     }
 
     /// Who is calling (`authn::admit` decided it): the token's subject, the configured
@@ -359,7 +360,7 @@ async fn mcp_endpoint(
         return refusal;
     }
     if let Message::Request { id, method: m, .. } = &message
-        && let Some(refusal) = gateway.limit_task_request(&gateway.principal(&parts), m, id)
+        && let Some(refusal) = gateway.limit_task_request(|| gateway.principal(&parts), m, id)
     {
         return refusal;
     }

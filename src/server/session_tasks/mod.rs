@@ -59,7 +59,9 @@ pub async fn handle(gateway: &Gateway, session: &TaskSession, message: &Message)
             method: name,
             params,
         } => {
-            if let Some(refusal) = gateway.limit_task_request(&session.principal, name, id) {
+            if let Some(refusal) =
+                gateway.limit_task_request(|| session.principal.clone(), name, id)
+            {
                 return Handled::Reply(refusal);
             }
             let outcome = match name.as_str() {
