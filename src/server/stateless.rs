@@ -224,9 +224,14 @@ fn authorization(headers: &HeaderMap) -> Option<HeaderValue> {
     headers.get(header::AUTHORIZATION).cloned()
 }
 
-/// Params without what belongs to the client-gateway hop: the 2026 `_meta` keys and
-/// the 2025-11-25 `task` param, which a plain upstream would reject.
+/// Params without what belongs to the client-gateway hop: the 2026 `_meta` keys, and
+/// the 2025-11-25 task dialect's `task` param (a plain upstream would reject it) and
+/// related-task `_meta` (a 2025-11-25 upstream would hold its answer for a
+/// `tasks/result` nobody sends). A 2026-07-28 client does not speak that dialect.
 fn upstream_params(mut params: Value) -> Value {
+    if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+        meta.remove(crate::protocol::wire::session::RELATED_TASK);
+    }
     meta::strip_modern_meta(&mut params);
     if let Some(obj) = params.as_object_mut() {
         obj.remove("task");

@@ -190,8 +190,6 @@ impl TaskService {
         let principal = call.principal.clone();
         // The reply is the seed state just stored: no read back (one store round trip).
         let seed = Arc::new(record.clone());
-        self.store.create(record).await?;
-        telemetry::task_created();
 
         // A session client answers no MRTR round: within the budget it can only get
         // the final result, and only if its response mode allows (SEP-1905).
@@ -200,6 +198,7 @@ impl TaskService {
             Some(link) if link.immediate => (self.settings.promote_after, false),
             Some(_) => (Duration::ZERO, false),
         };
+        // Set up before the runner starts, so that its first question finds them.
         let early_input = (early_input && !budget.is_zero()).then(|| {
             let (tx, rx) = oneshot::channel();
             self.lock_early_input().insert(task_id.clone(), tx);
@@ -208,7 +207,20 @@ impl TaskService {
         if let Some(link) = &call.session {
             self.watchers.expect_session(&link.client_session);
         }
-        let done_rx = self.spawn_runner(&task_id, call, runner::Start::New(None), slot);
+        let mut launched = self.spawn_runner(
+            &task_id,
+            call,
+            runner::Start::New(None),
+            slot,
+            Some(ToStore {
+                record,
+                stored: telemetry::task_created,
+            }),
+        );
+        if let Err(error) = launched.stored().await {
+            self.lock_early_input().remove(&task_id);
+            return Err(error);
+        }
 
         if !budget.is_zero() {
             // The caller does not know the task's id until this returns: if it hangs up
@@ -219,7 +231,7 @@ impl TaskService {
                 principal: principal.clone(),
             };
             let inline = self
-                .within_budget(&task_id, &principal, done_rx, early_input)
+                .within_budget(&task_id, &principal, launched.done, early_input)
                 .await;
             unclaimed.task_id = None;
             if let Some(inline) = inline {
@@ -259,14 +271,18 @@ impl TaskService {
         }
     }
 
-    /// Starts the task's runner; the receiver fires when it ends.
+    /// Starts the task's runner. A new task's record is stored by the runner itself, as
+    /// its first step: the runner is a tokio task of its own from the start, so a caller
+    /// whose request is dropped while the store writes (its client hung up) cannot
+    /// leave a stored task that nothing runs.
     fn spawn_runner(
         self: &Arc<Self>,
         task_id: &str,
         call: ToolCall,
         start: runner::Start,
         slot: Option<limits::RunningSlot>,
-    ) -> oneshot::Receiver<()> {
+        to_store: Option<ToStore>,
+    ) -> Launched {
         let signals = runner::Signals {
             wake: Arc::new(Notify::new()),
             stop: tokio_util::sync::CancellationToken::new(),
@@ -278,6 +294,7 @@ impl TaskService {
         };
         self.lock_runners().insert(task_id.to_owned(), handle);
         let (done_tx, done_rx) = oneshot::channel();
+        let (stored_tx, stored_rx) = oneshot::channel();
         // A task outlives its request: its own trace, linked to the request that made it.
         let span = tracing::info_span!(parent: None, "task", task_id = %task_id);
         span.follows_from(tracing::Span::current());
@@ -286,15 +303,34 @@ impl TaskService {
         tokio::spawn(tracing::Instrument::instrument(
             async move {
                 let _slot = slot;
-                telemetry::task_runner_started();
-                runner::run(&service, &runner_task_id, call, start, signals, done_tx).await;
+                let stored = match to_store {
+                    None => Ok(()),
+                    Some(ToStore { record, stored }) => {
+                        let created = service.store.create(record).await;
+                        if created.is_ok() {
+                            stored();
+                        }
+                        created
+                    }
+                };
+                let failed = stored.is_err();
+                let _ = stored_tx.send(stored);
+                if !failed {
+                    telemetry::task_runner_started();
+                    runner::run(&service, &runner_task_id, call, start, signals, done_tx).await;
+                    telemetry::task_runner_ended();
+                }
+                // A held call's open exchange, if any, is dropped with `start`, which
+                // cancels it upstream.
                 service.lock_runners().remove(&runner_task_id);
-                telemetry::task_runner_ended();
                 service.runner_ended.notify_waiters();
             },
             span,
         ));
-        done_rx
+        Launched {
+            stored: stored_rx,
+            done: done_rx,
+        }
     }
 
     /// Waits up to the promotion budget for the call to finish or to ask for input;
@@ -553,6 +589,31 @@ impl TaskService {
 
     fn lock_runners(&self) -> std::sync::MutexGuard<'_, HashMap<String, RunnerHandle>> {
         self.runners.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A new task's record, stored by its runner before the call starts.
+struct ToStore {
+    record: TaskRecord,
+    /// Counts the task once it is stored (a task or a held call).
+    stored: fn(),
+}
+
+/// A runner just started: whether its task was stored, and when it ends.
+struct Launched {
+    stored: oneshot::Receiver<Result<(), crate::store::StoreError>>,
+    done: oneshot::Receiver<()>,
+}
+
+impl Launched {
+    /// Waits until the task is stored (or could not be).
+    async fn stored(&mut self) -> Result<(), ErrorObject> {
+        match (&mut self.stored).await {
+            Ok(stored) => Ok(stored?),
+            Err(_) => Err(ErrorObject::internal(
+                "the task's runner stopped before the task was stored",
+            )),
+        }
     }
 }
 

@@ -208,6 +208,66 @@ struct TaskTrip<'a> {
     input_wait: Option<std::time::Duration>,
 }
 
+/// Everything that ends a task's call, for the waits before an exchange exists (the
+/// upstream's response head, which a JSON-response server sends only when the call
+/// ends). Such a wait is dropped when one fires; dropping an unanswered request is how
+/// each transport cancels it upstream (`notifications/cancelled` on a session or stdio,
+/// a closed stream on 2026-07-28 HTTP). Once the exchange exists, the runner's loop
+/// watches the same signals and cancels through it.
+struct Stops<'a> {
+    service: &'a Arc<TaskService>,
+    task_id: &'a str,
+    principal: &'a str,
+    wake: &'a Notify,
+    stop: &'a CancellationToken,
+    deadline: Option<Instant>,
+    expires_at: Instant,
+}
+
+impl Stops<'_> {
+    /// `work`'s output, unless the task ends first.
+    async fn race<T>(&self, work: impl std::future::Future<Output = T>) -> Result<T, Halt> {
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                output = &mut work => return Ok(output),
+                () = self.wake.notified() => {
+                    // Nothing can be answered before the call is open: a wake-up here
+                    // can only mean the task ended (cancelled, expired).
+                    if !Box::pin(still_running(self.service, self.task_id, self.principal)).await {
+                        tracing::info!("task ended before the upstream answered; request dropped");
+                        return Err(Halt::Ended);
+                    }
+                }
+                () = self.stop.cancelled() => return Err(Halt::Ended),
+                () = sleep_until(self.deadline) => return Err(Halt::Finish(timed_out(self.service))),
+                () = tokio::time::sleep_until(self.expires_at) => {
+                    tracing::info!("task expired before the upstream answered; request dropped");
+                    return Err(Halt::Ended);
+                }
+            }
+        }
+    }
+}
+
+/// Whether the task is still there and not terminal (a failed read counts as running:
+/// the store's outage must not stop a call).
+async fn still_running(service: &TaskService, task_id: &str, principal: &str) -> bool {
+    match service.store.get(task_id, principal).await {
+        Ok(Some(task)) if task.status.is_terminal() => {
+            let age = now_ms().saturating_sub(task.created_at_ms);
+            telemetry::task_finished(task.status.as_str(), std::time::Duration::from_millis(age));
+            false
+        }
+        Ok(Some(_)) => true,
+        Ok(None) => false,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read the task after a wake-up");
+            true
+        }
+    }
+}
+
 #[async_trait]
 impl RoundTrip for TaskTrip<'_> {
     type Done = Outcome;
@@ -221,18 +281,25 @@ impl RoundTrip for TaskTrip<'_> {
         };
         let digest = super::held::request_digest(method::TOOLS_CALL, Some(&params));
         let mut params = params;
-        let native = self.held.is_none() && Box::pin(self.own_task_only(&caller, &params)).await;
+        let held = self.held.take();
+        let stops = self.stops();
+        let native = held.is_none()
+            && stops
+                .race(Box::pin(self.own_task_only(&caller, &params)))
+                .await?;
         if native && let Some(object) = params.as_object_mut() {
             object.insert("task".into(), json!({}));
         }
-        let (exchange, pending, later) = match self.held.take() {
+        let (exchange, pending, later) = match held {
             Some(held) => (held.exchange, held.pending, held.later),
             None => {
-                let exchange = self
-                    .service
-                    .upstream
-                    .open_call(&caller, method::TOOLS_CALL, Some(params))
-                    .await
+                let opening =
+                    self.service
+                        .upstream
+                        .open_call(&caller, method::TOOLS_CALL, Some(params));
+                let exchange = stops
+                    .race(opening)
+                    .await?
                     .map_err(|e| Halt::Finish(upstream_failure(&e)))?;
                 (exchange, HashMap::new(), Vec::new())
             }
@@ -268,7 +335,7 @@ impl RoundTrip for TaskTrip<'_> {
                     if let Some(reply) = Box::pin(attempt.on_event(event)).await {
                         return Ok(reply);
                     }
-                    Box::pin(attempt.follow_upstream_task()).await?;
+                    Box::pin(attempt.follow_upstream_task(&stops)).await?;
                 }
                 () = self.wake.notified() => {
                     if !Box::pin(attempt.on_wake()).await {
@@ -300,6 +367,18 @@ impl RoundTrip for TaskTrip<'_> {
 }
 
 impl TaskTrip<'_> {
+    fn stops(&self) -> Stops<'_> {
+        Stops {
+            service: self.service,
+            task_id: self.task_id,
+            principal: &self.call.principal,
+            wake: self.wake,
+            stop: self.stop,
+            deadline: self.deadline,
+            expires_at: self.expires_at,
+        }
+    }
+
     /// Whether the upstream runs this tool only as a task of its own (`native`).
     async fn own_task_only(&self, caller: &Caller<'_>, params: &Value) -> bool {
         let Some(tool) = params.get("name").and_then(Value::as_str) else {
@@ -491,17 +570,7 @@ impl Call<'_> {
 
     /// Forwards newly accepted answers; `false` when the task is over.
     async fn on_wake(&mut self) -> bool {
-        let task = match self.service.store.get(self.task_id, self.principal).await {
-            Ok(Some(task)) => task,
-            Ok(None) => return false,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not read the task after a wake-up");
-                return true;
-            }
-        };
-        if task.status.is_terminal() {
-            let age = now_ms().saturating_sub(task.created_at_ms);
-            telemetry::task_finished(task.status.as_str(), std::time::Duration::from_millis(age));
+        if !still_running(self.service, self.task_id, self.principal).await {
             return false;
         }
         match self.service.store.take_answers(self.task_id).await {
@@ -546,7 +615,7 @@ impl Call<'_> {
 
     /// Once the upstream answered with its own task, the call goes on as that task's
     /// `tasks/result`, which delivers its input requests and ends with the result.
-    async fn follow_upstream_task(&mut self) -> Result<(), Halt> {
+    async fn follow_upstream_task(&mut self, stops: &Stops<'_>) -> Result<(), Halt> {
         let Some(native) = self.native.as_mut() else {
             return Ok(());
         };
@@ -555,16 +624,20 @@ impl Call<'_> {
         };
         native.following = true;
         tracing::info!(upstream_task, "following the upstream's own task");
-        self.exchange = self
-            .service
-            .upstream
-            .open_call(
-                &self.caller,
-                method::TASKS_RESULT,
-                Some(json!({ "taskId": upstream_task })),
-            )
-            .await
-            .map_err(|e| Halt::Finish(upstream_failure(&e)))?;
+        let opening = self.service.upstream.open_call(
+            &self.caller,
+            method::TASKS_RESULT,
+            Some(json!({ "taskId": upstream_task })),
+        );
+        let opened = match stops.race(opening).await {
+            Ok(opened) => opened,
+            Err(halt) => {
+                // The upstream's task runs on without its result being read.
+                Box::pin(self.cancel_upstream("the task ended")).await;
+                return Err(halt);
+            }
+        };
+        self.exchange = opened.map_err(|e| Halt::Finish(upstream_failure(&e)))?;
         Ok(())
     }
 }

@@ -203,7 +203,7 @@ impl TaskService {
         };
         tracing::debug!(task_id = %task.task_id, takeovers = task.takeovers, "took over a task of a gone instance");
         // A taken-over task is not refused by the per-caller limit: it already ran.
-        drop(self.spawn_runner(&task.task_id, call, start, None));
+        drop(self.spawn_runner(&task.task_id, call, start, None, None));
     }
 
     /// After this instance's lease had lapsed: stops the runners of tasks that another

@@ -193,4 +193,10 @@ impl Upstream for AutoUpstream {
         };
         Ok(self.chosen(&caller).await?.passthrough_url())
     }
+
+    async fn shutdown(&self) {
+        if let Some(chosen) = self.chosen.get() {
+            chosen.shutdown().await;
+        }
+    }
 }

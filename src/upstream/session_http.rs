@@ -114,6 +114,8 @@ pub struct SessionHttpUpstream {
     /// use the same id never collide upstream.
     next_id: AtomicU64,
     sessions: Mutex<HashMap<String, SessionCell>>,
+    /// `notifications/cancelled` sent from drops, which a graceful stop waits for.
+    cancels: tokio_util::task::TaskTracker,
 }
 
 impl SessionHttpUpstream {
@@ -129,6 +131,7 @@ impl SessionHttpUpstream {
             roots: json!({ "roots": roots }),
             next_id: AtomicU64::new(1),
             sessions: Mutex::new(HashMap::new()),
+            cancels: tokio_util::task::TaskTracker::new(),
         });
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let weak = Arc::downgrade(&upstream);
@@ -373,16 +376,27 @@ impl SessionHttpUpstream {
     }
 
     /// Sends a request on `session`; the returned stream yields what comes back.
+    ///
+    /// A JSON-response upstream sends its head only when the call ends, so a caller may
+    /// stop waiting (cancel, timeout, drain) before there is any stream: the guard then
+    /// cancels the request upstream, as the exchange does once it exists.
     async fn call(
         &self,
-        session: &UpstreamSession,
+        session: &Arc<UpstreamSession>,
         id: Value,
         method: &str,
         params: Option<Value>,
     ) -> Result<CallStream, UpstreamError> {
-        let body = jsonrpc::request_value(id, method, params);
-        let response = self.post_on(session, &body).await?;
-        Ok(call_stream(response))
+        let body = jsonrpc::request_value(id.clone(), method, params);
+        let mut unanswered = Unanswered {
+            upstream: self.me.clone(),
+            session: session.clone(),
+            id: Some(id),
+        };
+        let response = self.post_on(session, &body).await;
+        // Answered, even if with an error: nothing runs upstream to cancel.
+        unanswered.id = None;
+        Ok(call_stream(response?))
     }
 
     /// Sends a notification or a response on `session`.
@@ -568,6 +582,17 @@ impl Upstream for SessionHttpUpstream {
     async fn ready(&self) -> Result<(), UpstreamError> {
         super::http::probe_reachable(&self.client, &self.url).await
     }
+
+    /// Lets the cancels of calls stopped at shutdown reach the upstream (2 s at most).
+    async fn shutdown(&self) {
+        self.cancels.close();
+        if tokio::time::timeout(Duration::from_secs(2), self.cancels.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("some notifications/cancelled could not be sent before stopping");
+        }
+    }
 }
 
 /// A request on a 2025-xx session: its SSE stream, and answers POSTed to the session.
@@ -588,20 +613,50 @@ impl Drop for SessionHttpExchange {
         if self.settled.swap(true, Ordering::Relaxed) {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (upstream, session) = (self.upstream.clone(), self.session.clone());
-        let notice = jsonrpc::notification_value(
-            method::CANCELLED,
-            Some(json!({"requestId": self.id, "reason": "the gateway's caller stopped waiting"})),
-        );
-        runtime.spawn(async move {
+        cancel_in_background(&self.upstream, &self.session, &self.id);
+    }
+}
+
+/// A request sent on a session whose response head has not arrived yet.
+struct Unanswered {
+    upstream: std::sync::Weak<SessionHttpUpstream>,
+    session: Arc<UpstreamSession>,
+    /// `None` once the head arrived (or the request failed).
+    id: Option<Value>,
+}
+
+impl Drop for Unanswered {
+    /// Dropped while still waiting for the head: whoever sent the request stopped
+    /// waiting for it, and a 2025-xx server would go on working for nobody.
+    fn drop(&mut self) {
+        if let (Some(id), Some(upstream)) = (self.id.take(), self.upstream.upgrade()) {
+            cancel_in_background(&upstream, &self.session, &id);
+        }
+    }
+}
+
+/// Sends `notifications/cancelled` for request `id` on `session`, from a drop.
+fn cancel_in_background(
+    upstream: &Arc<SessionHttpUpstream>,
+    session: &Arc<UpstreamSession>,
+    id: &Value,
+) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let notice = jsonrpc::notification_value(
+        method::CANCELLED,
+        Some(json!({"requestId": id, "reason": "the gateway's caller stopped waiting"})),
+    );
+    let sending = {
+        let (upstream, session) = (upstream.clone(), session.clone());
+        async move {
             if let Err(e) = upstream.send(&session, &notice).await {
                 tracing::debug!(error = %e, "could not cancel an abandoned call upstream");
             }
-        });
-    }
+        }
+    };
+    upstream.cancels.spawn_on(sending, &runtime);
 }
 
 #[async_trait]

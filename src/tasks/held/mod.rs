@@ -107,19 +107,22 @@ impl TaskService {
         record.next_input_key = pending.len() as u64;
         let task_id = record.task_id.clone();
         let shown = self.input_required(&record, &call.principal, &digest, false);
-        if let Err(e) = self.store.create(record).await {
-            let _ = exchange.cancel("the gateway could not keep the call").await;
-            return Err(e.into());
-        }
-        telemetry::held_call_started();
-        tracing::info!(task_id, "bridged call held for the client's answers");
         let held = Held {
             exchange,
             pending,
             later,
             input_wait: self.settings.input_wait,
         };
-        drop(self.spawn_runner(&task_id, task, super::runner::Start::New(Some(held)), slot));
+        // Stored by the runner, which holds the open call from here on: if the store
+        // fails, the call is dropped and so cancelled upstream.
+        let to_store = super::ToStore {
+            record,
+            stored: telemetry::held_call_started,
+        };
+        let start = super::runner::Start::New(Some(held));
+        let mut launched = self.spawn_runner(&task_id, task, start, slot, Some(to_store));
+        launched.stored().await?;
+        tracing::info!(task_id, "bridged call held for the client's answers");
         Ok(shown)
     }
 
