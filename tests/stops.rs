@@ -305,6 +305,33 @@ async fn every_stop_reaches_the_upstream(kind: Kind) {
     let gone = session_request(&session, 13, "tasks/get", json!({"taskId": task})).await;
     assert_eq!(gone["error"]["code"], -32602, "{gone}");
 
+    // A call forwarded without a task (no extension declared) whose client hangs up,
+    // asking for progress (an SSE answer) or not (one JSON body).
+    for progress in [false, true] {
+        let plain = Client::new(&url, json!({}));
+        let mut params = plain.params(json!({"name": "sleep", "arguments": {"ms": 60000}}));
+        if progress {
+            params["_meta"]["progressToken"] = json!("p-1");
+        }
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+        let headers = [
+            ("mcp-method", "tools/call".to_owned()),
+            ("mcp-name", "sleep".to_owned()),
+        ];
+        let waiting = tokio::spawn(async move {
+            plain
+                .send_raw(serde_json::to_vec(&body).unwrap(), &headers)
+                .await
+        });
+        n += 1;
+        upstream.wait_started(n).await;
+        let since = Instant::now();
+        waiting.abort();
+        upstream
+            .assert_stopped(n, since, "bridged call's client hung up")
+            .await;
+    }
+
     // The gateway's upstream timeout (a gateway and, for stdio, an upstream of its own:
     // counts start again).
     let timed = Upstream::start(kind);

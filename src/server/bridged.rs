@@ -180,10 +180,10 @@ fn streamed(route: Route, id: Value, call: BridgedCall, wanted: Wanted) -> Respo
                     break answer;
                 }
                 () = events.closed() => {
-                    // The client closed its stream: with `heard` gone, the forward
-                    // cancels the call upstream and ends.
-                    drop(heard);
-                    break forwarding.await;
+                    // The client closed its stream. Dropping the forward cancels the
+                    // call upstream, also while its response head has not come (a
+                    // JSON-response upstream sends it only when the call ends).
+                    return;
                 }
             }
         };
