@@ -101,7 +101,15 @@ async fn cross_instance_flows(d: &Deployment) {
         "{working}"
     );
 
+    let started = upstream_stats(&d.upstream_url).await["callsStarted"].as_u64();
     let slow = a.start_task("sleep", json!({"ms": 60000})).await;
+    // Cancelled while its call runs upstream (one cancelled before it left the gateway
+    // would never reach the upstream).
+    eventually("the sleep runs upstream", || async {
+        let now = upstream_stats(&d.upstream_url).await["callsStarted"].as_u64();
+        (now > started).then_some(())
+    })
+    .await;
     let ack = b.cancel(&slow).await;
     assert_eq!(ack.result(), &gateway_ack());
     let cancelled = c.wait_status(&slow, "cancelled").await;

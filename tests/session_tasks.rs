@@ -343,10 +343,11 @@ async fn cancelling_a_running_task_stops_the_call_upstream() {
     let (_upstream, upstream_url) = start_plain_server();
     let (_gateway, url) = start_gateway(&upstream_url, &[]);
     let url_for_client = url.clone();
+    let stats = upstream_url.replace("/mcp", "/stats");
     let lines = tokio::task::spawn_blocking(move || {
         ts_client(
             &url_for_client,
-            json!([{"do": "cancelRunning", "name": "sleep", "arguments": {"ms": 60000}}]),
+            json!([{"do": "cancelRunning", "name": "sleep", "arguments": {"ms": 60000}, "runningAt": stats}]),
         )
     })
     .await

@@ -216,6 +216,13 @@ async fn a_dropped_upstream_stream_fails_the_task() {
 async fn cancel_stops_the_upstream_call() {
     let s = setup(&[]);
     let task_id = s.client.start_task("sleep", json!({"ms": 60000})).await;
+    // A task cancelled before its call left the gateway never reaches the upstream; this
+    // one is cancelled while the call runs there.
+    eventually("the sleep runs upstream", || async {
+        let stats = upstream_stats(&s.upstream_url).await;
+        (stats["callsInFlight"] == 1).then_some(())
+    })
+    .await;
     let ack = s.client.cancel(&task_id).await;
     assert_eq!(ack.result(), &gateway_ack());
     let cancelled = s.client.wait_status(&task_id, "cancelled").await;
