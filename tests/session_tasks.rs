@@ -867,3 +867,56 @@ async fn a_lost_owner_fails_the_session_task_within_the_lease() {
     .await;
     assert_eq!(task["result"]["status"], "failed", "{task}");
 }
+
+/// A session client that did not declare `capabilities.tasks` (SDK quick starts do not:
+/// in 2025-11-25 a client declares it only to be sent task requests) still gets a gateway
+/// task when it sends `params.task`, and its `tasks/get`, `tasks/result` and
+/// `tasks/cancel` work: the TypeScript SDK 1.x client, in front of a pass-through
+/// upstream that has no tasks.
+#[tokio::test]
+async fn a_client_that_declared_no_tasks_capability_gets_a_task_when_it_asks() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let stats = upstream_url.replace("/mcp", "/stats");
+    let plan = json!({"url": url, "noTasks": true, "steps": [
+        {"do": "callToolStream", "name": "sleep", "arguments": {"ms": 300}, "task": {}},
+        {"do": "cancelRunning", "name": "sleep", "arguments": {"ms": 60000}, "runningAt": stats},
+        {"do": "callTool", "name": "echo", "arguments": {"text": "plain"}},
+    ]});
+    let lines = tokio::task::spawn_blocking(move || ts_client_with(plan))
+        .await
+        .unwrap();
+    let created = all(&lines, "taskCreated");
+    assert_eq!(created.len(), 2, "{lines:#?}");
+    assert_eq!(created[0]["status"], "working");
+    let results = all(&lines, "result");
+    assert_eq!(
+        results[0]["content"][0]["text"], "slept 300 ms",
+        "{lines:#?}"
+    );
+    assert_eq!(line(&lines, "cancelled")["cancelled"], "cancelled");
+    eventually("the upstream hears notifications/cancelled", || async {
+        let stats = upstream_stats(&upstream_url).await;
+        (stats["cancelledReceived"].as_array()?.len() == 1 && stats["callsInFlight"] == 0)
+            .then_some(())
+    })
+    .await;
+    // A call without `task` still goes through as it is.
+    assert_eq!(results[1]["content"][0]["text"], "plain", "{lines:#?}");
+}
+
+/// The same for a session the gateway serves itself (a stdio upstream).
+#[test]
+fn a_gateway_served_session_that_declared_no_tasks_gets_a_task_when_it_asks() {
+    let gateway = common::stdio::start_stdio_gateway(&common::stdio::everything_cmd(), &[]);
+    let plan = json!({"url": gateway.url, "noTasks": true, "steps": [
+        {"do": "callToolStream", "name": "get-sum", "arguments": {"a": 2, "b": 3}, "task": {}},
+    ]});
+    let lines = ts_client_with(plan);
+    assert_eq!(
+        line(&lines, "taskCreated")["taskCreated"]["status"],
+        "working"
+    );
+    let result = &line(&lines, "result")["result"];
+    assert!(result["content"].to_string().contains('5'), "{result}");
+}

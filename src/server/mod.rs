@@ -397,6 +397,11 @@ async fn passthrough(
                 return session_tasks::passthrough::serve(gateway, lane, url, parts, body, marked)
                     .await;
             }
+            if let Some(response) =
+                session_tasks::passthrough::serve_undeclared(gateway, &parts, &body).await
+            {
+                return response;
+            }
             if let Some(Message::Request {
                 id,
                 method,

@@ -127,7 +127,7 @@ pub struct ListParams {
 /// Prefix of the ids of the gateway's own server-to-client requests (a task's input
 /// requests on a `tasks/result` stream), so the client's answers are told apart from
 /// answers to the upstream's requests.
-const INPUT_REQUEST_ID: &str = "mtg-input:";
+pub const INPUT_REQUEST_ID: &str = "mtg-input:";
 
 /// The id of the request that delivers input request `key` of `task_id`.
 pub fn input_request_id(task_id: &str, key: &str) -> String {

@@ -94,6 +94,67 @@ pub async fn handle(gateway: &Gateway, session: &TaskSession, message: &Message)
     }
 }
 
+/// A session that did not declare `capabilities.tasks` still gets a gateway task when it
+/// asks for one (`params.task`): SDK quick starts send it without declaring, since a
+/// 2025-11-25 client declares that capability only to be sent task requests itself.
+/// Such a session's `tasks/get|result|cancel` are the gateway's when they name one of
+/// its tasks (anything else may be the upstream's own), and so are its answers to the
+/// gateway's input requests; the rest, `tasks/list` included, goes on as it is.
+pub async fn handle_undeclared(
+    gateway: &Gateway,
+    session: &TaskSession,
+    message: &Message,
+) -> Handled {
+    if !may_be_undeclared_tasks(message) {
+        return Handled::PassOn;
+    }
+    if let Message::Request {
+        method: name,
+        params,
+        ..
+    } = message
+        && name != method::TOOLS_CALL
+    {
+        let known = match task_id_of(name, params.as_ref()) {
+            Ok(task_id) => gateway
+                .tasks
+                .get(&task_id, &session.principal)
+                .await
+                .is_ok(),
+            Err(_) => false,
+        };
+        if !known {
+            return Handled::PassOn;
+        }
+    }
+    handle(gateway, session, message).await
+}
+
+/// What [`handle_undeclared`] may take, judged without the store: a `tools/call` with
+/// `task`, `tasks/get|result|cancel`, an answer to one of the gateway's input requests.
+pub fn may_be_undeclared_tasks(message: &Message) -> bool {
+    match message {
+        Message::Request {
+            method: name,
+            params,
+            ..
+        } => match name.as_str() {
+            method::TOOLS_CALL => params.as_ref().is_some_and(|p| p.get("task").is_some()),
+            method::TASKS_GET | method::TASKS_RESULT | method::TASKS_CANCEL => true,
+            _ => false,
+        },
+        Message::Response { id, .. } => wire::parse_input_request_id(id).is_some(),
+        Message::Notification { .. } => false,
+    }
+}
+
+/// Whether a session's message may be one [`handle_undeclared`] takes, judged from its
+/// bytes, so that other traffic of an undeclared pass-through session is not parsed.
+pub fn may_concern_tasks(body: &[u8]) -> bool {
+    let has = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
+    has(b"\"task") || has(wire::INPUT_REQUEST_ID.as_bytes())
+}
+
 /// A JSON-RPC error as a session client gets it: HTTP 200, the error in the body.
 pub fn session_error(id: Option<&Value>, error: &ErrorObject) -> Response<Body> {
     reply::json(StatusCode::OK, jsonrpc::error_body(id, error))

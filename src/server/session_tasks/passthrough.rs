@@ -157,6 +157,41 @@ pub async fn serve(
     }
 }
 
+/// A request of an unmarked session (it did not declare `capabilities.tasks`) that is
+/// the gateway's all the same (`super::handle_undeclared`): its answer, or `None` for
+/// everything else, which goes to the upstream byte for byte.
+pub async fn serve_undeclared(
+    gateway: &Gateway,
+    parts: &Parts,
+    body: &Bytes,
+) -> Option<Response<Body>> {
+    if parts.method != Method::POST || !super::may_concern_tasks(body) {
+        return None;
+    }
+    let message = Message::parse(body).ok()?;
+    let id = parts.headers.get(MCP_SESSION_ID)?;
+    let session = TaskSession {
+        id: id.to_str().ok()?.to_owned(),
+        // Unmarked: the client's id is the upstream's own.
+        upstream: Some(SessionRef {
+            id: Some(id.clone()),
+            protocol_version: parts
+                .headers
+                .get(MCP_PROTOCOL_VERSION)
+                .cloned()
+                .unwrap_or(HeaderValue::from_static(SESSION_VERSION)),
+        }),
+        capabilities: Map::new(),
+        auth: parts.headers.get(header::AUTHORIZATION).cloned(),
+        principal: gateway.principal(parts),
+        modes: false,
+    };
+    match super::handle_undeclared(gateway, &session, &message).await {
+        Handled::Reply(response) => Some(response),
+        Handled::PassOn => None,
+    }
+}
+
 /// The upstream's answer with its session id marked again: some upstreams (the
 /// TypeScript SDK's) send `Mcp-Session-Id` on every answer, and clients adopt it.
 fn remarked(mut response: Response<Body>, modes: bool) -> Response<Body> {

@@ -117,18 +117,20 @@ impl GatewaySessions {
         let Some(session) = self.find(session_id, &principal) else {
             return session_not_found();
         };
-        if let Some(declared) = session.tasks {
+        if session.tasks.is_some() || session_tasks::may_be_undeclared_tasks(&message) {
             let tasks_session = TaskSession {
                 id: session_id.to_owned(),
                 upstream: None,
                 capabilities: session.capabilities.clone(),
                 auth: parts.headers.get(header::AUTHORIZATION).cloned(),
                 principal: principal.clone(),
-                modes: declared.modes,
+                modes: session.tasks.is_some_and(|declared| declared.modes),
             };
-            if let Handled::Reply(response) =
-                session_tasks::handle(gateway, &tasks_session, &message).await
-            {
+            let handled = match session.tasks {
+                Some(_) => session_tasks::handle(gateway, &tasks_session, &message).await,
+                None => session_tasks::handle_undeclared(gateway, &tasks_session, &message).await,
+            };
+            if let Handled::Reply(response) = handled {
                 session.touch();
                 return response;
             }
