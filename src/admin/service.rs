@@ -82,6 +82,8 @@ pub struct Admin {
     inspection: Arc<dyn TaskInspection>,
     tasks: Arc<TaskService>,
     instance_id: String,
+    /// The Redis store's namespace (`""`: the legacy layout); `None` in memory.
+    store_namespace: Option<String>,
 }
 
 impl Admin {
@@ -89,11 +91,13 @@ impl Admin {
         inspection: Arc<dyn TaskInspection>,
         tasks: Arc<TaskService>,
         instance_id: String,
+        store_namespace: Option<String>,
     ) -> Self {
         Self {
             inspection,
             tasks,
             instance_id,
+            store_namespace,
         }
     }
 
@@ -197,6 +201,7 @@ impl Admin {
     pub async fn instances(&self) -> Result<Instances, AdminError> {
         let instances = self.inspection.instances().await?;
         Ok(Instances {
+            store_namespace: self.store_namespace.clone(),
             instances: instances
                 .into_iter()
                 .map(|info| InstanceView {

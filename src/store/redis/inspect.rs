@@ -8,17 +8,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use redis::Value;
 
-use super::{
-    INSTANCES_KEY, RedisStore, codec, corrupt, is_task_id, lease_key, listing, owned_key, parse,
-    pipe_of, task_key,
-};
+use super::{RedisStore, codec, corrupt, is_task_id, listing, parse, pipe_of};
 use crate::store::inspect::{
     BadCursor, InspectError, InstanceInfo, ScanPage, Scope, TaskInspection,
 };
 use crate::store::{ListCursor, StoreError, TaskRecord, now_ms};
-
-/// Task keys are `mtg:{<uuid>}`; no other key of the gateway starts `mtg:{`.
-const TASK_KEY_PATTERN: &str = "mtg:{*";
 
 #[async_trait]
 impl TaskInspection for RedisStore {
@@ -48,7 +42,7 @@ impl TaskInspection for RedisStore {
 
     async fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError> {
         let mut members = redis::cmd("SMEMBERS");
-        members.arg(INSTANCES_KEY);
+        members.arg(self.keys.instances());
         let mut instances: Vec<String> = parse(self.conn.one("instances", members).await?)?;
         instances.sort();
         if instances.is_empty() {
@@ -59,11 +53,11 @@ impl TaskInspection for RedisStore {
             .iter()
             .map(|instance| {
                 let mut url = redis::cmd("GET");
-                url.arg(lease_key(instance));
+                url.arg(self.keys.lease(instance));
                 let mut left = redis::cmd("PTTL");
-                left.arg(lease_key(instance));
+                left.arg(self.keys.lease(instance));
                 let mut running = redis::cmd("SCARD");
-                running.arg(owned_key(instance));
+                running.arg(self.keys.owned(instance));
                 pipe_of([url, left, running])
             })
             .collect();
@@ -139,7 +133,7 @@ async fn scan_owners(
     };
     let mut sscan = redis::cmd("SSCAN");
     sscan
-        .arg(owned_key(&current))
+        .arg(store.keys.owned(&current))
         .arg(position)
         .arg("COUNT")
         .arg(budget);
@@ -167,7 +161,7 @@ async fn next_instance(
     after: Option<&str>,
 ) -> Result<Option<String>, StoreError> {
     let mut members = redis::cmd("SMEMBERS");
-    members.arg(INSTANCES_KEY);
+    members.arg(store.keys.instances());
     let instances: Vec<String> = parse(store.conn.one("inspect", members).await?)?;
     Ok(instances
         .into_iter()
@@ -188,7 +182,7 @@ async fn scan_keys(
     let mut scan = redis::cmd("SCAN");
     scan.arg(position)
         .arg("MATCH")
-        .arg(TASK_KEY_PATTERN)
+        .arg(store.keys.task_pattern())
         .arg("COUNT")
         .arg(budget)
         .arg("TYPE")
@@ -196,7 +190,7 @@ async fn scan_keys(
     let (position, keys): (u64, Vec<String>) = parse(store.conn.one("inspect", scan).await?)?;
     let ids: Vec<String> = keys
         .iter()
-        .filter_map(|key| key.strip_prefix("mtg:{")?.strip_suffix('}'))
+        .filter_map(|key| store.keys.task_id_of(key))
         .map(str::to_owned)
         .collect();
     Ok(ScanPage {
@@ -224,7 +218,7 @@ pub(super) async fn read_tasks(
         .iter()
         .map(|id| {
             let mut read = redis::cmd("HGETALL");
-            read.arg(task_key(id));
+            read.arg(store.keys.task(id));
             pipe_of([read])
         })
         .collect();
