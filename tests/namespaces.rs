@@ -231,3 +231,20 @@ async fn deployments_sharing_a_redis_never_touch_each_others_tasks() {
     })
     .await;
 }
+
+#[test]
+fn a_bad_namespace_is_refused_at_start_naming_the_flag() {
+    let upstream = ["--upstream", "http://127.0.0.1:1/mcp"];
+    let by_flag = gateway_command(&upstream, &["--store-namespace", "a*b"], "warn");
+    let mut by_env = gateway_command(&upstream, &[], "warn");
+    by_env.env("MTG_STORE_NAMESPACE", "changes");
+    for (mut command, says) in [(by_flag, "characters"), (by_env, "legacy key layout")] {
+        let output = command.output().unwrap();
+        assert_eq!(output.status.code(), Some(2));
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(
+            stderr.contains("--store-namespace") && stderr.contains(says),
+            "{stderr}"
+        );
+    }
+}

@@ -57,10 +57,8 @@ impl StoreNamespace {
         if raw.len() > MAX_LEN || !raw.bytes().all(allowed) {
             return Err(BadNamespace::Characters);
         }
-        if LEGACY_SEGMENTS
-            .iter()
-            .any(|word| word.eq_ignore_ascii_case(raw))
-        {
+        // Keys are case-sensitive: only the exact words collide.
+        if LEGACY_SEGMENTS.contains(&raw) {
             return Err(BadNamespace::Reserved(raw.to_owned()));
         }
         Ok(Self::Named(raw.to_owned()))
@@ -209,7 +207,14 @@ mod tests {
 
     #[test]
     fn only_plain_names_are_accepted() {
-        for good in ["a", "prod", "team_1.gw-2", &"x".repeat(64), "Owned-2"] {
+        for good in [
+            "a",
+            "prod",
+            "team_1.gw-2",
+            &"x".repeat(64),
+            "Owned",
+            "owned-2",
+        ] {
             assert!(StoreNamespace::parse(good).is_ok(), "{good:?}");
         }
         for bad in [
@@ -229,7 +234,7 @@ mod tests {
                 "{bad:?}"
             );
         }
-        for word in LEGACY_SEGMENTS.iter().chain(&["OWNED", "Changes"]) {
+        for word in LEGACY_SEGMENTS {
             assert!(
                 matches!(StoreNamespace::parse(word), Err(BadNamespace::Reserved(_))),
                 "{word:?}"
