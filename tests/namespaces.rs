@@ -195,7 +195,10 @@ async fn deployments_sharing_a_redis_never_touch_each_others_tasks() {
     let mut xs = vec![x_lookup.clone(), x_sleep.clone()];
     xs.sort();
     assert_eq!(listed(&x1.admin, "limit=1000").await, xs);
-    assert_eq!(listed(&x1.admin, "status=working").await, [x_sleep.clone()]);
+    assert_eq!(
+        listed(&x1.admin, "status=working").await,
+        [x_sleep.as_str()]
+    );
     let by_caller = format!("principal={principal}");
     assert_eq!(listed(&x1.admin, &by_caller).await, xs);
     for id in &ys {

@@ -26,6 +26,7 @@ mod listing;
 mod scripts;
 mod takeover;
 mod wakeups;
+mod walk;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -420,7 +420,7 @@ async fn namespaces_on_one_redis_never_meet() {
         Scope::Principal("alice"),
     ] {
         let page = x.scan(scope, None, 100).await.unwrap();
-        let ids: Vec<&str> = page.tasks.iter().map(|t| t.task_id.as_str()).collect();
+        let ids: Vec<&str> = page.tasks.iter().map(|t| t.task.task_id.as_str()).collect();
         assert_eq!(ids, [mine.task_id.as_str()], "{scope:?}");
     }
     let listed = x.list("alice", None, 10).await.unwrap();
