@@ -17,8 +17,9 @@
 //! past `e` is read again bucket by bucket (`COUNT 1` returns the entries of the one
 //! bucket it stopped at), so each entry is known to lie inside `[s, e)` or past it, and
 //! the ones past it are new to the walk. Cursors are compared in Redis' scan order, the
-//! reverse-binary order of `dictScan`. As with `SCAN` itself, this holds while the table
-//! is not resized; a resize can repeat an entry (never lose one), as `SCAN` can.
+//! reverse-binary order of `dictScan`, which a table that grows keeps (a bucket's halves
+//! follow it in that order); when the table shrinks between two pages an entry may be
+//! handed out twice, as `SCAN` itself may return one twice.
 
 use std::fmt;
 use std::future::Future;
