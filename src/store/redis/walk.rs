@@ -28,8 +28,8 @@ use super::is_task_id;
 use crate::store::StoreError;
 use crate::store::inspect::{BadCursor, InspectError};
 
-/// Largest `COUNT` a cursor may carry (the admin API asks for at most its page size).
-const MAX_COUNT: u64 = 10_000;
+/// Largest `COUNT` a cursor may carry: the admin API asks for at most 1,000 a step.
+const MAX_COUNT: u64 = 1000;
 
 /// Where a walk stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -164,15 +164,20 @@ async fn reread(
     end: u64,
     after: &str,
 ) -> Result<Step, InspectError> {
-    // A cursor the gateway made needs about one call per entry of its step at most.
+    // A cursor the gateway made needs about one call per entry of its step at most, and
+    // after the first call (which reads what the step read) finds few entries more; a
+    // made-up one must not walk (or hold) the whole keyspace.
     let max_calls = 4 * count + 16;
+    let max_more = 16 * count as usize + 1024;
     let mut inside = Vec::new();
+    let mut first = None;
     let mut at = start;
     let mut step_count = count;
     let mut calls = 0;
     let past = loop {
         calls += 1;
-        if calls > max_calls {
+        let more = first.map_or(0, |first| inside.len() - first);
+        if calls > max_calls || more > max_more {
             return Err(BadCursor(
                 Position::Within {
                     start,
@@ -187,6 +192,7 @@ async fn reread(
         let (next, ids) = scan.scan(at, step_count).await?;
         if rank(next) <= rank(end) {
             inside.extend(ids);
+            first.get_or_insert(inside.len());
             at = next;
             if next == end {
                 break None;
@@ -398,6 +404,23 @@ mod tests {
         assert_eq!(ids_of(&rest), [id(4)]);
     }
 
+    /// A made-up position whose region is the whole table is refused, not walked.
+    #[tokio::test]
+    async fn a_made_up_region_is_refused_rather_than_walked() {
+        let table = filled(12, 5000);
+        let made_up = Position::Within {
+            start: 0,
+            count: 1,
+            end: 0,
+            after: id(0),
+        };
+        let refused = step(&table, &made_up, 1).await;
+        assert!(
+            matches!(refused, Err(InspectError::BadCursor(_))),
+            "{refused:?}"
+        );
+    }
+
     #[test]
     fn positions_read_back_and_bad_ones_are_refused() {
         let within = Position::Within {
@@ -413,7 +436,7 @@ mod tests {
             "x",
             "1/2/3",
             "1/0/3/00000000-0000-0000-0000-000000000007",
-            "1/10001/3/00000000-0000-0000-0000-000000000007",
+            "1/1001/3/00000000-0000-0000-0000-000000000007",
             "1/2/3/not-an-id",
             "1/2/3/00000000-0000-0000-0000-000000000007/5",
             "-1",
