@@ -103,6 +103,9 @@ async fn run(args: &Args) {
     );
 }
 
+/// The store namespace of both gateways, so the bench can read their keys.
+const NAMESPACE: &str = "bench";
+
 struct Measured {
     until_moved: Duration,
     sweep_ms: u64,
@@ -122,6 +125,8 @@ async fn sweep(gateway: &Path, args: &Args, extra: &[String]) -> Measured {
             id.to_owned(),
             "--lease-timeout-ms".to_owned(),
             lease.clone(),
+            "--store-namespace".to_owned(),
+            NAMESPACE.to_owned(),
         ]
     };
     let (mut lost, lost_url) = test_support::bench::gateway(gateway, &upstream, &flags("gw-lost"));
@@ -150,7 +155,7 @@ async fn sweep(gateway: &Path, args: &Args, extra: &[String]) -> Measured {
             .iter()
             .filter(|id| {
                 let status: Option<String> = redis::cmd("HGET")
-                    .arg(format!("mtg:{{{id}}}"))
+                    .arg(format!("mtg:{NAMESPACE}:{{{id}}}"))
                     .arg("status")
                     .query(&mut redis_conn)
                     .expect("HGET");
@@ -182,7 +187,7 @@ async fn sweep(gateway: &Path, args: &Args, extra: &[String]) -> Measured {
     }
     let (commands, reads) = last;
     let moved: u64 = redis::cmd("SCARD")
-        .arg("mtg:owned:{gw-live}")
+        .arg(format!("mtg:{NAMESPACE}:owned:{{gw-live}}"))
         .query(&mut redis_conn)
         .expect("SCARD");
     assert_eq!(

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{ArgGroup, Parser};
 
-use crate::store::redis::Target;
+use crate::store::redis::{BadNamespace, StoreNamespace, Target};
 use crate::tasks::policy::TaskPolicy;
 
 /// Every flag has an environment variable of the same name, upper-cased with a `MTG_` prefix.
@@ -291,6 +291,16 @@ pub struct Config {
     #[arg(long, env = "MTG_REDIS_CA_FILE")]
     pub redis_ca_file: Option<std::path::PathBuf>,
 
+    /// Namespace of this deployment's keys and channels in a shared Redis
+    /// (`mtg:<NAME>:...`): gateways with different namespaces never see each other's
+    /// tasks, instances or wake-ups. 1-64 characters of A-Z a-z 0-9 . _ -. Default:
+    /// derived from the upstream (`u-` and 16 hex digits of a SHA-256 of
+    /// `--upstream`/`--upstream-cmd`). "" selects the legacy layout without a
+    /// namespace, which isolates nothing: only to keep an existing deployment's tasks
+    /// while upgrading (docs/redis.md, "Upgrading").
+    #[arg(long, env = "MTG_STORE_NAMESPACE", value_name = "NAME", value_parser = parse_store_namespace)]
+    pub store_namespace: Option<StoreNamespace>,
+
     /// Time limit for one Redis operation, connecting included. Past it the request
     /// gets -32603 "task store unavailable".
     #[arg(long, env = "MTG_REDIS_TIMEOUT_MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -442,6 +452,32 @@ impl Config {
         }
     }
 
+    /// `--store-namespace`, else the one derived from the upstream.
+    pub fn store_namespace(&self) -> StoreNamespace {
+        self.store_namespace
+            .clone()
+            .unwrap_or_else(|| StoreNamespace::derived_from(&self.canonical_upstream()))
+    }
+
+    /// The upstream as one string that does not change with how it was spelled (case of
+    /// scheme and host, a default port written or not); replicas of one deployment are
+    /// given the same upstream, so they derive the same namespace.
+    fn canonical_upstream(&self) -> String {
+        match (&self.upstream, &self.upstream_cmd) {
+            (Some(uri), _) => {
+                let scheme = uri.scheme_str().unwrap_or("http").to_ascii_lowercase();
+                let host = uri.host().unwrap_or_default().to_ascii_lowercase();
+                let default_port = if scheme == "https" { 443 } else { 80 };
+                let port = uri.port_u16().unwrap_or(default_port);
+                let path = uri.path_and_query().map_or("/", |p| p.as_str());
+                format!("url {scheme}://{host}:{port}{path}")
+            }
+            // NUL cannot occur in an argument, so the words stay apart.
+            (None, Some(command)) => format!("cmd {}", command.0.join("\0")),
+            (None, None) => String::new(),
+        }
+    }
+
     /// The shared store, if one is configured.
     pub fn redis_target(&self) -> Option<Target> {
         match (&self.redis, self.redis_cluster.is_empty()) {
@@ -491,6 +527,8 @@ pub enum InvalidValue {
     BadInstanceId,
     #[error("a key needs at least 32 bytes")]
     ShortKey,
+    #[error(transparent)]
+    Namespace(#[from] BadNamespace),
 }
 
 /// A program and its arguments, as split from `--upstream-cmd`.
@@ -545,6 +583,10 @@ fn parse_redis_url(raw: &str) -> Result<String, InvalidValue> {
         Some(("redis" | "rediss", rest)) if !rest.is_empty() => Ok(raw.to_owned()),
         _ => Err(InvalidValue::NotRedisUrl),
     }
+}
+
+fn parse_store_namespace(raw: &str) -> Result<StoreNamespace, InvalidValue> {
+    Ok(StoreNamespace::parse(raw)?)
 }
 
 /// Instance ids become part of Redis key names (as hash tags), so braces are out.
@@ -701,6 +743,63 @@ mod tests {
         for bad in [r#"node "unclosed"#, "   "] {
             let parsed = Config::try_parse_from(["mcp-task-gateway", "--upstream-cmd", bad]);
             assert!(parsed.is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_store_namespace_is_given_or_derived_from_the_upstream() {
+        let parse = |args: &[&str]| {
+            Config::try_parse_from([&["mcp-task-gateway"][..], args].concat())
+                .map(|config| config.store_namespace())
+        };
+        let given = parse(&["--upstream", "http://a:1/mcp", "--store-namespace", "prod"]);
+        assert_eq!(given.unwrap(), StoreNamespace::Named("prod".into()));
+        let legacy = parse(&["--upstream", "http://a:1/mcp", "--store-namespace", ""]);
+        assert_eq!(legacy.unwrap(), StoreNamespace::Legacy);
+        let legacy = parse(&["--upstream", "http://a:1/mcp", "--store-namespace="]);
+        assert_eq!(legacy.unwrap(), StoreNamespace::Legacy);
+
+        // Spelled differently, the same upstream; another path, port or host is not.
+        let derived = parse(&["--upstream", "http://mcp.example:80/mcp"]).unwrap();
+        assert_eq!(
+            parse(&["--upstream", "HTTP://MCP.Example/mcp"]).unwrap(),
+            derived
+        );
+        for other in [
+            "http://mcp.example/other",
+            "http://mcp.example:8080/mcp",
+            "https://mcp.example/mcp",
+            "http://mcp.example.org/mcp",
+        ] {
+            assert_ne!(parse(&["--upstream", other]).unwrap(), derived, "{other}");
+        }
+        let command = parse(&["--upstream-cmd", "server --port 1"]).unwrap();
+        assert_eq!(
+            parse(&["--upstream-cmd", "server  '--port' 1"]).unwrap(),
+            command
+        );
+        assert_ne!(
+            parse(&["--upstream-cmd", "server --port 2"]).unwrap(),
+            command
+        );
+        assert_ne!(
+            parse(&["--upstream-cmd", "server '--port 1'"]).unwrap(),
+            command
+        );
+        assert!(command.to_string().starts_with("u-"));
+
+        for bad in [
+            "a b",
+            "a*",
+            "x{y}",
+            "a:b",
+            "owned",
+            "changes",
+            &"n".repeat(65),
+        ] {
+            let refused = parse(&["--upstream", "http://a:1/mcp", "--store-namespace", bad]);
+            let error = refused.expect_err(bad).to_string();
+            assert!(error.contains("--store-namespace"), "{bad:?}: {error}");
         }
     }
 

@@ -29,7 +29,7 @@ use cluster::{ClusterSettings, Membership};
 use config::Config;
 use store::Store;
 use store::memory::MemoryStore;
-use store::redis::{RedisSettings, RedisStore, Target};
+use store::redis::{RedisSettings, RedisStore, StoreNamespace, Target};
 use tasks::{TaskService, TaskSettings};
 
 /// Runs the gateway until SIGTERM or Ctrl-C. Call it on a current-thread runtime: it
@@ -56,10 +56,16 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     let client = upstream::http::client();
     let call_client = upstream::http::call_client(config.upstream_read_buffer_bytes as usize);
     let upstream = select_upstream(&config, &call_client);
+    // Only a shared store has a namespace; the admin API shows it.
+    let mut store_namespace = None;
     let store = match config.redis_target() {
         None => Store::new(MemoryStore::start()),
         Some(target) => {
+            let namespace = config.store_namespace();
+            log_namespace(&namespace, config.store_namespace.is_some());
+            store_namespace = Some(namespace.to_string());
             let settings = RedisSettings {
+                namespace,
                 target,
                 instance_id: config.instance_id.clone(),
                 wait_replicas: config.redis_wait_replicas,
@@ -110,6 +116,7 @@ pub async fn run(config: Config) -> std::io::Result<()> {
                 store.inspection.clone(),
                 tasks.clone(),
                 config.instance_id.clone(),
+                store_namespace,
             ),
             token,
         });
@@ -154,6 +161,21 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     workers.stop().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+fn log_namespace(namespace: &StoreNamespace, given: bool) {
+    match namespace {
+        StoreNamespace::Legacy => tracing::warn!(
+            "--store-namespace \"\": the legacy key layout (mtg:...), shared with every \
+             other gateway that uses it: no isolation. Meant only for upgrading; see \
+             docs/redis.md, \"Upgrading\""
+        ),
+        StoreNamespace::Named(name) => tracing::info!(
+            namespace = %name,
+            derived = !given,
+            "task store keys under mtg:{name}:"
+        ),
+    }
 }
 
 /// Whether another instance holds a live lease: only then can tasks be handed over.

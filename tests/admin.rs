@@ -472,3 +472,171 @@ async fn on_redis_any_instance_shows_and_cancels_a_task_running_on_another() {
     let untouched = on_c.get_task(&elsewhere).await;
     assert_eq!(untouched["status"], "working");
 }
+
+/// One listing's pages of at most `limit` tasks, through the HTTP API and through the
+/// CLI: each page holds at most `limit`, no task comes twice; the ids of each walk.
+async fn walk_both_ways(admin: &str, filters: &[(&str, &str)], limit: usize) -> [Vec<String>; 2] {
+    let http = reqwest::Client::new();
+    let mut by_http = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let limit_text = limit.to_string();
+        let mut query = vec![("limit", limit_text.as_str())];
+        query.extend_from_slice(filters);
+        if let Some(cursor) = &cursor {
+            query.push(("cursor", cursor));
+        }
+        let url = format!(
+            "{admin}/admin/tasks?{}",
+            serde_urlencoded::to_string(&query).unwrap()
+        );
+        let page: Value = http
+            .get(url)
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let ids = listed_ids(&page);
+        assert!(ids.len() <= limit, "{filters:?}, limit {limit}: {page}");
+        by_http.extend(ids);
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    let mut by_cli = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let limit_text = limit.to_string();
+        let mut args = vec!["tasks", "list", "--limit", &limit_text];
+        for (name, value) in filters {
+            args.extend([cli_flag(name), value]);
+        }
+        if let Some(cursor) = &cursor {
+            args.extend(["--cursor", cursor]);
+        }
+        let page = cli_json(admin, &args);
+        let ids = listed_ids(&page);
+        assert!(ids.len() <= limit, "admin {args:?}: {page}");
+        by_cli.extend(ids);
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    for ids in [&by_http, &by_cli] {
+        let mut unique = ids.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), ids.len(), "a task listed twice: {ids:?}");
+    }
+    [by_http, by_cli]
+}
+
+fn cli_flag(query_name: &str) -> &'static str {
+    match query_name {
+        "status" => "--status",
+        "owner" => "--owner",
+        "principal" => "--principal",
+        other => panic!("no CLI flag for {other}"),
+    }
+}
+
+/// `count` tasks in all, made through `gateways` in turn by alice and bob: every fourth
+/// an `echo` (completed once done), the others a long `sleep` (working).
+struct Made {
+    all: Vec<String>,
+    working: Vec<String>,
+    alices: Vec<String>,
+    /// Working tasks per gateway, in the order of `gateways`.
+    working_on: Vec<Vec<String>>,
+}
+
+async fn make_tasks(gateways: &[String], made: &mut Made, count: usize) {
+    while made.all.len() < count {
+        let n = made.all.len();
+        let on = n % gateways.len();
+        let who = if n.is_multiple_of(3) { "bob" } else { "alice" };
+        let client = client_of(&gateways[on], who);
+        let id = if n.is_multiple_of(4) {
+            let id = client
+                .start_task("echo", json!({"text": n.to_string()}))
+                .await;
+            client.wait_status(&id, "completed").await;
+            id
+        } else {
+            let id = client.start_task("sleep", json!({"ms": 600000})).await;
+            made.working.push(id.clone());
+            made.working_on[on].push(id.clone());
+            id
+        };
+        if who == "alice" {
+            made.alices.push(id.clone());
+        }
+        made.all.push(id);
+    }
+}
+
+/// A listing's filters as query parameters, e.g. `("status", "working")`.
+type Filters<'a> = Vec<(&'a str, &'a str)>;
+
+/// Pages of 1, 2 and 100 over 7 and then 50 tasks, in every scope: every page holds at
+/// most `limit` tasks, and following the cursor lists each task once.
+async fn pages_hold_at_most_limit(gateways: &[(Proc, String, String)], owners: &[&str]) {
+    let urls: Vec<String> = gateways.iter().map(|g| g.1.clone()).collect();
+    let admin = &gateways[0].2;
+    let mut made = Made {
+        all: Vec::new(),
+        working: Vec::new(),
+        alices: Vec::new(),
+        working_on: vec![Vec::new(); urls.len()],
+    };
+    for count in [7, 50] {
+        make_tasks(&urls, &mut made, count).await;
+        let alice = cli_json(admin, &["tasks", "show", &made.alices[0]]);
+        let principal = alice["principal"].as_str().unwrap().to_owned();
+        let mut cases: Vec<(Filters, &Vec<String>)> = vec![
+            (vec![], &made.all),
+            (vec![("status", "working")], &made.working),
+            (vec![("principal", principal.as_str())], &made.alices),
+        ];
+        for (owner, working) in owners.iter().zip(&made.working_on) {
+            cases.push((vec![("status", "working"), ("owner", owner)], working));
+        }
+        for (filters, expected) in &cases {
+            let expected = sorted(&expected.iter().collect::<Vec<_>>());
+            for limit in [1, 2, 100] {
+                for mut ids in walk_both_ways(admin, filters, limit).await {
+                    ids.sort();
+                    assert_eq!(ids, expected, "{count} tasks, {filters:?}, limit {limit}");
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn pages_hold_at_most_limit_tasks_in_memory() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let gateway = start_admin_gateway(&upstream_url, &[]);
+    pages_hold_at_most_limit(&[gateway], &[]).await;
+}
+
+#[tokio::test]
+async fn pages_hold_at_most_limit_tasks_on_redis() {
+    let redis = RedisServer::start();
+    let redis_url = redis.url();
+    let (_upstream, upstream_url) = start_plain_server();
+    let owners = ["gw-0", "gw-1"];
+    let gateways: Vec<_> = owners
+        .iter()
+        .map(|id| {
+            let flags = ["--redis", &redis_url, "--instance-id", id];
+            start_admin_gateway(&upstream_url, &flags)
+        })
+        .collect();
+    pages_hold_at_most_limit(&gateways, &owners).await;
+}

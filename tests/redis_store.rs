@@ -354,8 +354,9 @@ async fn the_full_flow_works_on_redis_cluster() {
     }
     let mut nodes_with_tasks = 0;
     for node in &cluster.nodes {
+        // Task keys of the namespace derived from the upstream: `mtg:u-<16 hex>:{<id>}`.
         let keys: Vec<String> = ::redis::cmd("KEYS")
-            .arg("mtg:{*}")
+            .arg("mtg:u-????????????????:{*}")
             .query(&mut node.connection())
             .unwrap();
         nodes_with_tasks += usize::from(!keys.is_empty());
@@ -397,10 +398,19 @@ async fn an_expired_task_is_unknown_and_leaves_no_key() {
             .into_iter()
             .filter(|k| k.contains(task.as_str()) || k.contains(waiting.as_str()))
             .collect();
-        let members: Vec<String> = ::redis::cmd("SMEMBERS")
-            .arg("mtg:owned:{gw-0}")
+        // The owner's index, in whatever namespace the gateways derived.
+        let indexes: Vec<String> = ::redis::cmd("KEYS")
+            .arg("mtg:*:owned:{gw-0}")
             .query(&mut conn)
             .unwrap();
+        let mut members: Vec<String> = Vec::new();
+        for index in indexes {
+            let more: Vec<String> = ::redis::cmd("SMEMBERS")
+                .arg(index)
+                .query(&mut conn)
+                .unwrap();
+            members.extend(more);
+        }
         let indexed = members.contains(&task) || members.contains(&waiting);
         async move { (left.is_empty() && !indexed).then_some(()) }
     })

@@ -47,7 +47,7 @@ async fn tasks_flow_through_a_tls_redis() {
     // The task is in that Redis (read over its plain port).
     let mut conn = redis.connection();
     let owner: String = redis::cmd("HGET")
-        .arg(format!("mtg:{{{task_id}}}"))
+        .arg(task_key(&mut conn, &task_id))
         .arg("owner")
         .query(&mut conn)
         .unwrap();

@@ -38,7 +38,7 @@ fn gateway(upstream_url: &str, redis: &RedisServer, id: &str, extra: &[&str]) ->
 fn owner_of(redis: &RedisServer, task_id: &str) -> String {
     let mut conn = redis.connection();
     redis::cmd("HGET")
-        .arg(format!("mtg:{{{task_id}}}"))
+        .arg(task_key(&mut conn, task_id))
         .arg("owner")
         .query(&mut conn)
         .unwrap()
@@ -365,7 +365,7 @@ async fn the_rerun_carries_the_callers_credential() {
     .await;
     let mut conn = redis.connection();
     let record: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
-        .arg(format!("mtg:{{{task_id}}}"))
+        .arg(task_key(&mut conn, &task_id))
         .query(&mut conn)
         .unwrap();
     assert!(record["resume"].contains("mtgc1."), "{record:?}");

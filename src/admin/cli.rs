@@ -271,8 +271,13 @@ fn detail_table(task: &TaskDetail) -> String {
 }
 
 fn instances_table(instances: &Instances) -> String {
+    let namespace = match instances.store_namespace.as_deref() {
+        Some("") => "store namespace: none (legacy layout)\n".to_owned(),
+        Some(name) => format!("store namespace: {name}\n"),
+        None => String::new(),
+    };
     if instances.instances.is_empty() {
-        return "no instances".into();
+        return format!("{namespace}no instances");
     }
     let mut out = table(&["INSTANCE", "LEASE", "EXPIRES IN", "RUNNING", "URL", ""]);
     for instance in &instances.instances {
@@ -293,7 +298,7 @@ fn instances_table(instances: &Instances) -> String {
             if instance.this { "(answered)" } else { "" }.to_owned(),
         ]);
     }
-    out.to_string()
+    format!("{namespace}{out}")
 }
 
 /// A coarse age for people: `42s`, `17m`, `3h 5m`.

@@ -82,6 +82,8 @@ pub struct Admin {
     inspection: Arc<dyn TaskInspection>,
     tasks: Arc<TaskService>,
     instance_id: String,
+    /// The Redis store's namespace (`""`: the legacy layout); `None` in memory.
+    store_namespace: Option<String>,
 }
 
 impl Admin {
@@ -89,50 +91,24 @@ impl Admin {
         inspection: Arc<dyn TaskInspection>,
         tasks: Arc<TaskService>,
         instance_id: String,
+        store_namespace: Option<String>,
     ) -> Self {
         Self {
             inspection,
             tasks,
             instance_id,
+            store_namespace,
         }
     }
 
-    /// One page of the tasks that match `filter`, from `cursor`.
+    /// One page of at most `limit` tasks that match `filter`, from `cursor`.
     pub async fn list(
         &self,
         filter: &Filter,
         cursor: Option<String>,
         limit: usize,
     ) -> Result<TaskList, AdminError> {
-        let limit = limit.clamp(1, MAX_LIMIT);
-        let scope = filter.scope();
-        let mut cursor = cursor;
-        let mut found: Vec<Arc<TaskRecord>> = Vec::new();
-        let mut examined = 0;
-        // Ask for what is still missing; widen while steps find nothing (a sparse filter).
-        let mut step = limit;
-        loop {
-            let page = self.inspection.scan(scope, cursor.as_deref(), step).await?;
-            let now = now_ms();
-            let before = found.len();
-            found.extend(page.tasks.into_iter().filter(|t| filter.matches(t, now)));
-            examined += step;
-            cursor = page.next;
-            if cursor.is_none() || found.len() >= limit || examined >= MAX_EXAMINED {
-                break;
-            }
-            step = if found.len() == before {
-                (step * 4).min(MAX_LIMIT)
-            } else {
-                limit - found.len()
-            };
-        }
-        found.sort_by(|a, b| (b.created_at_ms, &b.task_id).cmp(&(a.created_at_ms, &a.task_id)));
-        let now = now_ms();
-        Ok(TaskList {
-            tasks: found.iter().map(|task| summary(task, now)).collect(),
-            next_cursor: cursor,
-        })
+        list_page(self.inspection.as_ref(), filter, cursor, limit).await
     }
 
     pub async fn show(&self, task_id: &str) -> Result<Option<TaskDetail>, AdminError> {
@@ -197,6 +173,7 @@ impl Admin {
     pub async fn instances(&self) -> Result<Instances, AdminError> {
         let instances = self.inspection.instances().await?;
         Ok(Instances {
+            store_namespace: self.store_namespace.clone(),
             instances: instances
                 .into_iter()
                 .map(|info| InstanceView {
@@ -210,6 +187,59 @@ impl Admin {
                 .collect(),
         })
     }
+}
+
+/// One page of at most `limit` tasks that match `filter`, from `cursor`.
+pub(crate) async fn list_page(
+    inspection: &dyn TaskInspection,
+    filter: &Filter,
+    cursor: Option<String>,
+    limit: usize,
+) -> Result<TaskList, AdminError> {
+    let limit = limit.clamp(1, MAX_LIMIT);
+    let scope = filter.scope();
+    let mut cursor = cursor;
+    let mut found: Vec<Arc<TaskRecord>> = Vec::new();
+    let mut examined = 0;
+    // Ask for what is still missing; widen while steps find nothing (a sparse filter).
+    let mut step = limit;
+    loop {
+        let page = inspection.scan(scope, cursor.as_deref(), step).await?;
+        let now = now_ms();
+        let before = found.len();
+        let last = page.tasks.len().checked_sub(1);
+        // A step may hold more than was asked for: the page ends at the task that
+        // fills it, and the walk goes on right after that task.
+        let mut full_at = None;
+        for (index, scanned) in page.tasks.into_iter().enumerate() {
+            if filter.matches(&scanned.task, now) {
+                found.push(scanned.task);
+                if found.len() == limit {
+                    full_at = Some((index, scanned.after));
+                    break;
+                }
+            }
+        }
+        examined += step;
+        cursor = match full_at {
+            Some((index, after)) if Some(index) != last => Some(after),
+            _ => page.next,
+        };
+        if cursor.is_none() || found.len() >= limit || examined >= MAX_EXAMINED {
+            break;
+        }
+        step = if found.len() == before {
+            (step * 4).min(MAX_LIMIT)
+        } else {
+            limit - found.len()
+        };
+    }
+    found.sort_by(|a, b| (b.created_at_ms, &b.task_id).cmp(&(a.created_at_ms, &a.task_id)));
+    let now = now_ms();
+    Ok(TaskList {
+        tasks: found.iter().map(|task| summary(task, now)).collect(),
+        next_cursor: cursor,
+    })
 }
 
 fn summary(task: &TaskRecord, now: u64) -> TaskSummary {
@@ -237,4 +267,199 @@ fn tool_of(task: &TaskRecord) -> Option<String> {
     serde_json::from_str::<Named>(request.get())
         .ok()
         .and_then(|named| named.name)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Pages of the listing hold at most `limit` tasks, and following the cursor lists
+    //! each task once, on both stores, in every scope; the stores are filled directly.
+
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    use futures_util::future::try_join_all;
+    use test_support::RedisServer;
+
+    use super::*;
+    use crate::store::contract::{raw, record};
+    use crate::store::memory::MemoryStore;
+    use crate::store::redis::{RedisSettings, RedisStore, StoreNamespace, Target};
+    use crate::store::{Lease, Outcome, Store};
+
+    const OWNERS: [&str; 2] = ["gw-a", "gw-b"];
+
+    /// `count` tasks over two owners and two principals, every fifth one completed;
+    /// each filter with the ids it must list.
+    async fn fill(stores: &[Store; 2], count: usize) -> Vec<(Filter, BTreeSet<String>)> {
+        for (store, owner) in stores.iter().zip(OWNERS) {
+            let lease = Lease {
+                instance: owner,
+                advertise_url: None,
+                ttl: Duration::from_secs(600),
+            };
+            store.membership.renew_lease(&lease).await.unwrap();
+        }
+        let tasks: Vec<TaskRecord> = (0..count)
+            .map(|n| {
+                let mut task = record(OWNERS[n % 2]);
+                task.principal = if n.is_multiple_of(3) { "bob" } else { "alice" }.into();
+                // A millisecond apart, as tasks made one by one are (a principal's
+                // listing of many tasks of one millisecond is a case of its own).
+                task.created_at_ms -= (count - n) as u64;
+                // Alive for the whole test, however long the walks take.
+                task.ttl_ms = 600_000;
+                task
+            })
+            .collect();
+        let numbered: Vec<(usize, &TaskRecord)> = tasks.iter().enumerate().collect();
+        // Filled concurrently, a batch at a time: 10,001 one by one takes long on Redis.
+        for batch in numbered.chunks(200) {
+            try_join_all(batch.iter().map(|&(n, task)| {
+                let store = &stores[n % 2];
+                async move {
+                    store.tasks.create(task.clone()).await?;
+                    if n.is_multiple_of(5) {
+                        let done = Outcome::Completed(raw("{}"));
+                        store.tasks.finish(&task.task_id, done).await?;
+                    }
+                    Ok::<_, StoreError>(())
+                }
+            }))
+            .await
+            .unwrap();
+        }
+        let ids = |keep: &dyn Fn(usize, &TaskRecord) -> bool| -> BTreeSet<String> {
+            (numbered.iter())
+                .filter(|(n, task)| keep(*n, task))
+                .map(|(_, task)| task.task_id.clone())
+                .collect()
+        };
+        let working = |n: usize| !n.is_multiple_of(5);
+        vec![
+            (Filter::default(), ids(&|_, _| true)),
+            (
+                Filter {
+                    status: Some(TaskStatus::Working),
+                    ..Filter::default()
+                },
+                ids(&|n, _| working(n)),
+            ),
+            (
+                Filter {
+                    status: Some(TaskStatus::Working),
+                    owner: Some("gw-b".into()),
+                    ..Filter::default()
+                },
+                ids(&|n, task| working(n) && task.owner == "gw-b"),
+            ),
+            (
+                Filter {
+                    principal: Some("alice".into()),
+                    ..Filter::default()
+                },
+                ids(&|_, task| task.principal == "alice"),
+            ),
+        ]
+    }
+
+    /// Every page of `filter`'s listing in pages of `limit`: each at most `limit`, no
+    /// task twice, all of `expected`.
+    async fn page_through(
+        inspection: &dyn TaskInspection,
+        filter: &Filter,
+        limit: usize,
+        expected: &BTreeSet<String>,
+    ) {
+        let mut seen = BTreeSet::new();
+        let mut cursor = None;
+        let mut pages = 0;
+        loop {
+            let page = list_page(inspection, filter, cursor, limit).await.unwrap();
+            pages += 1;
+            assert!(
+                page.tasks.len() <= limit,
+                "{} tasks in a page of {limit} ({filter:?})",
+                page.tasks.len()
+            );
+            for task in &page.tasks {
+                assert!(
+                    seen.insert(task.task_id.clone()),
+                    "{} listed twice ({filter:?}, limit {limit})",
+                    task.task_id
+                );
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+            assert!(pages <= 3 * expected.len() + 10, "the walk does not end");
+        }
+        let missing: Vec<&String> = expected.difference(&seen).take(3).collect();
+        let extra: Vec<&String> = seen.difference(expected).take(3).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "{filter:?}, limit {limit}: {} listed of {} expected; missing {missing:?}, extra {extra:?}",
+            seen.len(),
+            expected.len()
+        );
+    }
+
+    /// Every filter in pages of 1, 2 and 100, the walks side by side (each is a chain
+    /// of round trips; one after another, 10,001 tasks on Redis take a minute).
+    async fn check_paging(stores: [Store; 2], count: usize) {
+        let cases = fill(&stores, count).await;
+        let inspection = stores[0].inspection.as_ref();
+        let walks = cases.iter().flat_map(|(filter, expected)| {
+            [1, 2, 100].map(|limit| page_through(inspection, filter, limit, expected))
+        });
+        futures_util::future::join_all(walks).await;
+    }
+
+    fn memory() -> [Store; 2] {
+        let store = MemoryStore::start();
+        [Store::new(store.clone()), Store::new(store)]
+    }
+
+    fn redis(server: &RedisServer) -> [Store; 2] {
+        OWNERS.map(|owner| {
+            Store::new(
+                RedisStore::connect(RedisSettings {
+                    target: Target::Server(server.url()),
+                    instance_id: owner.into(),
+                    wait_replicas: 0,
+                    timeout: Duration::from_secs(5),
+                    max_ttl: Duration::from_secs(600),
+                    ca_cert: None,
+                    namespace: StoreNamespace::Named("paging".into()),
+                })
+                .unwrap(),
+            )
+        })
+    }
+
+    #[tokio::test]
+    async fn memory_pages_hold_at_most_limit_tasks_and_each_once() {
+        for count in [7, 50] {
+            check_paging(memory(), count).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn memory_pages_of_10001_tasks() {
+        check_paging(memory(), 10_001).await;
+    }
+
+    #[tokio::test]
+    async fn redis_pages_hold_at_most_limit_tasks_and_each_once() {
+        for count in [7, 50] {
+            let server = RedisServer::start();
+            check_paging(redis(&server), count).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn redis_pages_of_10001_tasks() {
+        let server = RedisServer::start();
+        check_paging(redis(&server), 10_001).await;
+    }
 }

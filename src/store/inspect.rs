@@ -4,7 +4,9 @@
 //!
 //! Listing every task must stay cheap on a store holding millions: a page examines a
 //! bounded number of entries and hands back a cursor, so one call never walks the whole
-//! keyspace, and nothing uses `KEYS`.
+//! keyspace, and nothing uses `KEYS`. Every task found carries the cursor that resumes
+//! right after it, so a caller can stop after any of them (a page of at most `limit`
+//! tasks) without skipping or repeating one.
 
 use std::sync::Arc;
 
@@ -27,10 +29,21 @@ pub enum Scope<'a> {
 /// One page of a [`TaskInspection::scan`].
 #[derive(Debug, Default)]
 pub struct ScanPage {
-    /// Live tasks found among the entries examined; may be empty while `next` is not.
-    pub tasks: Vec<Arc<TaskRecord>>,
-    /// Where the next page starts; `None` once the scope is walked to its end.
+    /// Live tasks found among the entries examined, in walk order; may be empty while
+    /// `next` is not.
+    pub tasks: Vec<Scanned>,
+    /// Where the next page starts, after every entry examined; `None` once the scope is
+    /// walked to its end.
     pub next: Option<String>,
+}
+
+/// A task a scan found, and where a walk that stops after it goes on.
+#[derive(Debug)]
+pub struct Scanned {
+    pub task: Arc<TaskRecord>,
+    /// The cursor of the entries after this one: the tasks before it in this page and
+    /// earlier pages are never listed again from it, the ones after it are.
+    pub after: String,
 }
 
 /// An instance as its lease shows it.
@@ -66,8 +79,10 @@ pub trait TaskInspection: Send + Sync + 'static {
     async fn inspect(&self, task_id: &str) -> Result<Option<Arc<TaskRecord>>, StoreError>;
 
     /// A page of live tasks in `scope`, from `cursor` (`None`: the start), examining
-    /// about `budget` entries. Pages of one walk never repeat a task that stayed in the
-    /// scope; tasks created during the walk may or may not be seen.
+    /// about `budget` entries (a store may examine more in one step, never unboundedly
+    /// many). Walking on from `next`, or from the `after` of any task of the page, lists
+    /// every task that stays in the scope exactly once; tasks created during the walk
+    /// may or may not be seen.
     async fn scan(
         &self,
         scope: Scope<'_>,

@@ -8,7 +8,9 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use super::inspect::{BadCursor, InspectError, InstanceInfo, ScanPage, Scope, TaskInspection};
+use super::inspect::{
+    BadCursor, InspectError, InstanceInfo, ScanPage, Scanned, Scope, TaskInspection,
+};
 use super::{
     Adoption, CancelOutcome, GoneInstance, Lease, ListCursor, MembershipStore, Outcome, StoreError,
     Takeover, TaskRecord, TaskStore, UpdateOutcome, WAKE_ALL, WakeReceiver, WakeUps, metrics,
@@ -457,14 +459,17 @@ impl TaskInspection for MemoryStore {
                 take_page(&mut walk, budget)
             }
         };
-        let next = more
-            .then(|| examined.last().map(|(at, id)| format!("{at}.{id}")))
-            .flatten();
+        let position = |(at, id): &(u64, String)| format!("{at}.{id}");
+        let next = more.then(|| examined.last().map(position)).flatten();
+        // An index entry is its own position: a walk can stop after any task.
         let found = examined
             .iter()
-            .filter_map(|(_, task_id)| tasks.by_id.get(task_id))
-            .filter(|task| task.expires_at_ms() > now && in_scope(task, scope))
-            .cloned()
+            .filter_map(|entry| Some((tasks.by_id.get(&entry.1)?, entry)))
+            .filter(|(task, _)| task.expires_at_ms() > now && in_scope(task, scope))
+            .map(|(task, entry)| Scanned {
+                task: task.clone(),
+                after: position(entry),
+            })
             .collect();
         Ok(ScanPage { tasks: found, next })
     }

@@ -23,12 +23,14 @@ mod task_state;
 mod wakeups;
 
 #[cfg(test)]
-mod contract;
+pub(crate) mod contract;
 
 use std::sync::Arc;
 
 pub use changes::{ChangeReceiver, Changes, LocalChanges, TaskChange};
-pub use inspect::{BadCursor, InspectError, InstanceInfo, ScanPage, Scope, TaskInspection};
+pub use inspect::{
+    BadCursor, InspectError, InstanceInfo, ScanPage, Scanned, Scope, TaskInspection,
+};
 pub use membership::{GoneInstance, INSTANCE_LOST, INSTANCE_STOPPED, Lease, MembershipStore};
 pub use record::{Adoption, Outcome, Takeover, TaskRecord, input_key};
 pub use task_state::{

@@ -1,28 +1,32 @@
 //! The shared store: task state in Redis, so several gateway instances serve one
 //! deployment and any instance answers any follow-up.
 //!
-//! Key layout (every key hash-tagged, so Redis Cluster works; every key has a TTL):
-//! - `mtg:{<taskId>}`: hash, the task (see `codec`); TTL = ttlMs + [`KEY_GRACE`];
-//! - `mtg:owned:{<instance>}`: set, ids of the unfinished tasks an instance runs;
-//! - `mtg:by-principal:{<principal>}`: sorted set, a principal's task ids by createdAt
-//!   (see `listing`); TTL = max TTL + grace, refreshed on each create;
-//! - `mtg:lease:{<instance>}`: string (its advertise URL), the instance's lease;
-//! - `mtg:instances`: set, the instances that hold or held a lease;
-//! - `mtg:handover:{<instance>}`: string, set by an instance that stopped and left its
-//!   unfinished tasks for live instances to take over;
-//! - channel `mtg:wake:<instance>`: wake-ups for the owner (payload: a task id).
+//! Key layout (`keys.rs` names every key, under the deployment's namespace `mtg:<ns>:`;
+//! every key hash-tagged, so Redis Cluster works; every key has a TTL):
+//! - `mtg:<ns>:{<taskId>}`: hash, the task (see `codec`); TTL = ttlMs + [`KEY_GRACE`];
+//! - `mtg:<ns>:owned:{<instance>}`: set, ids of the unfinished tasks an instance runs;
+//! - `mtg:<ns>:by-principal:{<principal>}`: sorted set, a principal's task ids by
+//!   createdAt (see `listing`); TTL = max TTL + grace, refreshed on each create;
+//! - `mtg:<ns>:lease:{<instance>}`: string (its advertise URL), the instance's lease;
+//! - `mtg:<ns>:instances`: set, the instances that hold or held a lease;
+//! - `mtg:<ns>:handover:{<instance>}`: string, set by an instance that stopped and left
+//!   its unfinished tasks for live instances to take over;
+//! - channel `mtg:<ns>:wake:<instance>`: wake-ups for the owner (payload: a task id).
 //!
-//! Every change of a task is one Lua script on its hash; nothing uses KEYS or SCAN.
+//! Every change of a task is one Lua script on its hash; nothing on a request path uses
+//! KEYS or SCAN.
 
 mod changes;
 mod codec;
 mod conn;
 mod inspect;
+mod keys;
 mod leases;
 mod listing;
 mod scripts;
 mod takeover;
 mod wakeups;
+mod walk;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,6 +37,7 @@ use serde_json::{Map, Value as Json};
 use tokio::sync::mpsc;
 
 pub use conn::Target;
+pub use keys::{BadNamespace, StoreNamespace};
 
 use super::{
     Adoption, CancelOutcome, GoneInstance, Lease, ListCursor, MembershipStore, Outcome, StoreError,
@@ -41,6 +46,7 @@ use super::{
 };
 use crate::protocol::wire::{InputRequest, TaskStatus};
 use conn::Conn;
+use keys::Keys;
 use scripts::Scripts;
 
 /// How long a task's keys outlive its TTL. Reads treat the task as gone from the TTL on;
@@ -63,44 +69,18 @@ pub struct RedisSettings {
     /// PEM CA certificate(s) that sign a `rediss://` server's certificate, instead of
     /// the public web roots (`--redis-ca-file`).
     pub ca_cert: Option<Vec<u8>>,
+    /// Whose keys these are (`--store-namespace`): nothing outside it is read or written.
+    pub namespace: StoreNamespace,
 }
 
 pub struct RedisStore {
     conn: Conn,
     settings: RedisSettings,
     scripts: &'static Scripts,
+    keys: Keys,
     /// This instance's own wake-ups are delivered here directly, without Redis.
     local_wake: Mutex<Option<mpsc::UnboundedSender<String>>>,
 }
-
-fn task_key(task_id: &str) -> String {
-    format!("mtg:{{{task_id}}}")
-}
-
-/// The principal is the caller's identity, not a gateway-made id: braces in it can only
-/// move the key to another slot, never make two principals share a key.
-fn principal_key(principal: &str) -> String {
-    format!("mtg:by-principal:{{{principal}}}")
-}
-
-fn owned_key(instance: &str) -> String {
-    format!("mtg:owned:{{{instance}}}")
-}
-
-fn lease_key(instance: &str) -> String {
-    format!("mtg:lease:{{{instance}}}")
-}
-
-/// Set by an instance that stopped and left its tasks for others to take over.
-fn handover_key(instance: &str) -> String {
-    format!("mtg:handover:{{{instance}}}")
-}
-
-fn wake_channel(instance: &str) -> String {
-    format!("mtg:wake:{instance}")
-}
-
-const INSTANCES_KEY: &str = "mtg:instances";
 
 /// Task ids are UUIDs the gateway made; anything else names no task. Checking first
 /// keeps client-chosen text out of key names (no odd hash tags, no foreign keys).
@@ -145,6 +125,7 @@ impl RedisStore {
         .map_err(Unavailable::BadAddress)?;
         Ok(Arc::new(Self {
             conn,
+            keys: Keys::new(&settings.namespace),
             settings,
             scripts: Scripts::get(),
             local_wake: Mutex::new(None),
@@ -164,7 +145,7 @@ impl RedisStore {
     /// does not wait for it, and `list` skips members whose task is gone anyway.
     fn unlist(&self, principal: &str, task_ids: Vec<String>) {
         let mut cmd = redis::cmd("ZREM");
-        cmd.arg(principal_key(principal)).arg(&task_ids);
+        cmd.arg(self.keys.by_principal(principal)).arg(&task_ids);
         let conn = self.conn.clone();
         tokio::spawn(async move {
             if let Err(e) = conn.one("unlist", cmd).await {
@@ -175,7 +156,7 @@ impl RedisStore {
 
     async fn remove_from_owned(&self, owner: &str, task_id: &str) {
         let mut cmd = redis::cmd("SREM");
-        cmd.arg(owned_key(owner)).arg(task_id);
+        cmd.arg(self.keys.owned(owner)).arg(task_id);
         if let Err(e) = self.conn.one("unindex", cmd).await {
             tracing::warn!(task_id, error = %e, "could not drop a task from its owner's index");
         }
@@ -185,9 +166,9 @@ impl RedisStore {
 #[async_trait]
 impl TaskStore for RedisStore {
     async fn create(&self, task: TaskRecord) -> Result<(), StoreError> {
-        let key = task_key(&task.task_id);
+        let key = self.keys.task(&task.task_id);
         let key_ttl = Self::key_ttl_ms(task.ttl_ms);
-        let owned = owned_key(&task.owner);
+        let owned = self.keys.owned(&task.owner);
         // The index entry goes first: if the owner dies in between, a sweep finds an id
         // without a task and drops it, rather than a task nobody would sweep.
         let mut index_add = redis::cmd("SADD");
@@ -208,7 +189,7 @@ impl TaskStore for RedisStore {
             task_group.add_command(wait);
         }
         // The principal's set lives as long as the longest-lived task it can hold.
-        let listed = principal_key(&task.principal);
+        let listed = self.keys.by_principal(&task.principal);
         let mut list_add = redis::cmd("ZADD");
         list_add
             .arg(&listed)
@@ -273,14 +254,14 @@ impl TaskStore for RedisStore {
     async fn delete(&self, task_id: &str) -> Result<(), StoreError> {
         // The principal is read in the same round trip, to unlist the task after: a
         // leftover member per task answered inline would pile up until the max TTL.
-        let key = task_key(task_id);
+        let key = self.keys.task(task_id);
         let mut principal = redis::cmd("HGET");
         principal.arg(&key).arg("principal");
         let mut del = redis::cmd("DEL");
         del.arg(&key);
         let mut unindex = redis::cmd("SREM");
         unindex
-            .arg(owned_key(&self.settings.instance_id))
+            .arg(self.keys.owned(&self.settings.instance_id))
             .arg(task_id);
         let replies = self
             .conn
@@ -297,7 +278,7 @@ impl TaskStore for RedisStore {
     }
 
     async fn set_status_message(&self, task_id: &str, message: &str) -> Result<(), StoreError> {
-        let mut cmd = self.scripts.set_message.call(&task_key(task_id));
+        let mut cmd = self.scripts.set_message.call(&self.keys.task(task_id));
         cmd.arg(now_ms()).arg(message);
         self.eval("set_message", cmd).await?;
         Ok(())
@@ -311,7 +292,7 @@ impl TaskStore for RedisStore {
         if requests.is_empty() {
             return Ok(Some(Vec::new()));
         }
-        let mut cmd = self.scripts.add_input.call(&task_key(task_id));
+        let mut cmd = self.scripts.add_input.call(&self.keys.task(task_id));
         cmd.arg(now_ms());
         for request in &requests {
             cmd.arg(serde_json::to_string(request).map_err(corrupt)?);
@@ -328,7 +309,7 @@ impl TaskStore for RedisStore {
     }
 
     async fn withdraw_input_request(&self, task_id: &str, key: &str) -> Result<(), StoreError> {
-        let mut cmd = self.scripts.withdraw_input.call(&task_key(task_id));
+        let mut cmd = self.scripts.withdraw_input.call(&self.keys.task(task_id));
         cmd.arg(now_ms()).arg(key);
         let back_to_working: i64 = parse(self.eval("withdraw_input", cmd).await?)?;
         if back_to_working == 1 {
@@ -342,7 +323,7 @@ impl TaskStore for RedisStore {
         task_id: &str,
         state: Option<Json>,
     ) -> Result<(), StoreError> {
-        let mut cmd = self.scripts.set_state.call(&task_key(task_id));
+        let mut cmd = self.scripts.set_state.call(&self.keys.task(task_id));
         cmd.arg(now_ms());
         match state {
             Some(state) => cmd
@@ -363,7 +344,7 @@ impl TaskStore for RedisStore {
         if !is_task_id(task_id) {
             return Ok(UpdateOutcome::NotFound);
         }
-        let mut cmd = self.scripts.accept.call(&task_key(task_id));
+        let mut cmd = self.scripts.accept.call(&self.keys.task(task_id));
         cmd.arg(principal).arg(now_ms());
         for (key, response) in &responses {
             cmd.arg(key)
@@ -385,7 +366,7 @@ impl TaskStore for RedisStore {
     }
 
     async fn take_answers(&self, task_id: &str) -> Result<Vec<(String, Json)>, StoreError> {
-        let mut cmd = self.scripts.take_answers.call(&task_key(task_id));
+        let mut cmd = self.scripts.take_answers.call(&self.keys.task(task_id));
         cmd.arg(now_ms());
         let flat: Vec<String> = parse(self.eval("take_answers", cmd).await?)?;
         flat.chunks_exact(2)
@@ -398,7 +379,7 @@ impl TaskStore for RedisStore {
 
     async fn finish(&self, task_id: &str, outcome: Outcome) -> Result<bool, StoreError> {
         let (status, fields) = codec::outcome_fields(&outcome).map_err(corrupt)?;
-        let mut finish = self.scripts.finish.call(&task_key(task_id));
+        let mut finish = self.scripts.finish.call(&self.keys.task(task_id));
         finish.arg(now_ms()).arg(status.as_str());
         for field in fields {
             finish.arg(field);
@@ -406,7 +387,7 @@ impl TaskStore for RedisStore {
         // Only the owner finishes a task; its index entry goes in the same round trip.
         let mut unindex = redis::cmd("SREM");
         unindex
-            .arg(owned_key(&self.settings.instance_id))
+            .arg(self.keys.owned(&self.settings.instance_id))
             .arg(task_id);
         let replies = self
             .conn
@@ -428,7 +409,7 @@ impl TaskStore for RedisStore {
         if !is_task_id(task_id) {
             return Ok(CancelOutcome::NotFound);
         }
-        let mut cmd = self.scripts.cancel.call(&task_key(task_id));
+        let mut cmd = self.scripts.cancel.call(&self.keys.task(task_id));
         cmd.arg(principal).arg(now_ms()).arg(message);
         let reply: Vec<Value> = parse(self.eval("cancel", cmd).await?)?;
         let mut reply = reply.into_iter();
@@ -466,7 +447,7 @@ impl WakeUps for RedisStore {
             return Ok(());
         }
         let mut cmd = redis::cmd("PUBLISH");
-        cmd.arg(wake_channel(owner)).arg(task_id);
+        cmd.arg(self.keys.wake(owner)).arg(task_id);
         self.conn.one("wake", cmd).await?;
         Ok(())
     }
@@ -479,7 +460,7 @@ impl WakeUps for RedisStore {
         wakeups::spawn_subscriber(
             &self.settings.target,
             self.settings.ca_cert.clone(),
-            wake_channel(owner),
+            self.keys.wake(owner),
             self.settings.timeout,
             tx,
         );

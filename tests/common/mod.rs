@@ -467,6 +467,17 @@ pub fn sigterm(proc: &Proc) {
     assert!(status.success());
 }
 
+/// A task's hash in a test's own Redis, whatever the store namespace of the gateway that
+/// made it (`mtg:<ns>:{<taskId>}`).
+pub fn task_key(conn: &mut redis::Connection, task_id: &str) -> String {
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("mtg:*{{{task_id}}}"))
+        .query(conn)
+        .unwrap();
+    assert_eq!(keys.len(), 1, "one key for task {task_id}: {keys:?}");
+    keys.pop().unwrap()
+}
+
 /// Polls `probe` until it returns `Some`, failing after the deadline.
 pub async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
 where

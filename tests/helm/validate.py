@@ -190,10 +190,10 @@ def load_values(path: Path) -> dict:
     return helm.values_from_yaml(path.read_text())
 
 
-def render(chart: helm.Chart, values: dict) -> tuple[list[dict], str]:
+def render(chart: helm.Chart, values: dict, release: str = RELEASE) -> tuple[list[dict], str]:
     """Schema validation + render, as `helm install` does; returns the objects and NOTES.txt."""
     chart.validate_schema(values)
-    out = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    out = chart.render(values, name=release, namespace=NAMESPACE, is_install=True)
     docs: list[dict] = []
     notes = ""
     for path, text in sorted(out.items()):
@@ -344,6 +344,7 @@ def expect_defaults(docs: list[dict], notes: str) -> None:
     assert data["MTG_MAX_TASK_REQUESTS_PER_SECOND"] == "0"
     assert data["MTG_UPSTREAM_CREDENTIAL"] == "client"
     assert not [k for k in data if k.startswith(("MTG_AUTH_", "MTG_TLS_"))], sorted(data)
+    assert "MTG_STORE_NAMESPACE" not in data, "a store namespace without Redis"
     c = container(gateway_deployment(docs), "gateway")
     assert env_of(c)["MTG_ADVERTISE_URL"]["value"] == "http://$(MTG_POD_IP):8080"
     assert {probe_scheme(c, p) for p in PROBES} == {"HTTP"}
@@ -364,6 +365,8 @@ def expect_external_redis(docs: list[dict], notes: str) -> None:
     assert data["MTG_TOOL_POLICY"] == "echo=forbidden,slow_compute=required", data["MTG_TOOL_POLICY"]
     assert data["MTG_ALLOWED_ORIGINS"] == "https://app.example.com,https://admin.example.com"
     assert data["MTG_REDIS_WAIT_REPLICAS"] == "1"
+    # The release's own keys in Redis, named after it by default.
+    assert data["MTG_STORE_NAMESPACE"] == RELEASE, data.get("MTG_STORE_NAMESPACE")
     assert data["MTG_LEASE_TIMEOUT_MS"] == "15000"
     assert data["MTG_RETRY_ON_OWNER_LOSS"] == "slow_compute,report", data["MTG_RETRY_ON_OWNER_LOSS"]
     assert data["MTG_MAX_TAKEOVERS"] == "3"
@@ -381,6 +384,7 @@ def expect_external_redis(docs: list[dict], notes: str) -> None:
 def expect_redis_cluster(docs: list[dict], notes: str) -> None:
     ref = env_value(docs, "MTG_REDIS_CLUSTER")["valueFrom"]["secretKeyRef"]
     assert ref["key"] == "redis-cluster-urls"
+    assert cm_data(docs)["MTG_STORE_NAMESPACE"] == "team-a.gateway"
     urls = one(redis_secrets(docs), "Secret")["stringData"]["redis-cluster-urls"].split(",")
     assert len(urls) == 3 and all(u.startswith("redis://") for u in urls), urls
     pdb = one(docs, "PodDisruptionBudget")["spec"]
@@ -1119,7 +1123,24 @@ MUST_FAIL: list[tuple[str, dict, str]] = [
      "the evaluation Redis has no TLS"),
     ("a negative task request rate", with_upstream({"gateway": {"maxTaskRequestsPerSecond": -1}}),
      "/gateway/maxTaskRequestsPerSecond"),
+    ("a store namespace with a glob character",
+     with_upstream({"redis": {"url": "redis://redis:6379", "storeNamespace": "team*"}}),
+     "/redis/storeNamespace"),
+    ("a store namespace with a brace",
+     with_upstream({"redis": {"url": "redis://redis:6379", "storeNamespace": "a{b}"}}),
+     "/redis/storeNamespace"),
+    ("a store namespace of 65 characters",
+     with_upstream({"redis": {"url": "redis://redis:6379", "storeNamespace": "n" * 65}}),
+     "/redis/storeNamespace"),
+    ("a store namespace that is a word of the legacy key layout",
+     with_upstream({"redis": {"url": "redis://redis:6379", "storeNamespace": "owned"}}),
+     "/redis/storeNamespace"),
 ]
+
+
+def expect_legacy_namespace(docs: list[dict], notes: str) -> None:
+    data = cm_data(docs)
+    assert data["MTG_STORE_NAMESPACE"] == "", data.get("MTG_STORE_NAMESPACE")
 
 
 def expect_admin_token(docs: list[dict], notes: str) -> None:
@@ -1137,6 +1158,9 @@ def expect_alert_disabled(docs: list[dict], notes: str) -> None:
 # Values beyond the files' that must render: (description, values, expectations). Each is
 # validated like a values file.
 MUST_RENDER: list[tuple[str, dict, Callable[[list[dict], str], None]]] = [
+    ("redis.storeNamespace \"\": the legacy key layout, for upgrading",
+     with_upstream({"redis": {"url": "redis://redis:6379", "storeNamespace": ""}}),
+     expect_legacy_namespace),
     ("admin.token: the chart's own Secret, mounted as the token file",
      with_upstream({"admin": {"enabled": True, "token": "evaluation-only-admin-token"}}),
      expect_admin_token),
@@ -1163,9 +1187,10 @@ MUST_RENDER: list[tuple[str, dict, Callable[[list[dict], str], None]]] = [
 ]
 
 
-def check_must_fail(chart: helm.Chart, values: dict, needle: str) -> None:
+def check_must_fail(chart: helm.Chart, values: dict, needle: str,
+                    release: str = RELEASE) -> None:
     try:
-        render(chart, values)
+        render(chart, values, release)
     except helm.HelmError as e:
         assert needle in str(e), f"failed, but without {needle!r}: {e}"
     else:
@@ -1259,6 +1284,13 @@ def chart_checks() -> None:
         for what, values, needle in MUST_FAIL:
             check(f"chart: rejects {what}",
                   lambda values=values, needle=needle: check_must_fail(chart, values, needle))
+        # The default namespace is the release name: one named like a legacy key word
+        # must name another namespace.
+        check("chart: rejects a release name that cannot be the store namespace",
+              lambda: check_must_fail(
+                  chart, with_upstream({"redis": {"url": "redis://redis:6379"}}),
+                  'the release name "lease" is a word of the gateway\'s legacy Redis key layout',
+                  release="lease"))
     finally:
         chart.close()
 
@@ -1297,6 +1329,7 @@ def expect_kustomize_redis(docs: list[dict]) -> None:
     env = env_of(container(gw[0], "gateway"))
     ref = env["MTG_REDIS"]["valueFrom"]["secretKeyRef"]
     secret = one(docs, "Secret", ref["name"])
+    assert env["MTG_STORE_NAMESPACE"]["value"] == "mcp-task-gateway", env.get("MTG_STORE_NAMESPACE")
     assert ref["key"] in secret.get("data", {}) or ref["key"] in secret.get("stringData", {})
     assert one(docs, "PodDisruptionBudget")
     assert any(d["metadata"]["labels"].get("app.kubernetes.io/component") == "redis"

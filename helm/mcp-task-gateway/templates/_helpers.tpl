@@ -154,6 +154,11 @@ key: redis-url
 {{- end }}
 {{- end }}
 
+{{/* The gateway's store namespace: redis.storeNamespace, else the release name. */}}
+{{- define "mtg.storeNamespace" -}}
+{{- if kindIs "invalid" .Values.redis.storeNamespace }}{{ .Release.Name }}{{ else }}{{ .Values.redis.storeNamespace }}{{ end }}
+{{- end }}
+
 {{/* Seconds: preStop sleep + drain timeout (rounded up) + margin. */}}
 {{- define "mtg.terminationGracePeriodSeconds" -}}
 {{- $drain := div (add (int64 .Values.gateway.drainTimeoutMs) 999) 1000 }}
@@ -173,6 +178,9 @@ them, so `helm template`/`install` stop with a clear message.
 {{- if $r.evaluation.enabled }}{{ $sources = append $sources "redis.evaluation.enabled" }}{{ end }}
 {{- if gt (len $sources) 1 }}
 {{- fail (printf "set only one Redis source; found %s" (join ", " $sources)) }}
+{{- end }}
+{{- if and $sources (kindIs "invalid" $r.storeNamespace) (has .Release.Name (list "owned" "by-principal" "lease" "instances" "handover" "wake" "changes")) }}
+{{- fail (printf "the release name %q is a word of the gateway's legacy Redis key layout and cannot be its store namespace: set redis.storeNamespace" .Release.Name) }}
 {{- end }}
 {{- if not .Values.gateway.upstream }}
 {{- fail "gateway.upstream is required: the URL of the plain MCP server, e.g. --set gateway.upstream=http://my-mcp-server:8000/mcp" }}

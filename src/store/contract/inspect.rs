@@ -17,12 +17,9 @@ async fn walk(store: &Store, scope: Scope<'_>) -> BTreeSet<String> {
             .scan(scope, cursor.as_deref(), 2)
             .await
             .unwrap();
-        for task in page.tasks {
-            assert!(
-                seen.insert(task.task_id.clone()),
-                "{} listed twice",
-                task.task_id
-            );
+        for scanned in page.tasks {
+            let id = &scanned.task.task_id;
+            assert!(seen.insert(id.clone()), "{id} listed twice");
         }
         match page.next {
             Some(next) => cursor = Some(next),
@@ -118,6 +115,90 @@ pub(crate) async fn operators_see_every_task_in_each_scope(subject: &impl Subjec
             .unwrap()
             .is_none()
     );
+}
+
+/// Every task of `scope`, each page cut after its first `take` tasks and the walk going on
+/// right after the last one taken (as the admin API does to hold a page to its limit).
+/// Panics on a task seen twice.
+async fn walk_cut(store: &Store, scope: Scope<'_>, budget: usize, take: usize) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..1000 {
+        let mut page = store
+            .inspection
+            .scan(scope, cursor.as_deref(), budget)
+            .await
+            .unwrap();
+        let cut = page.tasks.len() > take;
+        page.tasks.truncate(take);
+        for scanned in &page.tasks {
+            let id = &scanned.task.task_id;
+            assert!(seen.insert(id.clone()), "{id} listed twice ({scope:?})");
+        }
+        cursor = match (cut, page.tasks.pop()) {
+            (true, Some(last)) => Some(last.after),
+            _ => page.next,
+        };
+        if cursor.is_none() {
+            return seen;
+        }
+    }
+    panic!("the walk of {scope:?} did not end");
+}
+
+pub(crate) async fn a_walk_can_stop_after_any_task(subject: &impl Subject) {
+    let store = subject.instance(OWNER);
+    for instance in [OWNER, OTHER] {
+        store
+            .membership
+            .renew_lease(&lease(instance))
+            .await
+            .unwrap();
+    }
+    // A task ends on its owner (the store unindexes it there).
+    let other = subject.instance(OTHER);
+    let mut everyone = BTreeSet::new();
+    let mut unfinished = BTreeSet::new();
+    let mut others = BTreeSet::new();
+    let mut bobs = BTreeSet::new();
+    for n in 0..23 {
+        let (owner, runs_it) = if n % 2 == 0 {
+            (OWNER, &store)
+        } else {
+            (OTHER, &other)
+        };
+        let principal = if n % 3 == 0 { "bob" } else { ALICE };
+        let task = owned_by(owner, principal);
+        let id = task.task_id.clone();
+        runs_it.tasks.create(task).await.unwrap();
+        let ended = n % 4 == 0;
+        if ended {
+            let outcome = Outcome::Completed(raw("{}"));
+            assert!(runs_it.tasks.finish(&id, outcome).await.unwrap());
+        }
+        insert_if(&mut everyone, true, &id);
+        insert_if(&mut unfinished, !ended, &id);
+        insert_if(&mut others, !ended && owner == OTHER, &id);
+        insert_if(&mut bobs, principal == "bob", &id);
+    }
+    for (budget, take) in [(1, 1), (3, 1), (5, 2), (100, 1), (100, 7)] {
+        let cases = [
+            (Scope::All, &everyone),
+            (Scope::Unfinished { owner: None }, &unfinished),
+            (Scope::Unfinished { owner: Some(OTHER) }, &others),
+            (Scope::Principal("bob"), &bobs),
+        ];
+        for (scope, expected) in cases {
+            let seen = walk_cut(&store, scope, budget, take).await;
+            assert_eq!(&seen, expected, "{scope:?}, budget {budget}, take {take}");
+        }
+    }
+}
+
+fn insert_if(set: &mut BTreeSet<String>, condition: bool, id: &str) {
+    if condition {
+        set.insert(id.to_owned());
+    }
 }
 
 pub(crate) async fn expired_tasks_are_not_inspected(subject: &impl Subject) {

@@ -63,6 +63,7 @@ macro_rules! suite {
             operators_see_every_task_in_each_scope,
             expired_tasks_are_not_inspected,
             a_cursor_from_elsewhere_is_refused,
+            a_walk_can_stop_after_any_task,
             instances_show_their_leases_and_running_tasks,
             racing_takeovers_have_one_winner,
             a_takeover_keeps_or_withdraws_the_round,
@@ -113,7 +114,7 @@ pub(crate) fn record(owner: &str) -> TaskRecord {
     }
 }
 
-fn raw(json: &str) -> Box<RawValue> {
+pub(crate) fn raw(json: &str) -> Box<RawValue> {
     RawValue::from_string(json.to_owned()).unwrap()
 }
 

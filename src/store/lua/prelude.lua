@@ -1,5 +1,6 @@
 -- Shared by every task script (prepended at build time). KEYS[1] is the task's hash
--- `mtg:{<taskId>}`; scripts touch no other key, so they run unchanged on Redis Cluster.
+-- `mtg:<ns>:{<taskId>}`, named by the gateway; scripts build no key name and touch no
+-- other key, so they stay in the namespace and run unchanged on Redis Cluster.
 -- Times are unix milliseconds passed by the caller; they are written back as the
 -- caller's strings (never as Lua numbers, which Redis may format as floats).
 

@@ -1,4 +1,5 @@
-//! Task changes across instances: PUBLISH on one channel every instance subscribes to.
+//! Task changes across instances: PUBLISH on one channel (`mtg:<ns>:changes`) every
+//! instance of the namespace subscribes to.
 //! Changes are rare (a few per task: input wanted, answered, ended) and carry only ids.
 
 use async_trait::async_trait;
@@ -8,13 +9,11 @@ use super::RedisStore;
 use super::wakeups::spawn_subscriber;
 use crate::store::{ChangeReceiver, Changes, StoreError, TaskChange, WAKE_ALL};
 
-const CHANNEL: &str = "mtg:changes";
-
 #[async_trait]
 impl Changes for RedisStore {
     async fn announce(&self, change: &TaskChange) -> Result<(), StoreError> {
         let mut cmd = redis::cmd("PUBLISH");
-        cmd.arg(CHANNEL).arg(change.encode());
+        cmd.arg(self.keys.changes()).arg(change.encode());
         self.conn.one("announce", cmd).await?;
         Ok(())
     }
@@ -24,7 +23,7 @@ impl Changes for RedisStore {
         spawn_subscriber(
             &self.settings.target,
             self.settings.ca_cert.clone(),
-            CHANNEL.to_owned(),
+            self.keys.changes(),
             self.settings.timeout,
             lines_tx,
         );

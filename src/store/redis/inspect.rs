@@ -1,6 +1,7 @@
 //! What operators see (`TaskInspection`) on Redis, without `KEYS`: every task by `SCAN`
 //! (one server only), the unfinished ones by `SSCAN` of each owner's index, a principal's
-//! by its listing index. A page is one cursor step of `budget` entries.
+//! by its listing index. A page is one cursor step of about `budget` entries; `walk`
+//! gives every task found the cursor right after it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,17 +9,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use redis::Value;
 
-use super::{
-    INSTANCES_KEY, RedisStore, codec, corrupt, is_task_id, lease_key, listing, owned_key, parse,
-    pipe_of, task_key,
-};
+use super::walk::{self, Position, Step};
+use super::{RedisStore, codec, corrupt, is_task_id, listing, parse, pipe_of};
 use crate::store::inspect::{
-    BadCursor, InspectError, InstanceInfo, ScanPage, Scope, TaskInspection,
+    BadCursor, InspectError, InstanceInfo, ScanPage, Scanned, Scope, TaskInspection,
 };
 use crate::store::{ListCursor, StoreError, TaskRecord, now_ms};
-
-/// Task keys are `mtg:{<uuid>}`; no other key of the gateway starts `mtg:{`.
-const TASK_KEY_PATTERN: &str = "mtg:{*";
 
 #[async_trait]
 impl TaskInspection for RedisStore {
@@ -48,7 +44,7 @@ impl TaskInspection for RedisStore {
 
     async fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError> {
         let mut members = redis::cmd("SMEMBERS");
-        members.arg(INSTANCES_KEY);
+        members.arg(self.keys.instances());
         let mut instances: Vec<String> = parse(self.conn.one("instances", members).await?)?;
         instances.sort();
         if instances.is_empty() {
@@ -59,11 +55,11 @@ impl TaskInspection for RedisStore {
             .iter()
             .map(|instance| {
                 let mut url = redis::cmd("GET");
-                url.arg(lease_key(instance));
+                url.arg(self.keys.lease(instance));
                 let mut left = redis::cmd("PTTL");
-                left.arg(lease_key(instance));
+                left.arg(self.keys.lease(instance));
                 let mut running = redis::cmd("SCARD");
-                running.arg(owned_key(instance));
+                running.arg(self.keys.owned(instance));
                 pipe_of([url, left, running])
             })
             .collect();
@@ -88,7 +84,8 @@ impl TaskInspection for RedisStore {
     }
 }
 
-/// A principal's tasks, newest first; the cursor is the listing's own (`createdAt.taskId`).
+/// A principal's tasks, newest first; the cursor is the listing's own (`createdAt.taskId`),
+/// exact for every task.
 async fn scan_principal(
     store: &RedisStore,
     principal: &str,
@@ -97,10 +94,18 @@ async fn scan_principal(
 ) -> Result<ScanPage, InspectError> {
     let after = cursor.map(parse_list_cursor).transpose()?;
     let tasks = listing::list(store, principal, after.as_ref(), budget).await?;
+    let position = |task: &TaskRecord| format!("{}.{}", task.created_at_ms, task.task_id);
     let next = (tasks.len() == budget)
         .then(|| tasks.last())
         .flatten()
-        .map(|last| format!("{}.{}", last.created_at_ms, last.task_id));
+        .map(|last| position(last));
+    let tasks = tasks
+        .into_iter()
+        .map(|task| Scanned {
+            after: position(&task),
+            task,
+        })
+        .collect();
     Ok(ScanPage { tasks, next })
 }
 
@@ -114,50 +119,49 @@ fn parse_list_cursor(text: &str) -> Result<ListCursor, BadCursor> {
 }
 
 /// Unfinished tasks from the owners' indexes, one owner after another in name order.
-/// The cursor is `<SSCAN cursor> <owner>`.
+/// The cursor is `<position>:<owner>`, the position one of `walk` (an instance id may
+/// hold colons, a position does not).
 async fn scan_owners(
     store: &RedisStore,
     owner: Option<&str>,
     cursor: Option<&str>,
     budget: usize,
 ) -> Result<ScanPage, InspectError> {
-    let (position, current) = match cursor {
+    let (from, current) = match cursor {
         Some(text) => {
-            let (position, instance) = text
-                .split_once(' ')
-                .ok_or_else(|| BadCursor(text.to_owned()))?;
-            let position: u64 = position.parse().map_err(|_| BadCursor(text.to_owned()))?;
+            let bad = || BadCursor(text.to_owned());
+            let (position, instance) = text.split_once(':').ok_or_else(bad)?;
+            if instance.is_empty() {
+                return Err(bad().into());
+            }
+            let position = Position::parse(position).map_err(|_| bad())?;
             (position, instance.to_owned())
         }
         None => match owner {
-            Some(owner) => (0, owner.to_owned()),
+            Some(owner) => (Position::At(0), owner.to_owned()),
             None => match next_instance(store, None).await? {
-                Some(first) => (0, first),
+                Some(first) => (Position::At(0), first),
                 None => return Ok(ScanPage::default()),
             },
         },
     };
-    let mut sscan = redis::cmd("SSCAN");
-    sscan
-        .arg(owned_key(&current))
-        .arg(position)
-        .arg("COUNT")
-        .arg(budget);
-    let (position, ids): (u64, Vec<String>) = parse(store.conn.one("inspect", sscan).await?)?;
-    let next = if position != 0 {
-        Some(format!("{position} {current}"))
-    } else if owner.is_some() {
-        None
-    } else {
-        next_instance(store, Some(&current))
-            .await?
-            .map(|instance| format!("0 {instance}"))
+    let index = SetScan {
+        store,
+        key: store.keys.owned(&current),
     };
-    let tasks = read_tasks(store, "inspect", &ids)
-        .await?
-        .into_iter()
-        .filter(|task| !task.status.is_terminal() && task.owner == current)
-        .collect();
+    let step = walk::step(&index, &from, budget as u64).await?;
+    let next = match &step.next {
+        Some(position) => Some(format!("{position}:{current}")),
+        None if owner.is_some() => None,
+        None => next_instance(store, Some(&current))
+            .await?
+            .map(|instance| format!("{}:{instance}", Position::At(0))),
+    };
+    let unfinished = |task: &TaskRecord| !task.status.is_terminal() && task.owner == current;
+    let tasks = tasks_of(store, &step, unfinished, |position| {
+        format!("{position}:{current}")
+    })
+    .await?;
     Ok(ScanPage { tasks, next })
 }
 
@@ -167,7 +171,7 @@ async fn next_instance(
     after: Option<&str>,
 ) -> Result<Option<String>, StoreError> {
     let mut members = redis::cmd("SMEMBERS");
-    members.arg(INSTANCES_KEY);
+    members.arg(store.keys.instances());
     let instances: Vec<String> = parse(store.conn.one("inspect", members).await?)?;
     Ok(instances
         .into_iter()
@@ -175,34 +179,87 @@ async fn next_instance(
         .min())
 }
 
-/// Every task, by `SCAN` of the task keys; the cursor is SCAN's own.
+/// Every task of the namespace, by `SCAN` of its task keys; the cursor is a `walk`
+/// position.
 async fn scan_keys(
     store: &RedisStore,
     cursor: Option<&str>,
     budget: usize,
 ) -> Result<ScanPage, InspectError> {
-    let position: u64 = match cursor {
-        Some(text) => text.parse().map_err(|_| BadCursor(text.to_owned()))?,
-        None => 0,
+    let from = match cursor {
+        Some(text) => Position::parse(text)?,
+        None => Position::At(0),
     };
-    let mut scan = redis::cmd("SCAN");
-    scan.arg(position)
-        .arg("MATCH")
-        .arg(TASK_KEY_PATTERN)
-        .arg("COUNT")
-        .arg(budget)
-        .arg("TYPE")
-        .arg("hash");
-    let (position, keys): (u64, Vec<String>) = parse(store.conn.one("inspect", scan).await?)?;
-    let ids: Vec<String> = keys
-        .iter()
-        .filter_map(|key| key.strip_prefix("mtg:{")?.strip_suffix('}'))
-        .map(str::to_owned)
-        .collect();
+    let step = walk::step(&TaskKeys(store), &from, budget as u64).await?;
     Ok(ScanPage {
-        tasks: read_tasks(store, "inspect", &ids).await?,
-        next: (position != 0).then(|| position.to_string()),
+        tasks: tasks_of(store, &step, |_| true, Position::to_string).await?,
+        next: step.next.as_ref().map(Position::to_string),
     })
+}
+
+/// `SSCAN` of an owner's index.
+struct SetScan<'a> {
+    store: &'a RedisStore,
+    key: String,
+}
+
+impl walk::Scan for SetScan<'_> {
+    async fn scan(&self, cursor: u64, count: u64) -> Result<(u64, Vec<String>), StoreError> {
+        let mut sscan = redis::cmd("SSCAN");
+        sscan.arg(&self.key).arg(cursor).arg("COUNT").arg(count);
+        parse(self.store.conn.one("inspect", sscan).await?)
+    }
+}
+
+/// `SCAN` of the namespace's task keys.
+struct TaskKeys<'a>(&'a RedisStore);
+
+impl walk::Scan for TaskKeys<'_> {
+    async fn scan(&self, cursor: u64, count: u64) -> Result<(u64, Vec<String>), StoreError> {
+        let keys = &self.0.keys;
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor)
+            .arg("MATCH")
+            .arg(keys.task_pattern())
+            .arg("COUNT")
+            .arg(count)
+            .arg("TYPE")
+            .arg("hash");
+        let (next, found): (u64, Vec<String>) = parse(self.0.conn.one("inspect", scan).await?)?;
+        let ids = found
+            .iter()
+            .filter_map(|key| keys.task_id_of(key))
+            .map(str::to_owned)
+            .collect();
+        Ok((next, ids))
+    }
+}
+
+/// The live tasks of a walk's step that `keep` keeps, in its order, each with the cursor
+/// after it (`cursor_of` writes a position as the scope's cursor).
+async fn tasks_of(
+    store: &RedisStore,
+    step: &Step,
+    keep: impl Fn(&TaskRecord) -> bool,
+    cursor_of: impl Fn(&Position) -> String,
+) -> Result<Vec<Scanned>, StoreError> {
+    let ids: Vec<&str> = step.entries.iter().map(|(id, _)| id.as_str()).collect();
+    let tasks = read_tasks(store, "inspect", &ids).await?;
+    // `read_tasks` keeps the order of the ids it found.
+    let mut entries = step.entries.iter();
+    let mut found = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        let Some((_, position)) = entries.find(|(id, _)| *id == task.task_id) else {
+            break;
+        };
+        if keep(&task) {
+            found.push(Scanned {
+                after: cursor_of(position),
+                task,
+            });
+        }
+    }
+    Ok(found)
 }
 
 /// The live tasks among `ids`, in one round trip (timed as `op`); unknown and expired
@@ -224,7 +281,7 @@ pub(super) async fn read_tasks(
         .iter()
         .map(|id| {
             let mut read = redis::cmd("HGETALL");
-            read.arg(task_key(id));
+            read.arg(store.keys.task(id));
             pipe_of([read])
         })
         .collect();

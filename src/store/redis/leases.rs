@@ -1,31 +1,31 @@
 //! Instance leases, and finding the instances that are gone.
 //!
-//! An instance renews `mtg:lease:{<instance>}` (SET PX) and stays in `mtg:instances`.
+//! An instance renews its lease key (SET PX) and stays in the namespace's `instances` set.
 //! A sweep reads that set and checks each lease (EXISTS); an instance without one is
 //! gone, and its index is taken over or failed task by task (`takeover.rs`). One that
-//! stopped gracefully and handed its tasks over left `mtg:handover:{<instance>}`.
+//! stopped gracefully and handed its tasks over left its `handover` key.
 //! Sweeping is background work, never on a request path.
 
 use redis::Value;
 
-use super::{INSTANCES_KEY, RedisStore, handover_key, lease_key, owned_key, parse, pipe_of};
+use super::{RedisStore, parse, pipe_of};
 use crate::store::{GoneInstance, INSTANCE_STOPPED, Lease, StoreError, now_ms};
 
 pub(super) async fn renew(store: &RedisStore, lease: &Lease<'_>) -> Result<bool, StoreError> {
     let mut set = redis::cmd("SET");
-    set.arg(lease_key(lease.instance))
+    set.arg(store.keys.lease(lease.instance))
         .arg(lease.advertise_url.unwrap_or("-"))
         .arg("PX")
         .arg(lease.ttl.as_millis() as u64)
         .arg("GET");
     // A live instance has handed nothing over (a restart under the same id).
     let mut unmark = redis::cmd("DEL");
-    unmark.arg(handover_key(lease.instance));
+    unmark.arg(store.keys.handover(lease.instance));
     let mut register = redis::cmd("SADD");
-    register.arg(INSTANCES_KEY).arg(lease.instance);
+    register.arg(store.keys.instances()).arg(lease.instance);
     // The registry outlives any task an instance in it could still own.
     let mut register_ttl = redis::cmd("PEXPIRE");
-    register_ttl.arg(INSTANCES_KEY).arg(
+    register_ttl.arg(store.keys.instances()).arg(
         RedisStore::key_ttl_ms(store.settings.max_ttl.as_millis() as u64)
             + lease.ttl.as_millis() as u64,
     );
@@ -50,12 +50,12 @@ pub(super) async fn release(
     hand_over: bool,
 ) -> Result<usize, StoreError> {
     let mut drop_lease = redis::cmd("DEL");
-    drop_lease.arg(lease_key(instance));
+    drop_lease.arg(store.keys.lease(instance));
     if hand_over {
         // The lease goes and the index stays: live instances see the tasks as gone
         // owners' at their next sweep, and the mark says it was a graceful hand-over.
         let mut mark = redis::cmd("SET");
-        mark.arg(handover_key(instance))
+        mark.arg(store.keys.handover(instance))
             .arg(now_ms())
             .arg("PX")
             .arg(registry_ttl_ms(store));
@@ -67,9 +67,9 @@ pub(super) async fn release(
     }
     let failed = fail_owned_tasks(store, instance, INSTANCE_STOPPED).await?;
     let mut drop_owned = redis::cmd("DEL");
-    drop_owned.arg(owned_key(instance));
+    drop_owned.arg(store.keys.owned(instance));
     let mut unregister = redis::cmd("SREM");
-    unregister.arg(INSTANCES_KEY).arg(instance);
+    unregister.arg(store.keys.instances()).arg(instance);
     store
         .conn
         .run(
@@ -90,7 +90,7 @@ pub(super) async fn gone_instances(
     me: &str,
 ) -> Result<Vec<GoneInstance>, StoreError> {
     let mut members = redis::cmd("SMEMBERS");
-    members.arg(INSTANCES_KEY);
+    members.arg(store.keys.instances());
     let instances: Vec<String> = parse(store.conn.one("sweep", members).await?)?;
     let others: Vec<String> = instances.into_iter().filter(|i| i != me).collect();
     if others.is_empty() {
@@ -101,9 +101,9 @@ pub(super) async fn gone_instances(
         .iter()
         .map(|instance| {
             let mut lease = redis::cmd("EXISTS");
-            lease.arg(lease_key(instance));
+            lease.arg(store.keys.lease(instance));
             let mut mark = redis::cmd("EXISTS");
-            mark.arg(handover_key(instance));
+            mark.arg(store.keys.handover(instance));
             pipe_of([lease, mark])
         })
         .collect();
@@ -131,7 +131,7 @@ pub(super) async fn fail_owned_tasks(
     message: &str,
 ) -> Result<usize, StoreError> {
     let mut members = redis::cmd("SMEMBERS");
-    members.arg(owned_key(instance));
+    members.arg(store.keys.owned(instance));
     let task_ids: Vec<String> = parse(store.conn.one("sweep", members).await?)?;
     if task_ids.is_empty() {
         return Ok(0);
@@ -143,9 +143,9 @@ pub(super) async fn fail_owned_tasks(
 /// (if it came back meanwhile, its next renewal registers it again).
 pub(super) async fn forget_if_gone(store: &RedisStore, instance: &str) -> Result<(), StoreError> {
     let mut remaining = redis::cmd("SCARD");
-    remaining.arg(owned_key(instance));
+    remaining.arg(store.keys.owned(instance));
     let mut alive = redis::cmd("EXISTS");
-    alive.arg(lease_key(instance));
+    alive.arg(store.keys.lease(instance));
     let replies = store
         .conn
         .run("sweep", vec![pipe_of([remaining, alive])])
@@ -155,9 +155,9 @@ pub(super) async fn forget_if_gone(store: &RedisStore, instance: &str) -> Result
     let alive: i64 = parse(replies.next().unwrap_or(Value::Nil))?;
     if remaining == 0 && alive == 0 {
         let mut unmark = redis::cmd("DEL");
-        unmark.arg(handover_key(instance));
+        unmark.arg(store.keys.handover(instance));
         let mut unregister = redis::cmd("SREM");
-        unregister.arg(INSTANCES_KEY).arg(instance);
+        unregister.arg(store.keys.instances()).arg(instance);
         store
             .conn
             .run("sweep", vec![pipe_of([unmark]), pipe_of([unregister])])

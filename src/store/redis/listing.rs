@@ -1,4 +1,4 @@
-//! A principal's tasks, newest first, from its sorted set `mtg:by-principal:{<principal>}`
+//! A principal's tasks, newest first, from its sorted set `mtg:<ns>:by-principal:{<principal>}`
 //! (score: createdAt, member: task id). Redis orders equal scores by member, so the
 //! reverse order is (createdAt, taskId) descending, the order of [`ListCursor`].
 //!
@@ -11,9 +11,7 @@ use std::sync::Arc;
 
 use redis::Value;
 
-use super::{
-    KEY_GRACE, RedisStore, codec, corrupt, is_task_id, parse, pipe_of, principal_key, task_key,
-};
+use super::{KEY_GRACE, RedisStore, codec, corrupt, is_task_id, parse, pipe_of};
 use crate::store::{ListCursor, StoreError, TaskRecord, now_ms};
 
 /// Most members read per round, so one page never pipelines an unbounded number of reads.
@@ -29,7 +27,7 @@ pub(super) async fn list(
     if limit == 0 || after.is_some_and(|cursor| !is_task_id(&cursor.task_id)) {
         return Ok(Vec::new());
     }
-    let key = principal_key(principal);
+    let key = store.keys.by_principal(principal);
     let now = now_ms();
     let grace = KEY_GRACE.as_millis() as u64;
     // Created before this, a task is past any TTL the gateway gives.
@@ -107,7 +105,7 @@ pub(super) async fn list(
             .iter()
             .map(|(_, id)| {
                 let mut read = redis::cmd("HGETALL");
-                read.arg(task_key(id));
+                read.arg(store.keys.task(id));
                 pipe_of([read])
             })
             .collect();

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use redis::Value;
 
-use super::{RedisStore, codec, corrupt, inspect, owned_key, parse, pipe_of, task_key};
+use super::{RedisStore, codec, corrupt, inspect, parse, pipe_of};
 use crate::protocol::jsonrpc::ErrorObject;
 use crate::protocol::wire::TaskStatus;
 use crate::store::{Adoption, StoreError, Takeover, TaskRecord, metrics, now_ms};
@@ -20,7 +20,7 @@ pub(super) async fn orphans(
     instance: &str,
 ) -> Result<Vec<TaskRecord>, StoreError> {
     let mut members = redis::cmd("SMEMBERS");
-    members.arg(owned_key(instance));
+    members.arg(store.keys.owned(instance));
     let task_ids: Vec<String> = parse(store.conn.one("sweep", members).await?)?;
     let mut unfinished = Vec::new();
     let mut stale = Vec::new();
@@ -59,10 +59,10 @@ pub(super) async fn take_over(
     // Indexed under the new owner first: if it dies right after the move, its own
     // owner's sweep finds the task (an id without a task is dropped then).
     let mut index_add = redis::cmd("SADD");
-    index_add.arg(owned_key(takeover.to)).arg(task_ids);
+    index_add.arg(store.keys.owned(takeover.to)).arg(task_ids);
     let mut groups = vec![pipe_of([index_add])];
     groups.extend(task_ids.iter().map(|task_id| {
-        let mut cmd = store.scripts.take_over.call(&task_key(task_id));
+        let mut cmd = store.scripts.take_over.call(&store.keys.task(task_id));
         cmd.arg(takeover.from)
             .arg(takeover.to)
             .arg(now)
@@ -117,7 +117,7 @@ pub(super) async fn fail_orphans(
     let fails = task_ids
         .iter()
         .map(|task_id| {
-            let mut cmd = store.scripts.fail_owned.call(&task_key(task_id));
+            let mut cmd = store.scripts.fail_owned.call(&store.keys.task(task_id));
             cmd.arg(instance).arg(now).arg(message).arg(&error);
             pipe_of([cmd])
         })
@@ -154,7 +154,7 @@ async fn unindex(
         return Ok(());
     }
     let mut cmd = redis::cmd("SREM");
-    cmd.arg(owned_key(instance)).arg(task_ids);
+    cmd.arg(store.keys.owned(instance)).arg(task_ids);
     store.conn.one("sweep", cmd).await?;
     Ok(())
 }

@@ -7,14 +7,20 @@ use test_support::{RedisServer, free_port};
 
 use super::*;
 use crate::store::contract::{self, Subject, record};
-use crate::store::{INSTANCE_LOST, INSTANCE_STOPPED, Store, WAKE_ALL};
+use crate::store::{
+    Changes, INSTANCE_LOST, INSTANCE_STOPPED, Scope, Store, TaskChange, TaskInspection, WAKE_ALL,
+};
 
 fn redis_server() -> RedisServer {
     RedisServer::start()
 }
 
+/// The namespace of every store here but the ones a test names itself.
+const NAMESPACE: &str = "test";
+
 fn settings(port: u16, instance: &str, timeout: Duration) -> RedisSettings {
     RedisSettings {
+        namespace: StoreNamespace::Named(NAMESPACE.into()),
         ca_cert: None,
         target: Target::Server(format!("redis://127.0.0.1:{port}")),
         instance_id: instance.into(),
@@ -50,14 +56,14 @@ async fn the_task_key_and_its_owner_index_expire() {
     let id = task.task_id.clone();
     store.create(task).await.unwrap();
     let mut ttl = redis::cmd("PTTL");
-    ttl.arg(task_key(&id));
+    ttl.arg(store.keys.task(&id));
     let pttl: i64 = query(&store, ttl).await;
     assert!(
         pttl > 300 && pttl <= 300 + KEY_GRACE.as_millis() as i64,
         "{pttl}"
     );
     let mut ttl = redis::cmd("PTTL");
-    ttl.arg(owned_key("gw-1"));
+    ttl.arg(store.keys.owned("gw-1"));
     let pttl: i64 = query(&store, ttl).await;
     assert!(pttl > 0, "the owner index has a TTL too: {pttl}");
 }
@@ -172,7 +178,7 @@ async fn a_gone_owner_is_found_by_its_lease_and_forgotten_once_swept() {
     assert!(alive.orphans("gw-lost").await.unwrap().is_empty());
     alive.forget_if_gone("gw-lost").await.unwrap();
     let mut members = redis::cmd("SMEMBERS");
-    members.arg(INSTANCES_KEY);
+    members.arg(alive.keys.instances());
     let members: Vec<String> = query(&alive, members).await;
     assert_eq!(members, vec!["gw-alive".to_owned()]);
 
@@ -220,7 +226,7 @@ async fn an_unreachable_redis_fails_fast_and_clearly() {
 
 async fn score_of(store: &RedisStore, principal: &str, task_id: &str) -> Option<f64> {
     let mut score = redis::cmd("ZSCORE");
-    score.arg(principal_key(principal)).arg(task_id);
+    score.arg(store.keys.by_principal(principal)).arg(task_id);
     query(store, score).await
 }
 
@@ -243,7 +249,7 @@ async fn a_principals_listing_expires_and_sheds_dead_members() {
     let live = record("gw-1");
     store.create(live.clone()).await.unwrap();
     let mut ttl = redis::cmd("PTTL");
-    ttl.arg(principal_key("alice"));
+    ttl.arg(store.keys.by_principal("alice"));
     let pttl: i64 = query(&store, ttl).await;
     assert!(
         pttl > 59_000 && pttl <= 60_000 + KEY_GRACE.as_millis() as i64,
@@ -261,7 +267,7 @@ async fn a_principals_listing_expires_and_sheds_dead_members() {
     let young_ghost = uuid::Uuid::new_v4().to_string();
     let mut ghosts = redis::cmd("ZADD");
     ghosts
-        .arg(principal_key("alice"))
+        .arg(store.keys.by_principal("alice"))
         .arg(now - 20_000)
         .arg(&old_ghost)
         .arg(now)
@@ -319,4 +325,137 @@ async fn many_tasks_of_one_millisecond_page_through() {
         assert!(seen.len() <= ids.len());
     }
     assert_eq!(seen, ids);
+}
+
+fn store_in(server: &RedisServer, namespace: &str, instance: &str) -> Arc<RedisStore> {
+    let mut settings = settings(server.port, instance, Duration::from_secs(1));
+    settings.namespace = StoreNamespace::parse(namespace).unwrap();
+    RedisStore::connect(settings).unwrap()
+}
+
+async fn next_of<T>(receiver: &mut mpsc::UnboundedReceiver<T>) -> T {
+    tokio::time::timeout(Duration::from_secs(5), receiver.recv())
+        .await
+        .expect("a message within 5 s")
+        .expect("the channel open")
+}
+
+/// Two deployments (and a legacy one) on one Redis: neither sees, sweeps, takes over,
+/// cancels, lists, wakes nor announces to the other.
+#[tokio::test]
+async fn namespaces_on_one_redis_never_meet() {
+    let server = redis_server();
+    let x = store_in(&server, "x", "gw-x");
+    let x_peer = store_in(&server, "x", "gw-x2");
+    let y = store_in(&server, "y", "gw-y");
+    let legacy = store_in(&server, "", "gw-l");
+    let long = |instance| Lease {
+        instance,
+        advertise_url: None,
+        ttl: Duration::from_secs(60),
+    };
+    let short = |instance| Lease {
+        instance,
+        advertise_url: None,
+        ttl: Duration::from_millis(100),
+    };
+    x.renew_lease(&long("gw-x")).await.unwrap();
+    y.renew_lease(&short("gw-y")).await.unwrap();
+    legacy.renew_lease(&short("gw-l")).await.unwrap();
+    let mine = record("gw-x");
+    x.create(mine.clone()).await.unwrap();
+    let theirs = record("gw-y");
+    y.create(theirs.clone()).await.unwrap();
+    let old = record("gw-l");
+    legacy.create(old.clone()).await.unwrap();
+
+    // Y's and the legacy instance's leases lapse: gone in their own namespaces only.
+    let start = Instant::now();
+    while y.gone_instances("gw-other").await.unwrap().is_empty()
+        || legacy.gone_instances("gw-other").await.unwrap().is_empty()
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "leases never lapsed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(x.gone_instances("gw-x").await.unwrap().is_empty());
+    assert!(x.orphans("gw-y").await.unwrap().is_empty());
+    assert!(x.orphans("gw-l").await.unwrap().is_empty());
+    let foreign = [theirs.task_id.clone(), old.task_id.clone()];
+    assert_eq!(
+        x.fail_orphans("gw-y", &foreign, INSTANCE_LOST)
+            .await
+            .unwrap(),
+        0
+    );
+    let takeover = Takeover {
+        from: "gw-y",
+        to: "gw-x",
+        message: "resumed",
+        counts: true,
+        keep_round: false,
+        max_takeovers: 2,
+        exhausted: Outcome::gateway_failure(INSTANCE_LOST),
+    };
+    let adoptions = x.take_over(&foreign, &takeover).await.unwrap();
+    assert!(
+        adoptions.iter().all(|a| matches!(a, Adoption::NotOwned)),
+        "{adoptions:?}"
+    );
+
+    // Nothing of the others is read, listed or cancelled, by id or by walking.
+    for id in &foreign {
+        assert!(x.get(id, "alice").await.unwrap().is_none());
+        assert!(x.inspect(id).await.unwrap().is_none());
+        assert!(matches!(
+            x.cancel(id, "alice", "no").await.unwrap(),
+            CancelOutcome::NotFound
+        ));
+    }
+    for scope in [
+        Scope::All,
+        Scope::Unfinished { owner: None },
+        Scope::Principal("alice"),
+    ] {
+        let page = x.scan(scope, None, 100).await.unwrap();
+        let ids: Vec<&str> = page.tasks.iter().map(|t| t.task.task_id.as_str()).collect();
+        assert_eq!(ids, [mine.task_id.as_str()], "{scope:?}");
+    }
+    let listed = x.list("alice", None, 10).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    let instances = x.instances().await.unwrap();
+    let names: Vec<&str> = instances.iter().map(|i| i.instance.as_str()).collect();
+    assert_eq!(names, ["gw-x"]);
+
+    // The others' records are as they were.
+    for (store, task) in [(&y, &theirs), (&legacy, &old)] {
+        let seen = store.get(&task.task_id, "alice").await.unwrap().unwrap();
+        assert_eq!(
+            (seen.status, &seen.owner),
+            (TaskStatus::Working, &task.owner)
+        );
+        assert_eq!(seen.status_message, None);
+    }
+
+    // Wake-ups and changes stay in the namespace: Y's message to "gw-x", published
+    // first, never arrives; X's own, published after it, does.
+    let mut wakeups = x.wakeups("gw-x");
+    assert_eq!(next_of(&mut wakeups).await, WAKE_ALL);
+    let mut changes = x.changes();
+    assert_eq!(next_of(&mut changes).await.task_id, WAKE_ALL);
+    y.wake("gw-x", "from-y").await.unwrap();
+    legacy.wake("gw-x", "from-legacy").await.unwrap();
+    x_peer.wake("gw-x", "from-x").await.unwrap();
+    assert_eq!(next_of(&mut wakeups).await, "from-x");
+    let change = |task_id: &str| TaskChange {
+        task_id: task_id.into(),
+        session: None,
+        progress: None,
+    };
+    y.announce(&change("from-y")).await.unwrap();
+    legacy.announce(&change("from-legacy")).await.unwrap();
+    x_peer.announce(&change("from-x")).await.unwrap();
+    assert_eq!(next_of(&mut changes).await.task_id, "from-x");
 }

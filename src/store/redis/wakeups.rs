@@ -1,4 +1,4 @@
-//! The owner's wake-up subscriber: SUBSCRIBE to `mtg:wake:<instance>` and pass each
+//! The owner's wake-up subscriber: SUBSCRIBE to `mtg:<ns>:wake:<instance>` and pass each
 //! task id to the runners. The stored state is the truth; a wake-up only says "look
 //! again". Pub/sub forgets what it sent while nobody listened, so after every
 //! (re)subscription the runners are told to look at everything ([`WAKE_ALL`]).
