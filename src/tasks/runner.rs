@@ -228,15 +228,20 @@ impl Stops<'_> {
     /// `work`'s output, unless the task ends first.
     async fn race<T>(&self, work: impl std::future::Future<Output = T>) -> Result<T, Halt> {
         tokio::pin!(work);
+        let mut recheck = None;
         loop {
             tokio::select! {
                 output = &mut work => return Ok(output),
-                () = self.wake.notified() => {
+                () = wake_or_recheck(self.wake, recheck) => {
                     // Nothing can be answered before the call is open: a wake-up here
                     // can only mean the task ended (cancelled, expired).
-                    if !Box::pin(still_running(self.service, self.task_id, self.principal)).await {
-                        tracing::info!("task ended before the upstream answered; request dropped");
-                        return Err(Halt::Ended);
+                    match Box::pin(still_running(self.service, self.task_id, self.principal)).await {
+                        Some(true) => recheck = None,
+                        Some(false) => {
+                            tracing::info!("task ended before the upstream answered; request dropped");
+                            return Err(Halt::Ended);
+                        }
+                        None => recheck = recheck_after_failure(),
                     }
                 }
                 () = self.stop.cancelled() => return Err(Halt::Ended),
@@ -250,22 +255,31 @@ impl Stops<'_> {
     }
 }
 
-/// Whether the task is still there and not terminal (a failed read counts as running:
-/// the store's outage must not stop a call).
-async fn still_running(service: &TaskService, task_id: &str, principal: &str) -> bool {
+/// Whether the task is still there and not terminal; `None` when the store could not
+/// say (an outage must not stop a call, and the look is tried again: [`RECHECK`]).
+async fn still_running(service: &TaskService, task_id: &str, principal: &str) -> Option<bool> {
     match service.store.get(task_id, principal).await {
         Ok(Some(task)) if task.status.is_terminal() => {
             let age = now_ms().saturating_sub(task.created_at_ms);
             telemetry::task_finished(task.status.as_str(), std::time::Duration::from_millis(age));
-            false
+            Some(false)
         }
-        Ok(Some(_)) => true,
-        Ok(None) => false,
+        Ok(Some(_)) => Some(true),
+        Ok(None) => Some(false),
         Err(e) => {
             tracing::warn!(error = %e, "could not read the task after a wake-up");
-            true
+            None
         }
     }
+}
+
+/// How soon a runner looks at its task again after the store failed to answer: a
+/// wake-up is a signal, not a queue, so what it announced (a cancel, accepted answers)
+/// would otherwise wait for the next one, which may never come.
+const RECHECK: std::time::Duration = std::time::Duration::from_millis(500);
+
+fn recheck_after_failure() -> Option<Instant> {
+    Some(Instant::now() + RECHECK)
 }
 
 #[async_trait]
@@ -319,6 +333,7 @@ impl RoundTrip for TaskTrip<'_> {
             waiting_since: Instant::now(),
             native: native.then(NativeTask::default),
             caller,
+            recheck_at: None,
         };
         for event in later {
             if let Some(reply) = Box::pin(attempt.on_event(Some(Ok(event)))).await {
@@ -337,7 +352,7 @@ impl RoundTrip for TaskTrip<'_> {
                     }
                     Box::pin(attempt.follow_upstream_task(&stops)).await?;
                 }
-                () = self.wake.notified() => {
+                () = wake_or_recheck(self.wake, attempt.recheck_at) => {
                     if !Box::pin(attempt.on_wake()).await {
                         Box::pin(attempt.cancel_upstream("the task was cancelled")).await;
                         return Err(Halt::Ended);
@@ -417,6 +432,8 @@ struct Call<'a> {
     native: Option<NativeTask>,
     /// Who the call is made for (the follow-up requests of a native task too).
     caller: Caller<'a>,
+    /// When to look at the task again because the store failed to answer the last look.
+    recheck_at: Option<Instant>,
 }
 
 impl Call<'_> {
@@ -570,8 +587,14 @@ impl Call<'_> {
 
     /// Forwards newly accepted answers; `false` when the task is over.
     async fn on_wake(&mut self) -> bool {
-        if !still_running(self.service, self.task_id, self.principal).await {
-            return false;
+        self.recheck_at = None;
+        match still_running(self.service, self.task_id, self.principal).await {
+            Some(true) => {}
+            Some(false) => return false,
+            None => {
+                self.recheck_at = recheck_after_failure();
+                return true;
+            }
         }
         match self.service.store.take_answers(self.task_id).await {
             Ok(answers) => {
@@ -582,7 +605,10 @@ impl Call<'_> {
                     }
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "could not take the task's answers"),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not take the task's answers");
+                self.recheck_at = recheck_after_failure();
+            }
         }
         true
     }
@@ -697,6 +723,14 @@ fn outcome_label(outcome: &Outcome) -> &'static str {
         Outcome::Completed(_) => "completed",
         Outcome::Failed { .. } => "failed",
         Outcome::Cancelled { .. } => "cancelled",
+    }
+}
+
+/// A wake-up, or the time to look again after a failed look.
+async fn wake_or_recheck(wake: &Notify, recheck: Option<Instant>) {
+    tokio::select! {
+        () = wake.notified() => {}
+        () = sleep_until(recheck) => {}
     }
 }
 
