@@ -32,7 +32,7 @@ use redis::{Pipeline, Value};
 use serde_json::{Map, Value as Json};
 use tokio::sync::mpsc;
 
-pub use conn::Target;
+pub use conn::{SentinelTarget, SentinelUrlError, Target};
 
 use super::{
     Adoption, CancelOutcome, GoneInstance, Lease, ListCursor, MembershipStore, Outcome, StoreError,
