@@ -130,7 +130,7 @@ async fn a_sentinel_failover_loses_no_acknowledged_task_and_the_gateways_follow_
     let stop = tokio_util::sync::CancellationToken::new();
     let mut callers = Vec::new();
     for caller in 0..4usize {
-        let (me, other) = if caller % 2 == 0 {
+        let (me, other) = if caller.is_multiple_of(2) {
             (a.clone(), b.clone())
         } else {
             (b.clone(), a.clone())
@@ -141,7 +141,7 @@ async fn a_sentinel_failover_loses_no_acknowledged_task_and_the_gateways_follow_
             let mut n = 0u64;
             while !stop.is_cancelled() {
                 n += 1;
-                let tool = if n % 3 == 0 { "sleep" } else { "echo" };
+                let tool = if n.is_multiple_of(3) { "sleep" } else { "echo" };
                 let arguments = if tool == "sleep" {
                     json!({"ms": 200})
                 } else {
@@ -199,13 +199,17 @@ async fn a_sentinel_failover_loses_no_acknowledged_task_and_the_gateways_follow_
         let load = load.lock().unwrap();
         load.log
             .iter()
-            .find(|t| t.method == "tools/call" && t.at >= promoted_at && matches!(t.answer, Answer::Ok(_)))
+            .find(|t| {
+                t.method == "tools/call" && t.at >= promoted_at && matches!(t.answer, Answer::Ok(_))
+            })
             .map(|t| t.at + t.latency)
     })
     .await;
     println!(
         "first create acknowledged {} ms after the promotion",
-        first_success.saturating_duration_since(promoted_at).as_millis()
+        first_success
+            .saturating_duration_since(promoted_at)
+            .as_millis()
     );
     let acked_then = acked();
     eventually("steady load after the failover", || async {
@@ -243,7 +247,10 @@ async fn a_sentinel_failover_loses_no_acknowledged_task_and_the_gateways_follow_
         let done = client.poll_until(task, is_terminal).await;
         match done["status"].as_str() {
             Some("completed") => assert_eq!(first_text(&done["result"]), "slept 4000 ms"),
-            _ => assert!(!status_message(&done).is_empty(), "failed without a reason: {done}"),
+            _ => assert!(
+                !status_message(&done).is_empty(),
+                "failed without a reason: {done}"
+            ),
         }
     }
     // Nothing still runs upstream for a task that ended.
@@ -287,7 +294,9 @@ async fn after_a_restart_without_persistence_old_tasks_are_unknown_and_their_cal
             .then_some(())
     })
     .await;
-    let reply = client.request("tasks/get", json!({"taskId": running})).await;
+    let reply = client
+        .request("tasks/get", json!({"taskId": running}))
+        .await;
     assert_eq!(reply.error_code(), -32602, "{}", reply.body);
     let keys: Vec<String> = ::redis::cmd("KEYS")
         .arg(format!("*{running}*"))
@@ -329,10 +338,10 @@ async fn thirty_seconds_of_an_unreachable_redis_lose_no_task() {
     redis.signal(libc::SIGSTOP);
     let stopped_at = Instant::now();
     let mut log = Vec::new();
-    let mut n = 0;
+    let mut n = 0u32;
     while stopped_at.elapsed() < OUTAGE {
         n += 1;
-        let client = if n % 2 == 0 { &a } else { &b };
+        let client = if n.is_multiple_of(2) { &a } else { &b };
         log.push(timed(client, "tasks/get", json!({"taskId": finished})).await);
         log.push(
             timed(

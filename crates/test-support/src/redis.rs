@@ -368,14 +368,22 @@ impl RedisSentinel {
     /// knows the master, its replicas and the other sentinels (else no failover).
     pub fn start(replicas: usize) -> Self {
         let primary = RedisServer::start();
-        let replica_of = ["--replicaof".to_owned(), "127.0.0.1".to_owned(), primary.port.to_string()];
+        let replica_of = [
+            "--replicaof".to_owned(),
+            "127.0.0.1".to_owned(),
+            primary.port.to_string(),
+        ];
         let mut nodes = vec![primary];
         for _ in 0..replicas {
             let mut attempts = 0;
             let node = loop {
                 attempts += 1;
-                let mut node =
-                    RedisServer::configured("redis-server", free_port(), &NO_PERSISTENCE, &replica_of);
+                let mut node = RedisServer::configured(
+                    "redis-server",
+                    free_port(),
+                    &NO_PERSISTENCE,
+                    &replica_of,
+                );
                 match node.try_spawn() {
                     Ok(()) => break node,
                     Err(Start::Exited(_)) if attempts < 4 => continue,
@@ -512,7 +520,11 @@ impl RedisServer {
     /// `INFO replication`, or "" when the server does not answer.
     pub fn info_replication(&self) -> String {
         self.try_connection()
-            .and_then(|mut c| redis::cmd("INFO").arg("replication").query::<String>(&mut c))
+            .and_then(|mut c| {
+                redis::cmd("INFO")
+                    .arg("replication")
+                    .query::<String>(&mut c)
+            })
             .unwrap_or_default()
     }
 }
@@ -523,10 +535,8 @@ impl SentinelProcess {
         loop {
             attempts += 1;
             let port = free_port();
-            let dir = std::env::temp_dir().join(format!(
-                "mtg-sentinel-{}-{port}",
-                std::process::id()
-            ));
+            let dir =
+                std::env::temp_dir().join(format!("mtg-sentinel-{}-{port}", std::process::id()));
             std::fs::create_dir_all(&dir).expect("a temporary directory");
             let config = format!(
                 "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {dir}/sentinel.log\n\
@@ -571,8 +581,12 @@ impl SentinelProcess {
                 .and_then(|p| p.child.try_wait().ok().flatten())
             {
                 self.proc = None;
-                let log = std::fs::read_to_string(self.dir.join("sentinel.log")).unwrap_or_default();
-                return Err(format!("sentinel on {} exited ({status}): {log}", self.port));
+                let log =
+                    std::fs::read_to_string(self.dir.join("sentinel.log")).unwrap_or_default();
+                return Err(format!(
+                    "sentinel on {} exited ({status}): {log}",
+                    self.port
+                ));
             }
             if start.elapsed() > DEADLINE {
                 return Err(format!("sentinel on {} never answered", self.port));

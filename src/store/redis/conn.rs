@@ -289,7 +289,7 @@ async fn send_merged(
 /// at the time of each (re)connect.
 pub(super) enum PubSubSource {
     Url(String),
-    Sentinel(SentinelTarget, Option<redis::sentinel::SentinelClient>),
+    Sentinel(SentinelTarget, Option<Box<redis::sentinel::SentinelClient>>),
 }
 
 impl PubSubSource {
@@ -310,7 +310,7 @@ impl PubSubSource {
             Self::Sentinel(target, resolver) => {
                 let resolver = match resolver {
                     Some(resolver) => resolver,
-                    None => resolver.insert(target.client(ca_cert)?),
+                    None => resolver.insert(Box::new(target.client(ca_cert)?)),
                 };
                 resolver.async_get_client().await
             }

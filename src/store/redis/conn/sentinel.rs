@@ -275,7 +275,10 @@ mod tests {
 
         let t = SentinelTarget::parse("rediss+sentinel://u:p@s1:1/m/3").unwrap();
         assert!(t.tls);
-        assert_eq!((t.username.as_deref(), t.password.as_deref()), (Some("u"), Some("p")));
+        assert_eq!(
+            (t.username.as_deref(), t.password.as_deref()),
+            (Some("u"), Some("p"))
+        );
         assert_eq!((t.master.as_str(), t.db), ("m", 3));
         assert!(!format!("{t:?}").contains("\"p\""));
         let t = SentinelTarget::parse("redis+sentinel://:secret@s1/m/").unwrap();
@@ -286,9 +289,18 @@ mod tests {
             ("redis+sentinel://a:1", SentinelUrlError::NoMaster),
             ("redis+sentinel://a:1/", SentinelUrlError::NoMaster),
             ("redis+sentinel:///m", SentinelUrlError::NoSentinels),
-            ("redis+sentinel://a:x/m", SentinelUrlError::BadAddress("a:x".into())),
-            ("redis+sentinel://a,,b/m", SentinelUrlError::BadAddress(String::new())),
-            ("redis+sentinel://a/m/x", SentinelUrlError::BadDb("x".into())),
+            (
+                "redis+sentinel://a:x/m",
+                SentinelUrlError::BadAddress("a:x".into()),
+            ),
+            (
+                "redis+sentinel://a,,b/m",
+                SentinelUrlError::BadAddress(String::new()),
+            ),
+            (
+                "redis+sentinel://a/m/x",
+                SentinelUrlError::BadDb("x".into()),
+            ),
         ] {
             assert_eq!(SentinelTarget::parse(bad), Err(why), "{bad}");
         }
