@@ -46,6 +46,9 @@ const HANG: Duration = Duration::from_secs(30);
 /// When an instance's "warm" descriptors and RSS are read: under load, its connection
 /// pools (callers', upstream sessions, Redis) filled. The end is compared with these.
 const WARM_AFTER: Duration = Duration::from_secs(20);
+/// How long the descriptors may take to come back after the load: the upstream
+/// client's pool and the callers' close idle connections after 90 s.
+const SETTLE_RESOURCES: Duration = Duration::from_secs(150);
 /// Back near the warm reading: at most this many more descriptors...
 const FD_SLACK: usize = 64;
 /// ...and this much more resident memory (KiB).
@@ -135,6 +138,69 @@ fn fds_and_rss(pid: u32) -> (usize, u64) {
         })
         .unwrap_or(0);
     (fds, rss)
+}
+
+/// The ports a gateway's sockets may lead to.
+struct Peers {
+    upstream: u16,
+    redis: Vec<u16>,
+    sentinels: Vec<u16>,
+}
+
+fn port_of(url: &str) -> u16 {
+    url.rsplit_once(':')
+        .and_then(|(_, rest)| rest.split('/').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A process's descriptors by what they lead to (TCP peers from /proc/<pid>/net/tcp*).
+fn fd_breakdown(pid: u32, listen_port: u16, peers: &Peers) -> BTreeMap<String, usize> {
+    let mut sockets: HashMap<String, (u16, u16, String)> = HashMap::new();
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            if cols.len() < 10 {
+                continue;
+            }
+            let port = |addr: &str| {
+                addr.rsplit_once(':')
+                    .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+                    .unwrap_or(0)
+            };
+            sockets.insert(
+                cols[9].to_owned(),
+                (port(cols[1]), port(cols[2]), cols[3].to_owned()),
+            );
+        }
+    }
+    let mut counts = BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return counts;
+    };
+    for entry in dir.flatten() {
+        let target = std::fs::read_link(entry.path())
+            .map(|t| t.display().to_string())
+            .unwrap_or_default();
+        let kind = match target
+            .strip_prefix("socket:[")
+            .and_then(|t| t.strip_suffix(']'))
+        {
+            None => "not a socket".to_owned(),
+            Some(inode) => match sockets.get(inode) {
+                None => "socket (not TCP)".to_owned(),
+                // State 0A: listening.
+                Some((_, _, state)) if state == "0A" => "listening".to_owned(),
+                Some((local, _, _)) if *local == listen_port => "clients".to_owned(),
+                Some((_, remote, _)) if *remote == peers.upstream => "upstream".to_owned(),
+                Some((_, remote, _)) if peers.redis.contains(remote) => "redis".to_owned(),
+                Some((_, remote, _)) if peers.sentinels.contains(remote) => "sentinels".to_owned(),
+                Some(_) => "other TCP".to_owned(),
+            },
+        };
+        *counts.entry(kind).or_default() += 1;
+    }
+    counts
 }
 
 struct Setup {
@@ -486,6 +552,11 @@ async fn run(args: &Args) -> Vec<String> {
         redis.master_port().unwrap_or_default()
     ));
 
+    let peers = Peers {
+        upstream: port_of(&upstream),
+        redis: redis.nodes.iter().map(|n| n.port).collect(),
+        sentinels: redis.sentinels.iter().map(|s| s.port).collect(),
+    };
     let stop = CancellationToken::new();
     let callers: Vec<_> = (0..args.callers)
         .map(|c| {
@@ -536,6 +607,11 @@ async fn run(args: &Args) -> Vec<String> {
         for instance in &mut instances {
             if instance.warm.is_none() && instance.started.elapsed() >= WARM_AFTER {
                 instance.warm = Some(fds_and_rss(instance.pid));
+                world.note(format!(
+                    "{} warm: descriptors by peer {:?}",
+                    instance.id,
+                    fd_breakdown(instance.pid, port_of(&instance.url), &peers)
+                ));
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -668,10 +744,33 @@ async fn run(args: &Args) -> Vec<String> {
 
     // Descriptors and memory, each instance against its own warm reading (a cold start
     // has no pooled connections yet: the first run compared with it and flagged 25 → 126
-    // descriptors after 7,500 tasks, which is the pools, not a leak per task).
+    // descriptors after 7,500 tasks, which is the pools, not a leak per task). Idle
+    // pooled connections close after 90 s, so the end is read once every instance is
+    // back within the slack, or after SETTLE_RESOURCES.
+    let idle_since = Instant::now();
+    loop {
+        let back = instances.iter().all(|i| {
+            let (fds, rss) = fds_and_rss(i.pid);
+            let (warm_fds, warm_rss) = i.warm.unwrap_or((i.base_fds, i.base_rss_kib));
+            fds <= warm_fds + FD_SLACK && rss <= warm_rss + RSS_SLACK_KIB
+        });
+        if back || idle_since.elapsed() > SETTLE_RESOURCES {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    world.note(format!(
+        "descriptors read {} s after the checks",
+        idle_since.elapsed().as_secs()
+    ));
     let mut resources = Vec::new();
     for instance in &instances {
         let (fds, rss) = fds_and_rss(instance.pid);
+        println!(
+            "{} descriptors by peer: {:?}",
+            instance.id,
+            fd_breakdown(instance.pid, port_of(&instance.url), &peers)
+        );
         let (warm_fds, warm_rss) = instance
             .warm
             .unwrap_or((instance.base_fds, instance.base_rss_kib));

@@ -289,7 +289,7 @@ async fn send_merged(
 /// at the time of each (re)connect.
 pub(super) enum PubSubSource {
     Url(String),
-    Sentinel(SentinelTarget, Option<Box<redis::sentinel::SentinelClient>>),
+    Sentinel(SentinelTarget),
 }
 
 impl PubSubSource {
@@ -299,21 +299,17 @@ impl PubSubSource {
             Target::Server(url) => vec![Self::Url(url.clone())],
             // PUBLISH on a Cluster reaches every node, so any node can be listened to.
             Target::Cluster(urls) => urls.iter().cloned().map(Self::Url).collect(),
-            Target::Sentinel(target) => vec![Self::Sentinel(target.clone(), None)],
+            Target::Sentinel(target) => vec![Self::Sentinel(target.clone())],
         }
     }
 
-    /// A client of the node to subscribe on now (Sentinel: asked again each time).
-    pub async fn client(&mut self, ca_cert: Option<&[u8]>) -> Result<redis::Client, RedisError> {
+    /// A client of the node to subscribe on now. Through Sentinel, a new lookup each
+    /// time; its connections to the sentinels close with it (a subscriber reconnects
+    /// rarely, so none are kept open for it).
+    pub async fn client(&self, ca_cert: Option<&[u8]>) -> Result<redis::Client, RedisError> {
         match self {
             Self::Url(url) => client(url, ca_cert),
-            Self::Sentinel(target, resolver) => {
-                let resolver = match resolver {
-                    Some(resolver) => resolver,
-                    None => resolver.insert(Box::new(target.client(ca_cert)?)),
-                };
-                resolver.async_get_client().await
-            }
+            Self::Sentinel(target) => target.client(ca_cert)?.async_get_client().await,
         }
     }
 }

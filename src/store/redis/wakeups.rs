@@ -23,7 +23,7 @@ pub(super) fn spawn_subscriber(
     timeout: Duration,
     tx: UnboundedSender<String>,
 ) {
-    let mut sources = PubSubSource::all_of(target);
+    let sources = PubSubSource::all_of(target);
     tokio::spawn(async move {
         let mut backoff = Duration::from_millis(50);
         let mut was_down = false;
@@ -33,8 +33,7 @@ pub(super) fn spawn_subscriber(
             }
             let mut subscribed = false;
             let ca_cert = ca_cert.as_deref();
-            let count = sources.len();
-            let source = &mut sources[turn % count];
+            let source = &sources[turn % sources.len()];
             match listen(
                 source,
                 ca_cert,
@@ -79,7 +78,7 @@ enum SubscriptionLost {
 
 /// Listens until the connection fails (`Err`) or the receiver is gone (`Ok`).
 async fn listen(
-    source: &mut PubSubSource,
+    source: &PubSubSource,
     ca_cert: Option<&[u8]>,
     channel: &str,
     timeout: Duration,
