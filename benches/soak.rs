@@ -260,6 +260,9 @@ struct Tracked {
     caller: usize,
     tool: &'static str,
     status: String,
+    acked_at: Instant,
+    /// When a `tasks/update` with the answer was first acknowledged.
+    answered_at: Option<Instant>,
 }
 
 /// How requests ended, per method.
@@ -423,7 +426,7 @@ async fn look_at(world: &World, url: &str, caller: usize, task_id: &str) -> Opti
                 && let Some(key) = input_key(&task)
             {
                 let answer = json!({key: {"action": "accept", "content": {"name": "soak"}}});
-                request(
+                let update = request(
                     world,
                     url,
                     caller,
@@ -431,6 +434,11 @@ async fn look_at(world: &World, url: &str, caller: usize, task_id: &str) -> Opti
                     json!({"taskId": task_id, "inputResponses": answer}),
                 )
                 .await;
+                if matches!(update, Answer::Ok(_))
+                    && let Some(t) = world.shared.lock().unwrap().tasks.get_mut(task_id)
+                {
+                    t.answered_at.get_or_insert_with(Instant::now);
+                }
             }
             Some(status)
         }
@@ -484,6 +492,8 @@ async fn caller_loop(world: Arc<World>, caller: usize, pace: Duration, stop: Can
                         caller,
                         tool,
                         status: "working".into(),
+                        acked_at: Instant::now(),
+                        answered_at: None,
                     },
                 );
                 mine.push(id.to_owned());
@@ -500,6 +510,27 @@ async fn caller_loop(world: Arc<World>, caller: usize, pace: Duration, stop: Can
             request(&world, &url, caller, "tasks/cancel", json!({"taskId": id})).await;
         }
     }
+}
+
+/// A status message with its request ids (`(id 17)`) left out, to group by.
+fn without_ids(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find("(id ") {
+        out.push_str(&rest[..at]);
+        match rest[at..].find(')') {
+            Some(end) => {
+                out.push_str("(id …)");
+                rest = &rest[at + end + 1..];
+            }
+            None => {
+                rest = &rest[at..];
+                break;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 async fn upstream_stats(upstream: &str) -> Value {
@@ -672,7 +703,20 @@ async fn run(args: &Args) -> Vec<String> {
             Answer::Ok(task) => {
                 let status = task["status"].as_str().unwrap_or("").to_owned();
                 if status == "failed" || status == "cancelled" {
-                    let message = task["statusMessage"].as_str().unwrap_or("(none)");
+                    let message = without_ids(task["statusMessage"].as_str().unwrap_or("(none)"));
+                    // The upstream waits 60 s for an answer: one accepted well before
+                    // that and still missed was lost on the way.
+                    let answered_in = world.shared.lock().unwrap().tasks.get(id).and_then(|t| {
+                        t.answered_at
+                            .map(|at| at.saturating_duration_since(t.acked_at))
+                    });
+                    if message.contains("no answer to elicitation/create")
+                        && answered_in.is_some_and(|d| d < Duration::from_secs(55))
+                    {
+                        world.violation(format!(
+                            "task {id}: its answer was accepted {answered_in:?} after the create, yet the upstream never got it"
+                        ));
+                    }
                     *by_status.entry(format!("{status}: {message}")).or_default() += 1;
                 }
                 status
@@ -904,6 +948,12 @@ fn report(
         *tools.entry(t.tool).or_default() += 1;
     }
     println!("by tool: {tools:?}");
+    let answered = shared
+        .tasks
+        .values()
+        .filter(|t| t.answered_at.is_some())
+        .count();
+    println!("input answered (tasks/update acknowledged): {answered}");
     println!("| status at the end | tasks |");
     println!("|---|---|");
     for (status, n) in by_status {
