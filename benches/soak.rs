@@ -706,15 +706,25 @@ async fn run(args: &Args) -> Vec<String> {
                     let message = without_ids(task["statusMessage"].as_str().unwrap_or("(none)"));
                     // The upstream waits 60 s for an answer: one accepted well before
                     // that and still missed was lost on the way.
-                    let answered_in = world.shared.lock().unwrap().tasks.get(id).and_then(|t| {
-                        t.answered_at
-                            .map(|at| at.saturating_duration_since(t.acked_at))
-                    });
+                    let (answered_in, answered_at_s) = world
+                        .shared
+                        .lock()
+                        .unwrap()
+                        .tasks
+                        .get(id)
+                        .and_then(|t| {
+                            let at = t.answered_at?;
+                            Some((
+                                at.saturating_duration_since(t.acked_at),
+                                at.saturating_duration_since(world.start).as_secs_f64(),
+                            ))
+                        })
+                        .unzip();
                     if message.contains("no answer to elicitation/create")
                         && answered_in.is_some_and(|d| d < Duration::from_secs(55))
                     {
                         world.violation(format!(
-                            "task {id}: its answer was accepted {answered_in:?} after the create, yet the upstream never got it"
+                            "task {id}: its answer was accepted {answered_in:?} after the create (at {answered_at_s:?} s of the run), yet the upstream never got it"
                         ));
                     }
                     *by_status.entry(format!("{status}: {message}")).or_default() += 1;

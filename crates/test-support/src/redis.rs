@@ -234,7 +234,17 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        remove_unless_kept(&self.dir);
+    }
+}
+
+/// With `MTG_KEEP_REDIS_DIRS` set, the servers' and sentinels' directories (logs,
+/// sentinel.conf) stay for a post-mortem.
+fn remove_unless_kept(dir: &std::path::Path) {
+    if std::env::var_os("MTG_KEEP_REDIS_DIRS").is_some() {
+        eprintln!("kept {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
 
@@ -639,6 +649,6 @@ impl SentinelProcess {
 impl Drop for SentinelProcess {
     fn drop(&mut self) {
         self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        remove_unless_kept(&self.dir);
     }
 }
