@@ -854,8 +854,7 @@ async fn run(args: &Args) -> Vec<String> {
     );
     let _ = std::fs::remove_dir_all(&dir);
     drop(instances);
-    let violations = std::mem::take(&mut world.shared.lock().unwrap().violations);
-    violations
+    std::mem::take(&mut world.shared.lock().unwrap().violations)
 }
 
 /// kill -9 of the primary; waits for the promotion, notes when creates succeed again,
