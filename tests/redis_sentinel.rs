@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::{Value, json};
-use test_support::{RedisSentinel, RedisServer};
+use test_support::redis::SENTINEL_MASTER;
+use test_support::tls::TestCa;
+use test_support::{RedisSentinel, RedisServer, SentinelProcess};
 
 /// `--redis-timeout-ms` of every gateway here.
 const STORE_TIMEOUT_MS: u64 = 1000;
@@ -382,4 +384,59 @@ async fn thirty_seconds_of_an_unreachable_redis_lose_no_task() {
     assert_eq!(first_text(&done["result"]), "Hello, after!");
     let fresh = b.start_task("echo", json!({"text": "after"})).await;
     a.wait_status(&fresh, "completed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_flow_through_a_tls_sentinel_to_a_tls_primary() {
+    let ca = TestCa::new("sentinel");
+    let issued = ca.issue("redis");
+    let primary = RedisServer::start_tls(&issued.cert, &issued.key, &ca.cert_file());
+    let primary_tls = primary.tls_port.expect("a TLS port");
+    let sentinel = tokio::task::block_in_place(|| {
+        SentinelProcess::start_tls(primary_tls, &issued.cert, &issued.key, &ca.cert_file())
+    });
+    eventually("the sentinel to know the primary", || {
+        let known = sentinel.master_port() == Some(primary_tls);
+        async move { known.then_some(()) }
+    })
+    .await;
+    let url = format!(
+        "rediss+sentinel://127.0.0.1:{}/{SENTINEL_MASTER}",
+        sentinel.tls_port.expect("a TLS port")
+    );
+    let ca_file = ca.cert_file();
+    let store = [
+        "--redis",
+        url.as_str(),
+        "--redis-ca-file",
+        ca_file.to_str().unwrap(),
+    ];
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_a, a) = gateway_on(&upstream_url, "gw-a", &store, &[]);
+    let (_b, b) = gateway_on(&upstream_url, "gw-b", &store, &[]);
+    let echo = a.start_task("echo", json!({"text": "over TLS"})).await;
+    assert_eq!(
+        first_text(&b.wait_status(&echo, "completed").await["result"]),
+        "over TLS"
+    );
+    // An answer through the other instance: the owner's wake-up subscriber found the
+    // primary through the sentinel too.
+    let ask = a.start_task("ask_name", json!({})).await;
+    let (key, _) = only_input_request(&b.wait_status(&ask, "input_required").await);
+    let answer = json!({key: {"action": "accept", "content": {"name": "Tess"}}});
+    b.update(&ask, answer).await.result();
+    let done = a.wait_status(&ask, "completed").await;
+    assert_eq!(first_text(&done["result"]), "Hello, Tess!");
+    // The task is on that primary (read over its plain port).
+    let owner: String = ::redis::cmd("HGET")
+        .arg(format!("mtg:{{{ask}}}"))
+        .arg("owner")
+        .query(&mut primary.connection())
+        .unwrap();
+    assert_eq!(owner, "gw-a");
+    // Without the CA, neither the sentinel nor the primary is trusted.
+    let (_c, c) = gateway_on(&upstream_url, "gw-c", &["--redis", url.as_str()], &[]);
+    let reply = c.call_tool("echo", json!({"text": "untrusted"})).await;
+    assert_eq!(reply.error_code(), -32603, "{}", reply.body);
+    reply.assert_message_mentions("task store unavailable");
 }

@@ -370,6 +370,8 @@ pub struct RedisSentinel {
 pub struct SentinelProcess {
     proc: Option<Proc>,
     pub port: u16,
+    /// The TLS port, for a sentinel started with [`SentinelProcess::start_tls`].
+    pub tls_port: Option<u16>,
     dir: PathBuf,
 }
 
@@ -541,16 +543,42 @@ impl RedisServer {
 
 impl SentinelProcess {
     fn start(primary_port: u16) -> Self {
+        Self::launch(primary_port, 2, None)
+    }
+
+    /// One sentinel (quorum 1) that also serves TLS on a port of its own with
+    /// `cert`/`key`, and watches the primary on its TLS port (`tls-replication yes`).
+    pub fn start_tls(
+        primary_tls_port: u16,
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        ca: &std::path::Path,
+    ) -> Self {
+        Self::launch(primary_tls_port, 1, Some([cert, key, ca]))
+    }
+
+    fn launch(primary_port: u16, quorum: u32, tls: Option<[&std::path::Path; 3]>) -> Self {
         let mut attempts = 0;
         loop {
             attempts += 1;
             let port = free_port();
+            let tls_port = tls.map(|_| free_port());
             let dir =
                 std::env::temp_dir().join(format!("mtg-sentinel-{}-{port}", std::process::id()));
             std::fs::create_dir_all(&dir).expect("a temporary directory");
+            let tls_config = match (tls, tls_port) {
+                (Some([cert, key, ca]), Some(tls_port)) => format!(
+                    "tls-port {tls_port}\ntls-cert-file {}\ntls-key-file {}\n\
+                     tls-ca-cert-file {}\ntls-auth-clients no\ntls-replication yes\n",
+                    cert.display(),
+                    key.display(),
+                    ca.display()
+                ),
+                _ => String::new(),
+            };
             let config = format!(
-                "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {dir}/sentinel.log\n\
-                 sentinel monitor {SENTINEL_MASTER} 127.0.0.1 {primary_port} 2\n\
+                "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {dir}/sentinel.log\n{tls_config}\
+                 sentinel monitor {SENTINEL_MASTER} 127.0.0.1 {primary_port} {quorum}\n\
                  sentinel down-after-milliseconds {SENTINEL_MASTER} 1000\n\
                  sentinel failover-timeout {SENTINEL_MASTER} 3000\n\
                  sentinel parallel-syncs {SENTINEL_MASTER} 1\n",
@@ -569,6 +597,7 @@ impl SentinelProcess {
             let mut sentinel = Self {
                 proc: Some(proc),
                 port,
+                tls_port,
                 dir,
             };
             match sentinel.wait_ready() {
