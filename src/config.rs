@@ -272,13 +272,15 @@ pub struct Config {
     /// `/readyz` checks only the store, not the upstream.
     #[arg(long, env = "MTG_READYZ_SKIP_UPSTREAM", default_value_t = false)]
     pub readyz_skip_upstream: bool,
-    /// Shared task store: a Redis URL (`redis://` or `rediss://` for TLS). Without it
-    /// (or --redis-cluster), tasks live in this process's memory and only it serves them.
+    /// Shared task store: a Redis URL (`redis://` or `rediss://` for TLS), or the
+    /// sentinels of a master (`redis+sentinel://host1:26379,host2:26379/<master-name>`,
+    /// `rediss+sentinel://` for TLS). Without it (or --redis-cluster), tasks live in this
+    /// process's memory and only it serves them.
     #[arg(long, env = "MTG_REDIS", value_parser = parse_redis_url, conflicts_with = "redis_cluster")]
     pub redis: Option<String>,
 
     /// Shared task store on Redis Cluster: seed node URLs, comma-separated.
-    #[arg(long, env = "MTG_REDIS_CLUSTER", value_delimiter = ',', value_parser = parse_redis_url)]
+    #[arg(long, env = "MTG_REDIS_CLUSTER", value_delimiter = ',', value_parser = parse_redis_node_url)]
     pub redis_cluster: Vec<String>,
 
     /// With N > 0, a task is created (and its id returned) only once N Redis replicas
@@ -481,7 +483,10 @@ impl Config {
     /// The shared store, if one is configured.
     pub fn redis_target(&self) -> Option<Target> {
         match (&self.redis, self.redis_cluster.is_empty()) {
-            (Some(url), _) => Some(Target::Server(url.clone())),
+            // Checked when parsed; were it not, Redis would refuse it as an address.
+            (Some(url), _) => {
+                Some(Target::from_url(url).unwrap_or_else(|_| Target::Server(url.clone())))
+            }
             (None, false) => Some(Target::Cluster(self.redis_cluster.clone())),
             (None, true) => None,
         }
@@ -513,6 +518,10 @@ pub enum InvalidValue {
     NotHttpUrl,
     #[error("expected a redis:// or rediss:// URL")]
     NotRedisUrl,
+    #[error("expected a redis://, rediss://, redis+sentinel:// or rediss+sentinel:// URL")]
+    NotRedisOrSentinelUrl,
+    #[error(transparent)]
+    Sentinel(#[from] crate::store::redis::SentinelUrlError),
     #[error("cannot split {0:?} into words: unbalanced quotes or a trailing backslash")]
     Unsplittable(String),
     #[error("the command is empty")]
@@ -578,7 +587,20 @@ fn parse_state_key(raw: &str) -> Result<String, InvalidValue> {
     Ok(raw.to_owned())
 }
 
+/// `--redis`: one server, or a master behind Sentinel.
 fn parse_redis_url(raw: &str) -> Result<String, InvalidValue> {
+    match raw.split_once("://") {
+        Some(("redis" | "rediss", rest)) if !rest.is_empty() => Ok(raw.to_owned()),
+        Some(("redis+sentinel" | "rediss+sentinel", _)) => {
+            Target::from_url(raw)?;
+            Ok(raw.to_owned())
+        }
+        _ => Err(InvalidValue::NotRedisOrSentinelUrl),
+    }
+}
+
+/// A Cluster seed node: a server's own URL.
+fn parse_redis_node_url(raw: &str) -> Result<String, InvalidValue> {
     match raw.split_once("://") {
         Some(("redis" | "rediss", rest)) if !rest.is_empty() => Ok(raw.to_owned()),
         _ => Err(InvalidValue::NotRedisUrl),
@@ -827,9 +849,25 @@ mod tests {
         .unwrap();
         assert!(matches!(cluster.redis_target(), Some(Target::Cluster(urls)) if urls.len() == 2));
 
+        let sentinel = Config::try_parse_from(
+            [
+                &base[..],
+                &["--redis", "redis+sentinel://s1:26379,s2:26380/mymaster"],
+            ]
+            .concat(),
+        )
+        .unwrap();
+        assert!(matches!(
+            sentinel.redis_target(),
+            Some(Target::Sentinel(t)) if t.master == "mymaster" && t.sentinels.len() == 2
+        ));
+
         for bad in [
             &["--redis", "http://cache:6379"][..],
             &["--redis", "redis://a", "--redis-cluster", "redis://b"],
+            &["--redis", "redis+sentinel://s1:26379"],
+            &["--redis", "redis+sentinel://s1:x/m"],
+            &["--redis-cluster", "redis+sentinel://s1:26379/m"],
             &["--instance-id", "gw-{1}"],
             &["--lease-timeout-ms", "5"],
         ] {

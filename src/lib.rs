@@ -136,6 +136,7 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         None => "memory",
         Some(Target::Server(_)) => "redis",
         Some(Target::Cluster(_)) => "redis-cluster",
+        Some(Target::Sentinel(_)) => "redis-sentinel",
     };
     tracing::info!(listen = %local, upstream = %describe_upstream(&config), instance = %config.instance_id, store = store_kind, "mcp-task-gateway ready");
     // Tests and scripts read the bound address from this line (the port may be 0).

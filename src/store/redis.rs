@@ -36,7 +36,7 @@ use redis::{Pipeline, Value};
 use serde_json::{Map, Value as Json};
 use tokio::sync::mpsc;
 
-pub use conn::Target;
+pub use conn::{SentinelTarget, SentinelUrlError, Target};
 pub use keys::{BadNamespace, StoreNamespace};
 
 use super::{

@@ -13,4 +13,4 @@ pub mod tls;
 pub use process::{
     DEADLINE, Proc, children_of, descendants_of, free_port, spawn_announcing, wait_for_port,
 };
-pub use redis::{RedisCluster, RedisServer};
+pub use redis::{RedisCluster, RedisSentinel, RedisServer, SentinelProcess};

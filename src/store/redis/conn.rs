@@ -1,10 +1,14 @@
-//! The connection to Redis (one server or a Cluster): every operation is a list of
-//! pipelines, each confined to one hash slot, run with a time limit, timed and counted.
+//! The connection to Redis (one server, a Cluster, or a master found through Sentinel):
+//! every operation is a list of pipelines, each confined to one hash slot, run with a
+//! time limit, timed and counted.
 
+mod sentinel;
+
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterConfig;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisError, Value};
@@ -12,6 +16,8 @@ use tracing::Instrument;
 
 use super::scripts::Scripts;
 use crate::store::{StoreError, Unavailable, metrics};
+use sentinel::SentinelConn;
+pub use sentinel::{SentinelTarget, SentinelUrlError};
 
 /// Where the store lives.
 #[derive(Debug, Clone)]
@@ -20,12 +26,26 @@ pub enum Target {
     Server(String),
     /// Redis Cluster, given one or more seed nodes.
     Cluster(Vec<String>),
+    /// The master Sentinel names: `redis+sentinel://` or `rediss+sentinel://`.
+    Sentinel(SentinelTarget),
+}
+
+impl Target {
+    /// `--redis`'s URL: one server, or a master behind Sentinel.
+    pub fn from_url(url: &str) -> Result<Self, SentinelUrlError> {
+        if SentinelTarget::is_sentinel_url(url) {
+            SentinelTarget::parse(url).map(Target::Sentinel)
+        } else {
+            Ok(Target::Server(url.to_owned()))
+        }
+    }
 }
 
 #[derive(Clone)]
 enum Backend {
     Server(ConnectionManager),
     Cluster(ClusterConnection),
+    Sentinel(Arc<SentinelConn>),
 }
 
 #[derive(Clone)]
@@ -86,6 +106,12 @@ impl Conn {
                     .set_response_timeout(timeout);
                 Backend::Cluster(client.get_pending_async_connection_with_config(config))
             }
+            Target::Sentinel(target) => Backend::Sentinel(Arc::new(SentinelConn::new(
+                target,
+                ca_cert,
+                connect_timeout,
+                timeout,
+            )?)),
         };
         Ok(Self {
             backend,
@@ -98,6 +124,15 @@ impl Conn {
         match self.backend {
             Backend::Server(_) => "redis",
             Backend::Cluster(_) => "redis-cluster",
+            Backend::Sentinel(_) => "redis-sentinel",
+        }
+    }
+
+    /// After a timeout on a master found through Sentinel: it may be cut off while
+    /// another was promoted, so the next operation asks the sentinels again.
+    fn suspect_connection(&self) {
+        if let Backend::Sentinel(sentinel) = &self.backend {
+            sentinel.forget(None);
         }
     }
 
@@ -144,13 +179,21 @@ impl Conn {
     }
 
     async fn attempt(&self, groups: &[Pipeline]) -> Result<Vec<Vec<Value>>, Failure> {
-        let replies = tokio::time::timeout(self.timeout, self.send(groups))
-            .await
-            .map_err(|_| Failure::Timeout)??;
+        let Ok(replies) = tokio::time::timeout(self.timeout, self.send(groups)).await else {
+            self.suspect_connection();
+            return Err(Failure::Timeout);
+        };
+        let replies = replies?;
         for reply in replies.iter().flatten() {
             if let Value::ServerError(e) = reply {
                 return Err(if e.code() == "NOSCRIPT" {
                     Failure::NoScript
+                } else if e.code() == "READONLY"
+                    && let Backend::Sentinel(sentinel) = &self.backend
+                {
+                    // A demoted master: Sentinel names the new one.
+                    sentinel.forget(None);
+                    Failure::Redis(e.clone().into())
                 } else {
                     Failure::Server(format!("{} {}", e.code(), e.details().unwrap_or("")))
                 });
@@ -161,25 +204,16 @@ impl Conn {
 
     async fn send(&self, groups: &[Pipeline]) -> Result<Vec<Vec<Value>>, Failure> {
         match &self.backend {
-            Backend::Server(conn) => {
-                let mut merged = redis::pipe();
-                for group in groups {
-                    for cmd in group.cmd_iter() {
-                        merged.add_command(cmd.clone());
-                    }
+            Backend::Server(conn) => send_merged(&mut conn.clone(), groups).await,
+            Backend::Sentinel(sentinel) => {
+                let (id, mut conn) = sentinel.connection().await.map_err(Failure::Redis)?;
+                let replies = send_merged(&mut conn, groups).await;
+                if let Err(Failure::Redis(e)) = &replies
+                    && sentinel::loses_connection(e)
+                {
+                    sentinel.forget(Some(id));
                 }
-                merged.ignore_errors();
-                let mut flat: Vec<Value> = merged
-                    .query_async::<Vec<Value>>(&mut conn.clone())
-                    .await
-                    .map_err(Failure::Redis)?
-                    .into_iter()
-                    .rev()
-                    .collect();
-                Ok(groups
-                    .iter()
-                    .map(|group| (0..group.len()).filter_map(|_| flat.pop()).collect())
-                    .collect())
+                replies
             }
             Backend::Cluster(conn) => {
                 let sends = groups.iter().map(|group| {
@@ -206,6 +240,10 @@ impl Conn {
         let load = async {
             match &self.backend {
                 Backend::Server(conn) => pipe.exec_async(&mut conn.clone()).await,
+                Backend::Sentinel(sentinel) => {
+                    let (_, mut conn) = sentinel.connection().await?;
+                    pipe.exec_async(&mut conn).await
+                }
                 Backend::Cluster(conn) => {
                     // A Cluster pipeline goes to one node; route each load to all of them.
                     for cmd in pipe.cmd_iter() {
@@ -219,6 +257,60 @@ impl Conn {
             .await
             .map_err(|_| Failure::Timeout)?
             .map_err(Failure::Redis)
+    }
+}
+
+/// One pipeline of every group's commands, on one connection; the replies by group.
+async fn send_merged(
+    conn: &mut impl ConnectionLike,
+    groups: &[Pipeline],
+) -> Result<Vec<Vec<Value>>, Failure> {
+    let mut merged = redis::pipe();
+    for group in groups {
+        for cmd in group.cmd_iter() {
+            merged.add_command(cmd.clone());
+        }
+    }
+    merged.ignore_errors();
+    let mut flat: Vec<Value> = merged
+        .query_async::<Vec<Value>>(conn)
+        .await
+        .map_err(Failure::Redis)?
+        .into_iter()
+        .rev()
+        .collect();
+    Ok(groups
+        .iter()
+        .map(|group| (0..group.len()).filter_map(|_| flat.pop()).collect())
+        .collect())
+}
+
+/// Where a pub/sub subscriber connects: a fixed server, or the master Sentinel names
+/// at the time of each (re)connect.
+pub(super) enum PubSubSource {
+    Url(String),
+    Sentinel(SentinelTarget),
+}
+
+impl PubSubSource {
+    /// One source per node a subscriber may try in turn.
+    pub fn all_of(target: &Target) -> Vec<Self> {
+        match target {
+            Target::Server(url) => vec![Self::Url(url.clone())],
+            // PUBLISH on a Cluster reaches every node, so any node can be listened to.
+            Target::Cluster(urls) => urls.iter().cloned().map(Self::Url).collect(),
+            Target::Sentinel(target) => vec![Self::Sentinel(target.clone())],
+        }
+    }
+
+    /// A client of the node to subscribe on now. Through Sentinel, a new lookup each
+    /// time; its connections to the sentinels close with it (a subscriber reconnects
+    /// rarely, so none are kept open for it).
+    pub async fn client(&self, ca_cert: Option<&[u8]>) -> Result<redis::Client, RedisError> {
+        match self {
+            Self::Url(url) => client(url, ca_cert),
+            Self::Sentinel(target) => target.client(ca_cert)?.async_get_client().await,
+        }
     }
 }
 

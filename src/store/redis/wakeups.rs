@@ -9,7 +9,7 @@ use futures_util::StreamExt;
 use redis::RedisError;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::conn::Target;
+use super::conn::{PubSubSource, Target};
 use crate::store::WAKE_ALL;
 
 /// How often an idle subscription is checked (PING), so a dead connection is noticed.
@@ -23,22 +23,19 @@ pub(super) fn spawn_subscriber(
     timeout: Duration,
     tx: UnboundedSender<String>,
 ) {
-    // PUBLISH on a Cluster reaches every node, so any node can be listened to.
-    let urls = match target {
-        Target::Server(url) => vec![url.clone()],
-        Target::Cluster(urls) => urls.clone(),
-    };
+    let sources = PubSubSource::all_of(target);
     tokio::spawn(async move {
         let mut backoff = Duration::from_millis(50);
         let mut was_down = false;
-        for url in urls.iter().cycle() {
+        for turn in 0.. {
             if tx.is_closed() {
                 return;
             }
             let mut subscribed = false;
             let ca_cert = ca_cert.as_deref();
+            let source = &sources[turn % sources.len()];
             match listen(
-                url,
+                source,
                 ca_cert,
                 &channel,
                 timeout,
@@ -81,7 +78,7 @@ enum SubscriptionLost {
 
 /// Listens until the connection fails (`Err`) or the receiver is gone (`Ok`).
 async fn listen(
-    url: &str,
+    source: &PubSubSource,
     ca_cert: Option<&[u8]>,
     channel: &str,
     timeout: Duration,
@@ -89,7 +86,10 @@ async fn listen(
     subscribed: &mut bool,
     was_down: bool,
 ) -> Result<(), SubscriptionLost> {
-    let client = super::conn::client(url, ca_cert)?;
+    // Both steps bounded: a master that Sentinel names may be unreachable.
+    let client = tokio::time::timeout(timeout, source.client(ca_cert))
+        .await
+        .map_err(|_| SubscriptionLost::TimedOut("finding the master"))??;
     let pubsub = tokio::time::timeout(timeout, client.get_async_pubsub())
         .await
         .map_err(|_| SubscriptionLost::TimedOut("connect"))??;
