@@ -428,10 +428,12 @@ async fn tasks_flow_through_a_tls_sentinel_to_a_tls_primary() {
     let done = a.wait_status(&ask, "completed").await;
     assert_eq!(first_text(&done["result"]), "Hello, Tess!");
     // The task is on that primary (read over its plain port).
+    let mut on_primary = primary.connection();
+    let key = task_key(&mut on_primary, &ask);
     let owner: String = ::redis::cmd("HGET")
-        .arg(format!("mtg:{{{ask}}}"))
+        .arg(key)
         .arg("owner")
-        .query(&mut primary.connection())
+        .query(&mut on_primary)
         .unwrap();
     assert_eq!(owner, "gw-a");
     // Without the CA, neither the sentinel nor the primary is trusted.
