@@ -124,21 +124,13 @@ pub async fn serve(
         Ok(message) => message,
         Err(e) => return reply::error(None, &e.to_error_object()),
     };
-    let session = TaskSession {
-        id: marked.client_id,
-        upstream: Some(SessionRef {
-            id: marked.upstream,
-            protocol_version: parts
-                .headers
-                .get(MCP_PROTOCOL_VERSION)
-                .cloned()
-                .unwrap_or(HeaderValue::from_static(SESSION_VERSION)),
-        }),
-        capabilities: Map::new(),
-        auth: parts.headers.get(header::AUTHORIZATION).cloned(),
-        principal: gateway.principal(&parts),
-        modes: marked.modes,
-    };
+    let session = task_session(
+        gateway,
+        &parts,
+        marked.client_id,
+        marked.upstream,
+        marked.modes,
+    );
     if let Handled::Reply(response) = super::handle(gateway, &session, &message).await {
         return response;
     }
@@ -170,11 +162,28 @@ pub async fn serve_undeclared(
     }
     let message = Message::parse(body).ok()?;
     let id = parts.headers.get(MCP_SESSION_ID)?;
-    let session = TaskSession {
-        id: id.to_str().ok()?.to_owned(),
-        // Unmarked: the client's id is the upstream's own.
+    // Unmarked: the client's id is the upstream's own.
+    let client_id = id.to_str().ok()?.to_owned();
+    let session = task_session(gateway, parts, client_id, Some(id.clone()), false);
+    match super::handle_undeclared(gateway, &session, &message).await {
+        Handled::Reply(response) => Some(response),
+        Handled::PassOn => None,
+    }
+}
+
+/// A pass-through session as the task handlers see it: its calls run in the client's
+/// own upstream session (`upstream_id`), at the version the client negotiated.
+fn task_session(
+    gateway: &Gateway,
+    parts: &Parts,
+    client_id: String,
+    upstream_id: Option<HeaderValue>,
+    modes: bool,
+) -> TaskSession {
+    TaskSession {
+        id: client_id,
         upstream: Some(SessionRef {
-            id: Some(id.clone()),
+            id: upstream_id,
             protocol_version: parts
                 .headers
                 .get(MCP_PROTOCOL_VERSION)
@@ -184,11 +193,7 @@ pub async fn serve_undeclared(
         capabilities: Map::new(),
         auth: parts.headers.get(header::AUTHORIZATION).cloned(),
         principal: gateway.principal(parts),
-        modes: false,
-    };
-    match super::handle_undeclared(gateway, &session, &message).await {
-        Handled::Reply(response) => Some(response),
-        Handled::PassOn => None,
+        modes,
     }
 }
 
