@@ -8,6 +8,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use common::admin::listed_ids;
 use common::*;
 use serde_json::{Value, json};
 use test_support::RedisServer;
@@ -70,17 +71,6 @@ fn cli_json(admin_url: &str, args: &[&str]) -> Value {
             String::from_utf8_lossy(&output.stdout)
         )
     })
-}
-
-fn listed_ids(list: &Value) -> Vec<String> {
-    let mut ids: Vec<String> = list["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["taskId"].as_str().unwrap().to_owned())
-        .collect();
-    ids.sort();
-    ids
 }
 
 fn sorted(ids: &[&String]) -> Vec<String> {
@@ -476,7 +466,6 @@ async fn on_redis_any_instance_shows_and_cancels_a_task_running_on_another() {
 /// One listing's pages of at most `limit` tasks, through the HTTP API and through the
 /// CLI: each page holds at most `limit`, no task comes twice; the ids of each walk.
 async fn walk_both_ways(admin: &str, filters: &[(&str, &str)], limit: usize) -> [Vec<String>; 2] {
-    let http = reqwest::Client::new();
     let mut by_http = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
@@ -490,15 +479,8 @@ async fn walk_both_ways(admin: &str, filters: &[(&str, &str)], limit: usize) -> 
             "{admin}/admin/tasks?{}",
             serde_urlencoded::to_string(&query).unwrap()
         );
-        let page: Value = http
-            .get(url)
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let (status, page) = common::admin::request("GET", &url, TOKEN).await;
+        assert_eq!(status, 200, "{page}");
         let ids = listed_ids(&page);
         assert!(ids.len() <= limit, "{filters:?}, limit {limit}: {page}");
         by_http.extend(ids);

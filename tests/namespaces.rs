@@ -63,27 +63,13 @@ fn instance(upstream_url: &str, redis: &RedisServer, id: &str) -> Instance {
 
 /// `GET`/`POST` on the admin API: (status, body).
 async fn admin(method: &str, url: String) -> (u16, Value) {
-    let reply = reqwest::Client::new()
-        .request(method.parse().unwrap(), url)
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
-    let status = reply.status().as_u16();
-    (status, reply.json().await.unwrap_or(Value::Null))
+    common::admin::request(method, &url, TOKEN).await
 }
 
 async fn listed(admin_url: &str, query: &str) -> Vec<String> {
     let (status, body) = admin("GET", format!("{admin_url}/tasks?{query}")).await;
     assert_eq!(status, 200, "{body}");
-    let mut ids: Vec<String> = body["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["taskId"].as_str().unwrap().to_owned())
-        .collect();
-    ids.sort();
-    ids
+    common::admin::listed_ids(&body)
 }
 
 fn record(redis: &RedisServer, task_id: &str) -> HashMap<String, String> {

@@ -103,15 +103,8 @@ async fn stored_tasks(admin: &str) -> Vec<Value> {
         if let Some(cursor) = &cursor {
             url.push_str(&format!("&cursor={cursor}"));
         }
-        let page: Value = reqwest::Client::new()
-            .get(url)
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let (status, page) = admin::request("GET", &url, ADMIN_TOKEN).await;
+        assert_eq!(status, 200, "{page}");
         tasks.extend(page["tasks"].as_array().unwrap().iter().cloned());
         match page["nextCursor"].as_str() {
             Some(next) => cursor = Some(next.to_owned()),

@@ -270,13 +270,9 @@ async fn every_stop_reaches_the_upstream(kind: Kind) {
     n += 1;
     upstream.wait_started(n).await;
     let since = Instant::now();
-    let cancelled = reqwest::Client::new()
-        .post(format!("{admin}/admin/tasks/{task}/cancel"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(cancelled.status(), 200);
+    let cancel_url = format!("{admin}/admin/tasks/{task}/cancel");
+    let (status, cancelled) = admin::request("POST", &cancel_url, ADMIN_TOKEN).await;
+    assert_eq!(status, 200, "{cancelled}");
     upstream.assert_stopped(n, since, "admin cancel").await;
     let seen = client.get_task(&task).await;
     assert_eq!(seen["status"], "cancelled", "{seen}");

@@ -3,6 +3,7 @@
 //! client. Every wait polls against a deadline; nothing sleeps to synchronise.
 #![allow(dead_code)]
 
+pub mod admin;
 pub mod session;
 pub mod stdio;
 

@@ -43,9 +43,8 @@ fn lease(instance: &str) -> Lease<'_> {
     }
 }
 
-pub(crate) async fn operators_see_every_task_in_each_scope(subject: &impl Subject) {
-    let store = subject.instance(OWNER);
-    // Every instance holds a lease: that is how the owners' indexes are found.
+/// Every instance holds a lease: that is how the owners' indexes are found.
+async fn both_hold_leases(store: &Store) {
     for instance in [OWNER, OTHER] {
         store
             .membership
@@ -53,6 +52,11 @@ pub(crate) async fn operators_see_every_task_in_each_scope(subject: &impl Subjec
             .await
             .unwrap();
     }
+}
+
+pub(crate) async fn operators_see_every_task_in_each_scope(subject: &impl Subject) {
+    let store = subject.instance(OWNER);
+    both_hold_leases(&store).await;
     let mut everyone = BTreeSet::new();
     let mut running_here = BTreeSet::new();
     let mut bobs = BTreeSet::new();
@@ -148,13 +152,7 @@ async fn walk_cut(store: &Store, scope: Scope<'_>, budget: usize, take: usize) -
 
 pub(crate) async fn a_walk_can_stop_after_any_task(subject: &impl Subject) {
     let store = subject.instance(OWNER);
-    for instance in [OWNER, OTHER] {
-        store
-            .membership
-            .renew_lease(&lease(instance))
-            .await
-            .unwrap();
-    }
+    both_hold_leases(&store).await;
     // A task ends on its owner (the store unindexes it there).
     let other = subject.instance(OTHER);
     let mut everyone = BTreeSet::new();
