@@ -12,7 +12,6 @@ pub mod admin;
 pub mod auth;
 mod cluster;
 pub mod config;
-mod config_file;
 pub mod protocol;
 mod server;
 pub mod store;
@@ -33,7 +32,7 @@ use store::redis::{RedisSettings, RedisStore, StoreNamespace, Target};
 use tasks::{TaskService, TaskSettings};
 
 /// Runs the gateway until SIGTERM or Ctrl-C. Call it on a current-thread runtime: it
-/// is the first of the worker threads (`server::workers`).
+/// is the first of the worker threads (`server::edge::workers`).
 pub async fn run(config: Config) -> std::io::Result<()> {
     // Two rustls providers are linked (ring, and aws-lc-rs through a dependency), so
     // none is the default until one is named: `rediss://` connections need it.
@@ -150,7 +149,8 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         shutdown_signal().await;
         closing.cancel();
     };
-    let workers = server::workers::serve(listener, gateway, config.worker_threads(), stop).await?;
+    let workers =
+        server::edge::workers::serve(listener, gateway, config.worker_threads(), stop).await?;
     let peers_alive = peers_alive(&store, &config.instance_id).await;
     let handed_over = tasks
         .drain(Duration::from_millis(config.drain_timeout_ms), peers_alive)

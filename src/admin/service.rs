@@ -281,7 +281,7 @@ mod tests {
     use test_support::RedisServer;
 
     use super::*;
-    use crate::store::contract::{raw, record};
+    use crate::store::contract_tests::{raw, record};
     use crate::store::memory::MemoryStore;
     use crate::store::redis::{RedisSettings, RedisStore, StoreNamespace, Target};
     use crate::store::{Lease, Outcome, Store};

@@ -1,24 +1,13 @@
-//! The HTTP front: routing, the era of each request, limits, and graceful shutdown.
+//! The HTTP front: the routes, and which client generation sent each `/mcp` request.
+//! `edge` holds the connections and the checks every request passes; `stateless` serves
+//! 2026-07-28 clients, `session` 2025-xx clients.
 
-mod accept;
-mod authn;
-mod balance;
-mod bridged;
-mod coalesce;
-mod listen;
-mod passthrough;
+pub mod edge;
 mod reply;
-mod session_tasks;
-mod sessions;
+mod session;
 mod sse;
 mod stateless;
-mod task_rate;
-pub mod tls;
-pub mod workers;
 
-use crate::protocol::names::{SESSION_VERSIONS, STATELESS_VERSION};
-use std::convert::Infallible;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,33 +15,27 @@ use http::request::Parts;
 use http::{HeaderMap, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 use tracing::Instrument;
 
 use crate::config::Config;
-use crate::protocol::headers::{self, MCP_PROTOCOL_VERSION};
+use crate::protocol::headers::MCP_PROTOCOL_VERSION;
 use crate::protocol::jsonrpc::{ErrorObject, Message, code};
 use crate::protocol::meta;
 use crate::tasks::TaskService;
 use crate::tasks::policy::Policies;
 use crate::upstream::Upstream;
 use crate::upstream::http::{Connector, HttpClient};
-use crate::upstream::lane::{self, Lane};
+use crate::upstream::pinned::PinnedConn;
 use reply::Body;
 
-use crate::protocol::names;
 use crate::protocol::names::header::MCP_SESSION_ID as SESSION_HEADER;
-/// How long in-flight requests may take to finish after shutdown begins.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+use crate::protocol::names::{self, SESSION_VERSIONS, STATELESS_VERSION};
 
 /// Everything a request handler needs, built once at start.
 pub struct Gateway {
     pub client: HttpClient,
-    /// Opens each client connection's [`Lane`] to the upstream.
+    /// Opens each client connection's [`PinnedConn`] to the upstream.
     lane_connector: Connector,
     pub upstream: Arc<dyn Upstream>,
     pub tasks: Arc<TaskService>,
@@ -66,13 +49,13 @@ pub struct Gateway {
     /// What goes upstream as `Authorization` (`--upstream-credential`).
     upstream_credential: crate::auth::UpstreamCredential,
     /// `--max-task-requests-per-second`, if set.
-    task_rate: Option<task_rate::TaskRequestRate>,
+    task_rate: Option<edge::task_rate::TaskRequestRate>,
     /// The TLS listener's acceptor (`--tls-cert`), if on.
-    tls: Option<tls::Acceptor>,
+    tls: Option<edge::tls::Acceptor>,
     allowed_origins: Vec<String>,
     check_upstream_readiness: bool,
     /// Session clients whose upstream has no sessions to pass them through to.
-    sessions: Arc<sessions::GatewaySessions>,
+    sessions: Arc<session::served::GatewaySessions>,
     /// Cancelled when the gateway starts to stop: long-lived streams end gracefully
     /// instead of holding the connection drain.
     pub closing: tokio_util::sync::CancellationToken,
@@ -94,7 +77,7 @@ impl Gateway {
             auth,
             upstream_credential: edge.upstream_credential,
             tls: edge.tls,
-            task_rate: task_rate::TaskRequestRate::new(config.max_task_requests_per_second),
+            task_rate: edge::task_rate::TaskRequestRate::new(config.max_task_requests_per_second),
             closing,
             client,
             lane_connector: crate::upstream::http::lane_connector(),
@@ -107,7 +90,7 @@ impl Gateway {
             identity_header: config.identity_header.clone(),
             allowed_origins: config.allowed_origins.clone(),
             check_upstream_readiness: !config.readyz_skip_upstream,
-            sessions: sessions::GatewaySessions::start(sessions::SessionLimits {
+            sessions: session::served::GatewaySessions::start(session::served::SessionLimits {
                 idle_timeout: Duration::from_millis(config.session_idle_timeout_ms),
                 max_sessions: usize::try_from(config.max_sessions).unwrap_or(usize::MAX),
             }),
@@ -129,117 +112,30 @@ impl Gateway {
         rate.check(&principal(), Some(id))
     }
 
-    /// Who is calling (`authn::admit` decided it): the token's subject, the configured
+    /// Who is calling (`edge::authn::admit` decided it): the token's subject, the configured
     /// identity header, else a hash of the credentials. Tasks and gateway-served
     /// sessions are bound to it.
     fn principal(&self, parts: &Parts) -> String {
-        match parts.extensions.get::<authn::Caller>() {
+        match parts.extensions.get::<edge::authn::Caller>() {
             Some(caller) => caller.principal.clone(),
-            None => principal(&parts.headers, self.identity_header.as_ref()),
+            None => edge::principal(&parts.headers, self.identity_header.as_ref()),
         }
     }
 }
 
-/// What the front needs from files named in the config, read (and checked) at start.
-pub struct Edge {
-    pub upstream_credential: crate::auth::UpstreamCredential,
-    pub tls: Option<tls::Acceptor>,
-}
-
-impl Edge {
-    pub fn from_config(config: &Config) -> std::io::Result<Self> {
-        let tls = match (&config.tls_cert, &config.tls_key) {
-            (Some(cert), Some(key)) => Some(
-                tls::Acceptor::start(tls::TlsFiles {
-                    cert: cert.clone(),
-                    key: key.clone(),
-                })
-                .map_err(std::io::Error::other)?,
-            ),
-            _ => None,
-        };
-        Ok(Self {
-            upstream_credential: config.upstream_credential()?,
-            tls,
-        })
-    }
-}
-
-/// Serves the connections of this worker's `seat` until `shutdown` resolves, then lets
-/// in-flight requests finish.
-async fn serve(
-    listener: TcpListener,
-    gateway: Arc<Gateway>,
-    mut seat: balance::Seat,
-    shutdown: impl Future<Output = ()>,
-) {
-    let graceful = GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
-    tokio::pin!(shutdown);
-    loop {
-        let (stream, peer, open) = tokio::select! {
-            next = seat.next_connection(&listener) => next,
-            () = &mut shutdown => break,
-        };
-        let _ = stream.set_nodelay(true);
-        let tls = gateway.tls.clone();
-        let gateway = gateway.clone();
-        let lane = Arc::new(Lane::new(gateway.lane_connector.clone(), lane::IDLE_LIMIT));
-        let service = hyper::service::service_fn(move |request| {
-            let gateway = gateway.clone();
-            let lane = lane.clone();
-            // Boxed: hyper keeps room for the service's future for as long as the
-            // connection (or HTTP/2 stream) lives, and a request's handling takes 8 KiB.
-            // An idle keep-alive connection or a long stream then holds a pointer instead.
-            async move { Ok::<_, Infallible>(Box::pin(route(&gateway, &lane, request)).await) }
-        });
-        let watcher = graceful.watcher();
-        let builder = builder.clone();
-        tokio::spawn(async move {
-            let _open = open;
-            let served = match tls {
-                None => {
-                    let connection =
-                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-                    watcher.watch(connection.into_owned()).await
-                }
-                // The handshake runs here, not in the accept loop: a slow client delays
-                // only itself.
-                Some(tls) => match tls.accept(stream).await {
-                    Ok(stream) => {
-                        let connection =
-                            builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-                        watcher.watch(connection.into_owned()).await
-                    }
-                    Err(e) => {
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                        return;
-                    }
-                },
-            };
-            if let Err(e) = served {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
-        });
-    }
-    // Other workers now serve what they would have handed over.
-    drop(seat);
-    tracing::info!("shutting down: no new connections, finishing in-flight requests");
-    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("some connections were still open after the grace period");
-    }
-}
+pub use edge::Edge;
 
 /// `lane` is the client connection's own connection to the upstream, for pass-through.
-async fn route(gateway: &Gateway, lane: &Lane, request: Request<Incoming>) -> Response<Body> {
+pub(crate) async fn route(
+    gateway: &Gateway,
+    lane: &PinnedConn,
+    request: Request<Incoming>,
+) -> Response<Body> {
     match request.uri().path() {
         "/healthz" => reply::plain(StatusCode::OK, "ok\n"),
         "/readyz" => readiness(gateway).await,
         path if path.starts_with("/.well-known/oauth-protected-resource") => {
-            authn::metadata(gateway)
+            edge::authn::metadata(gateway)
         }
         "/mcp" => {
             let span = tracing::info_span!("request", method = tracing::field::Empty);
@@ -288,12 +184,12 @@ async fn readiness(gateway: &Gateway) -> Response<Body> {
 /// for the metrics.
 async fn mcp_endpoint(
     gateway: &Gateway,
-    lane: &Lane,
+    lane: &PinnedConn,
     request: Request<Incoming>,
     method: &mut String,
 ) -> Response<Body> {
     if let Some(origin) = request.headers().get(header::ORIGIN)
-        && !origin_allowed(origin, &gateway.allowed_origins)
+        && !edge::origin_allowed(origin, &gateway.allowed_origins)
     {
         return reply::error_with_status(
             StatusCode::FORBIDDEN,
@@ -302,7 +198,7 @@ async fn mcp_endpoint(
     }
     let (mut parts, body) = request.into_parts();
     // Before the body is read: an unauthenticated caller costs no more than its headers.
-    if let Some(refusal) = authn::admit(gateway, &mut parts).await {
+    if let Some(refusal) = edge::authn::admit(gateway, &mut parts).await {
         return refusal;
     }
     let body = match Limited::new(body, gateway.max_body_bytes).collect().await {
@@ -339,10 +235,10 @@ async fn mcp_endpoint(
     // gateway does not read it. The metric label keeps its old name for dashboards.
     if parts.headers.contains_key(SESSION_HEADER) {
         "legacy_passthrough".clone_into(method);
-        if let Some(refusal) = authn::check_scopes(gateway, &parts, None, &body) {
+        if let Some(refusal) = edge::authn::check_scopes(gateway, &parts, None, &body) {
             return refusal;
         }
-        return passthrough(gateway, lane, parts, body, None).await;
+        return session::serve(gateway, lane, parts, body, None).await;
     }
     if parts.method != Method::POST {
         return reply::plain(
@@ -355,7 +251,7 @@ async fn mcp_endpoint(
         Err(e) => return reply::error(None, &e.to_error_object()),
     };
     if let Message::Request { method: m, .. } = &message
-        && let Some(refusal) = authn::check_scopes(gateway, &parts, Some(m), &body)
+        && let Some(refusal) = edge::authn::check_scopes(gateway, &parts, Some(m), &body)
     {
         return refusal;
     }
@@ -367,7 +263,7 @@ async fn mcp_endpoint(
     match classify(&parts.headers, &message) {
         Era::Session => {
             "legacy_passthrough".clone_into(method);
-            passthrough(gateway, lane, parts, body, Some(message)).await
+            session::serve(gateway, lane, parts, body, Some(message)).await
         }
         Era::Rejected(error) => reply::bad_request(message_id(&message), &error),
         Era::Stateless => {
@@ -376,50 +272,8 @@ async fn mcp_endpoint(
                 Message::Notification { .. } => "notification".clone_into(method),
                 Message::Response { .. } => {}
             }
-            modern_message(gateway, &parts, message).await
+            stateless::serve(gateway, &parts, message).await
         }
-    }
-}
-
-/// Session traffic. `message` is the parsed body when it was read (no session id yet);
-/// an established session's traffic is not parsed unless it declared tasks.
-async fn passthrough(
-    gateway: &Gateway,
-    lane: &Lane,
-    parts: Parts,
-    body: bytes::Bytes,
-    message: Option<Message>,
-) -> Response<Body> {
-    let auth = parts.headers.get(header::AUTHORIZATION);
-    match gateway.upstream.session_passthrough(auth).await {
-        Ok(Some(url)) => {
-            if let Some(marked) = session_tasks::passthrough::unmark(&parts.headers) {
-                return session_tasks::passthrough::serve(gateway, lane, url, parts, body, marked)
-                    .await;
-            }
-            if let Some(response) =
-                session_tasks::passthrough::serve_undeclared(gateway, &parts, &body).await
-            {
-                return response;
-            }
-            if let Some(Message::Request {
-                id,
-                method,
-                params: Some(params),
-            }) = message
-                && method == names::method::INITIALIZE
-                && let Some(declared) = session_tasks::negotiate::declared(Some(&params))
-            {
-                return session_tasks::passthrough::initialize(
-                    gateway, lane, url, parts, id, params, declared,
-                )
-                .await;
-            }
-            passthrough::forward(&gateway.client, lane, url, parts, body).await
-        }
-        // No upstream session to pass through to: the gateway serves the session.
-        Ok(None) => gateway.sessions.serve(gateway, &parts, body).await,
-        Err(e) => reply::error_with_status(StatusCode::BAD_GATEWAY, &ErrorObject::from(e)),
     }
 }
 
@@ -473,92 +327,11 @@ fn unsupported_version(requested: &str, supported: &[&str]) -> ErrorObject {
     .with_data(json!({"supported": supported, "requested": requested}))
 }
 
-async fn modern_message(gateway: &Gateway, parts: &Parts, message: Message) -> Response<Body> {
-    let (id, method, params) = match message {
-        Message::Request { id, method, params } => (id, method, params),
-        // Stateless clients cancel by closing the stream; their notifications end here.
-        Message::Notification { .. } => return reply::accepted(),
-        Message::Response { id, .. } => {
-            return reply::error(
-                Some(&id),
-                &ErrorObject::new(
-                    code::INVALID_REQUEST,
-                    "clients must not send JSON-RPC responses",
-                ),
-            );
-        }
-    };
-    let span = tracing::Span::current();
-    span.record("method", method.as_str());
-    if !parts.headers.contains_key("traceparent") {
-        crate::telemetry::traces::continue_from_meta(&span, params.as_ref());
-    }
-    if let Err(error) = headers::validate(
-        &parts.headers,
-        &method,
-        params.as_ref(),
-        STATELESS_VERSION,
-        gateway.strict_headers,
-    ) {
-        return reply::error(Some(&id), &error);
-    }
-    if meta::client_capabilities(params.as_ref()).is_none() {
-        return reply::bad_request(
-            Some(&id),
-            &ErrorObject::invalid_params(format!(
-                "params._meta[\"{}\"] is required in {STATELESS_VERSION} requests",
-                meta::META_CLIENT_CAPABILITIES
-            )),
-        );
-    }
-    let principal = gateway.principal(parts);
-    let request = stateless::Request {
-        id,
-        method,
-        params,
-        parts,
-        principal,
-    };
-    stateless::handle(gateway, request).await
-}
-
 fn message_id(message: &Message) -> Option<&Value> {
     match message {
         Message::Request { id, .. } | Message::Response { id, .. } => Some(id),
         Message::Notification { .. } => None,
     }
-}
-
-/// Who is calling: the configured identity header, else a hash of the credentials.
-/// Tasks are bound to it.
-fn principal(headers: &HeaderMap, identity_header: Option<&http::HeaderName>) -> String {
-    use sha2::{Digest, Sha256};
-    let source = match identity_header {
-        Some(name) => headers.get(name),
-        None => headers.get(header::AUTHORIZATION),
-    };
-    match source {
-        Some(value) => format!("{:x}", Sha256::digest(value.as_bytes())),
-        None => "anonymous".to_owned(),
-    }
-}
-
-/// Browsers send `Origin`; only configured origins (default: loopback) may call, which
-/// stops DNS rebinding.
-fn origin_allowed(origin: &http::HeaderValue, allowed: &[String]) -> bool {
-    let Ok(origin) = origin.to_str() else {
-        return false;
-    };
-    if !allowed.is_empty() {
-        return allowed.iter().any(|a| a == origin || a == "*");
-    }
-    let Ok(uri) = origin.parse::<http::Uri>() else {
-        return false;
-    };
-    matches!(
-        uri.host(),
-        Some("localhost" | "127.0.0.1" | "[::1]" | "::1")
-    )
 }
 
 #[cfg(test)]
@@ -639,42 +412,5 @@ mod tests {
             rejected_code(classify(&headers(Some(STATELESS_VERSION)), &plain)),
             code::INVALID_PARAMS
         );
-    }
-
-    fn origin(value: &str) -> http::HeaderValue {
-        http::HeaderValue::from_str(value).unwrap()
-    }
-
-    #[test]
-    fn only_loopback_origins_pass_by_default() {
-        for allowed in [
-            "http://localhost:3000",
-            "http://127.0.0.1",
-            "https://[::1]:8443",
-        ] {
-            assert!(origin_allowed(&origin(allowed), &[]), "{allowed}");
-        }
-        for refused in [
-            "http://evil.example",
-            "http://localhost.evil.example",
-            "null",
-            "http://127.0.0.2",
-        ] {
-            assert!(!origin_allowed(&origin(refused), &[]), "{refused}");
-        }
-    }
-
-    #[test]
-    fn configured_origins_replace_the_loopback_default() {
-        let allowed = vec!["https://app.example".to_owned()];
-        assert!(origin_allowed(&origin("https://app.example"), &allowed));
-        assert!(!origin_allowed(&origin("http://localhost"), &allowed));
-        assert!(!origin_allowed(
-            &origin("https://app.example.evil"),
-            &allowed
-        ));
-        assert!(origin_allowed(&origin("http://any"), &["*".to_owned()]));
-        let not_text = http::HeaderValue::from_bytes(b"http://\xff").unwrap();
-        assert!(!origin_allowed(&not_text, &[]));
     }
 }

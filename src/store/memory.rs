@@ -529,7 +529,7 @@ fn parse_position(text: &str) -> Result<(u64, String), BadCursor> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::contract::{self, Subject};
+    use crate::store::contract_tests::{self, Subject};
     use crate::store::{Store, TaskStore};
 
     /// The memory store serves one instance, so every instance's view is the same store.
@@ -541,15 +541,15 @@ mod tests {
         }
     }
 
-    contract::suite!(OneProcess(MemoryStore::start()));
+    contract_tests::suite!(OneProcess(MemoryStore::start()));
 
     #[tokio::test]
     async fn the_sweep_frees_expired_tasks() {
         let store = MemoryStore::start();
-        let mut task = contract::record("gw-1");
+        let mut task = contract_tests::record("gw-1");
         task.ttl_ms = 0;
         store.create(task).await.unwrap();
-        let live = contract::record("gw-1");
+        let live = contract_tests::record("gw-1");
         let live_id = live.task_id.clone();
         store.create(live).await.unwrap();
         store.sweep_expired(now_ms());

@@ -23,7 +23,7 @@ mod task_state;
 mod wakeups;
 
 #[cfg(test)]
-pub(crate) mod contract;
+pub(crate) mod contract_tests;
 
 use std::sync::Arc;
 

@@ -13,7 +13,7 @@ use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, NONCE_LEN, Nonce, UnboundK
 use ring::rand::{SecureRandom, SystemRandom};
 use sha2::Sha256;
 
-use super::held::StateKeys;
+use super::mrtr_bridge::StateKeys;
 
 const PREFIX: &str = "mtgc1.";
 /// Separates this key from the `requestState` MACs made with the same secret.

@@ -2,17 +2,17 @@
 //! and the `tasks/get`, `tasks/update` and `tasks/cancel` handlers.
 
 mod credential;
-pub mod held;
+pub mod dialect_2025;
 mod limits;
 mod listen;
-pub mod mrtr;
-mod native;
+pub mod mrtr_bridge;
 pub mod policy;
 pub mod render;
 mod runner;
-pub mod session;
 mod takeover;
 mod tool_traits;
+pub mod upstream_mrtr;
+mod upstream_tasks;
 pub mod watch;
 
 use std::collections::HashMap;
@@ -48,7 +48,7 @@ pub struct TaskSettings {
     /// How long a held call waits for its client's answers (`--input-wait-timeout-ms`).
     pub input_wait: Duration,
     /// What held calls' `requestState`s are sealed with.
-    pub state_keys: held::StateKeys,
+    pub state_keys: mrtr_bridge::StateKeys,
     pub takeover: TakeoverSettings,
 }
 
@@ -74,7 +74,7 @@ pub struct ToolCall {
     pub principal: String,
     /// For a 2025-xx session client's task: where the call runs and whom its changes
     /// concern.
-    pub session: Option<session::SessionLink>,
+    pub session: Option<dialect_2025::SessionLink>,
     /// The TTL the client asked for, already capped; the default otherwise.
     pub ttl_ms: Option<u64>,
 }
@@ -376,7 +376,7 @@ impl TaskService {
         // A 2026 upstream's own round: the client's retry is a new call, so this task
         // goes. A question of a call still open (session or stdio upstream) keeps it:
         // the retry resumes the call (`held`).
-        if !held::carries_gateway_state(&input)
+        if !mrtr_bridge::carries_gateway_state(&input)
             && let Err(e) = self.store.delete(task_id).await
         {
             tracing::warn!(task_id, error = %e, "could not delete a task answered inline");

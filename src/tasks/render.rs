@@ -9,7 +9,9 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::protocol::jsonrpc::ErrorObject;
-use crate::protocol::wire::{self, ResultType, TaskResult, TaskStatus, rfc3339_millis, session};
+use crate::protocol::wire::{
+    self, ResultType, TaskResult, TaskStatus, dialect_2025, rfc3339_millis,
+};
 use crate::store::TaskRecord;
 
 /// The `CreateTaskResult` (resultType `task`) or `tasks/get` result (`complete`).
@@ -36,12 +38,12 @@ pub fn task_result(task: &TaskRecord, result_type: ResultType) -> TaskResult<'_>
 
 /// The 2025-11-25 `Task` of a record. A tool result with `isError: true` is `failed` in
 /// that dialect (SEP-2663 keeps it `completed`); only then is the result read.
-pub fn session_task(task: &TaskRecord) -> session::Task<'_> {
+pub fn session_task(task: &TaskRecord) -> dialect_2025::Task<'_> {
     let status = match (task.status, task.result.as_deref()) {
         (TaskStatus::Completed, Some(result)) if is_tool_error(result) => TaskStatus::Failed,
         (status, _) => status,
     };
-    session::Task {
+    dialect_2025::Task {
         task_id: &task.task_id,
         status,
         status_message: task.status_message.as_deref(),
@@ -68,8 +70,8 @@ pub fn session_outcome(task: &TaskRecord) -> Result<Value, ErrorObject> {
                     .or_insert_with(|| Value::Object(Default::default()));
                 if let Some(meta) = meta.as_object_mut() {
                     meta.insert(
-                        session::RELATED_TASK.into(),
-                        session::related_task(&task.task_id),
+                        dialect_2025::RELATED_TASK.into(),
+                        dialect_2025::related_task(&task.task_id),
                     );
                 }
             }
@@ -144,7 +146,7 @@ mod tests {
         );
         assert_eq!(
             session_outcome(&task).unwrap(),
-            serde_json::json!({"content": [], "_meta": {"k": 1, session::RELATED_TASK: {"taskId": "t-1"}}})
+            serde_json::json!({"content": [], "_meta": {"k": 1, dialect_2025::RELATED_TASK: {"taskId": "t-1"}}})
         );
         let cancelled = record(TaskStatus::Cancelled, None);
         assert_eq!(

@@ -12,12 +12,12 @@ use tokio_util::sync::CancellationToken;
 
 use async_trait::async_trait;
 
-use super::{TaskService, ToolCall, mrtr};
+use super::{TaskService, ToolCall, upstream_mrtr};
 use crate::protocol::jsonrpc::{ErrorObject, code};
 use crate::protocol::wire::InputRequest;
 use crate::store::{Outcome, now_ms};
+use crate::tasks::upstream_mrtr::driver::{self, Reply, RoundError, RoundTrip};
 use crate::telemetry;
-use crate::upstream::rounds::{self, Reply, RoundError, RoundTrip};
 use crate::upstream::{Caller, Exchange, UpstreamError, UpstreamEvent};
 
 /// A call already open upstream that a task takes over: a bridged call held for a
@@ -39,7 +39,7 @@ pub(super) enum Start {
     /// A task taken over from an instance that is gone (`takeover`): from the round
     /// it was in on a 2026-07-28 upstream, else from the start.
     TakenOver {
-        round: Option<mrtr::RoundState>,
+        round: Option<upstream_mrtr::RoundState>,
         expires_at_ms: u64,
     },
 }
@@ -152,7 +152,7 @@ async fn drive(
         held,
         input_wait,
     };
-    let mut answers = mrtr::TaskAnswers {
+    let mut answers = upstream_mrtr::TaskAnswers {
         service,
         task_id,
         principal: &call.principal,
@@ -165,7 +165,7 @@ async fn drive(
             None => params.clone(),
             Some(round) => answers.resume(round, &params).await?,
         };
-        rounds::drive_from(&mut trip, &mut answers, params, first).await
+        driver::drive_from(&mut trip, &mut answers, params, first).await
     };
     match driven.await {
         Ok(outcome) | Err(Halt::Finish(outcome)) => Some(outcome),
@@ -293,7 +293,7 @@ impl RoundTrip for TaskTrip<'_> {
             auth: self.call.auth.as_ref(),
             session: self.call.session.as_ref().and_then(|s| s.upstream.as_ref()),
         };
-        let digest = super::held::request_digest(method::TOOLS_CALL, Some(&params));
+        let digest = super::mrtr_bridge::request_digest(method::TOOLS_CALL, Some(&params));
         let mut params = params;
         let held = self.held.take();
         let stops = self.stops();
@@ -455,18 +455,22 @@ impl Call<'_> {
                 if let Some(native) = self.native.as_mut()
                     && !native.following
                     && let Ok(result) = &outcome
-                    && let Some(upstream_task) = super::native::created_task_id(result)
+                    && let Some(upstream_task) = super::upstream_tasks::created_task_id(result)
                 {
                     // Not the result yet: the upstream's task, to follow.
                     native.created = Some(upstream_task.to_owned());
                     return None;
                 }
                 let outcome = match (&self.native, outcome) {
-                    (Some(_), Ok(result)) => Ok(super::native::without_upstream_task(result)),
+                    (Some(_), Ok(result)) => {
+                        Ok(super::upstream_tasks::without_upstream_task(result))
+                    }
                     (_, outcome) => outcome,
                 };
                 return Some(match outcome {
-                    Ok(result) if mrtr::asks_for_input(&result) => Reply::InputRequired(result),
+                    Ok(result) if upstream_mrtr::asks_for_input(&result) => {
+                        Reply::InputRequired(result)
+                    }
                     Ok(result) => Reply::Done(completed(result, self.session.is_none())),
                     Err(error) => Reply::Done(Outcome::Failed {
                         message: format!("the tool call failed upstream: {}", error.message),
@@ -600,7 +604,8 @@ impl Call<'_> {
             Ok(answers) => {
                 for (key, answer) in answers {
                     if let Some(id) = self.pending.remove(&key) {
-                        self.reply(id, super::session::decode_answer(answer)).await;
+                        self.reply(id, super::dialect_2025::decode_answer(answer))
+                            .await;
                         self.waiting_since = Instant::now();
                     }
                 }

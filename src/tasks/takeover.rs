@@ -19,8 +19,8 @@ use http::HeaderValue;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::mrtr::RoundState;
 use super::runner::Start;
+use super::upstream_mrtr::RoundState;
 use super::{TaskService, ToolCall, credential};
 use crate::cluster::{SweepCounts, Sweeper};
 use crate::store::{

@@ -33,7 +33,7 @@ fn connector() -> Connector {
         .wrap_connector(tcp())
 }
 
-/// A connector for [`super::lane::Lane`]s: HTTP/1.1 only, as a lane is one
+/// A connector for [`super::lane::PinnedConn`]s: HTTP/1.1 only, as a lane is one
 /// HTTP/1.1 connection.
 pub fn lane_connector() -> Connector {
     connector_builder().enable_http1().wrap_connector(tcp())

@@ -3,8 +3,7 @@
 pub mod detect;
 pub mod forward;
 pub mod http;
-pub mod lane;
-pub mod rounds;
+pub mod pinned;
 pub mod session_http;
 pub mod stateless_http;
 pub mod stdio;
@@ -97,7 +96,7 @@ pub trait Upstream: Send + Sync + 'static {
     /// The `server/discover` result the gateway gives its 2026-07-28 clients. By
     /// default built from `server_info`; a 2026-07-28 upstream gives its own answer.
     async fn discover_result(&self, caller: &Caller<'_>) -> Result<Value, UpstreamError> {
-        Ok(crate::protocol::bridge::discover_result(
+        Ok(crate::protocol::upgrade::discover_result(
             &self.server_info(caller).await?,
         ))
     }

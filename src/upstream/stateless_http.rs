@@ -18,10 +18,10 @@ use super::http::HttpClient;
 use super::http::{describe_client_error, truncate_on_char};
 use super::tool_headers::ToolHeaderCache;
 use super::{CallStream, Caller, Exchange, Opened, Upstream, UpstreamError, UpstreamEvent};
-use crate::protocol::bridge;
 use crate::protocol::headers::{self, MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
 use crate::protocol::jsonrpc::{self, ErrorObject, Message};
 use crate::protocol::meta;
+use crate::protocol::upgrade;
 
 /// Error bodies are short; a longer one is not read whole.
 const MAX_ERROR_BODY: usize = 64 * 1024;
@@ -132,7 +132,7 @@ impl Upstream for StatelessHttpUpstream {
     }
 
     async fn server_info(&self, _caller: &Caller<'_>) -> Result<Value, UpstreamError> {
-        Ok(bridge::server_info_of_discover(&self.discovered))
+        Ok(upgrade::server_info_of_discover(&self.discovered))
     }
 
     /// Asked again for every client: the answer may depend on who asks.
@@ -141,7 +141,7 @@ impl Upstream for StatelessHttpUpstream {
         let upstream = exchange.final_answer().await?.map_err(|e| {
             UpstreamError::Protocol(format!("server/discover failed: {}", e.message))
         })?;
-        Ok(bridge::modern_discover_result(&upstream))
+        Ok(upgrade::modern_discover_result(&upstream))
     }
 
     /// No sessions to pass through to: the gateway serves 2025-xx session clients itself.

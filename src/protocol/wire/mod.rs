@@ -1,8 +1,8 @@
 //! The task shapes of SEP-2663 as they go on the wire, and (in `session`) those of the
 //! 2025-11-25 task dialect. All task JSON the gateway writes is built here.
 
+pub mod dialect_2025;
 pub mod listen;
-pub mod session;
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;

@@ -1,12 +1,12 @@
 //! The Redis store against a real `redis-server` on a free port: the store contract
-//! (`store/contract/`), then what only Redis has (key TTLs, leases, reconnecting).
+//! (`store/contract_tests/`), then what only Redis has (key TTLs, leases, reconnecting).
 
 use std::time::{Duration, Instant};
 
 use test_support::{RedisServer, free_port};
 
 use super::*;
-use crate::store::contract::{self, Subject, record};
+use crate::store::contract_tests::{self, Subject, record};
 use crate::store::{
     Changes, INSTANCE_LOST, INSTANCE_STOPPED, Scope, Store, TaskChange, TaskInspection, WAKE_ALL,
 };
@@ -41,7 +41,7 @@ impl Subject for RedisServer {
     }
 }
 
-contract::suite!(redis_server());
+contract_tests::suite!(redis_server());
 
 async fn query<T: redis::FromRedisValue>(store: &RedisStore, cmd: redis::Cmd) -> T {
     parse(store.conn.one("test", cmd).await.unwrap()).unwrap()

@@ -27,7 +27,9 @@ use crate::protocol::jsonrpc::{self, ErrorObject};
 use crate::protocol::mrtr;
 use crate::server::reply::{self, Body};
 use crate::server::sse::{sse_event, sse_response};
-use crate::upstream::rounds::{self, Answers, Reply, Round, RoundAnswers, RoundError, RoundTrip};
+use crate::tasks::upstream_mrtr::driver::{
+    self, Answers, Reply, Round, RoundAnswers, RoundError, RoundTrip,
+};
 use crate::upstream::{Caller, Exchange, Upstream, UpstreamError, UpstreamEvent, forward};
 
 /// What one request needs besides the session.
@@ -81,7 +83,7 @@ pub(super) async fn serve(
             if method == method::TOOLS_LIST
                 && let Some(policies) = &context.tool_policies
             {
-                crate::server::session_tasks::negotiate::annotate_tools(&mut result, policies);
+                crate::server::session::tasks::negotiate::annotate_tools(&mut result, policies);
             }
             jsonrpc::success_body_of(&id, &result)
         }
@@ -133,7 +135,7 @@ fn streamed(
                 auth: context.auth.as_ref(),
                 method: &method,
             };
-            let rounds = rounds::drive(&mut trip, &mut client, original);
+            let rounds = driver::drive(&mut trip, &mut client, original);
             match context.timeout {
                 Some(limit) => tokio::time::timeout(limit, rounds)
                     .await

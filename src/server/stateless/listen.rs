@@ -14,13 +14,13 @@ use http::{HeaderValue, Response};
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
-use super::reply::Body;
-use super::sse::{sse_event, sse_response};
 use crate::protocol::jsonrpc::{ErrorObject, Message, code};
 use crate::protocol::meta;
 use crate::protocol::names::method;
 use crate::protocol::wire::listen::{self, ListenParams, MAX_TASK_IDS};
 use crate::protocol::wire::{self, ResultType};
+use crate::server::reply::Body;
+use crate::server::sse::{sse_event, sse_response};
 use crate::store::TaskRecord;
 use crate::tasks::{TaskService, render};
 use crate::upstream::{Caller, Exchange, Upstream};

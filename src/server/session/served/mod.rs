@@ -20,11 +20,13 @@ use http::request::Parts;
 use http::{HeaderValue, Method, Response, StatusCode, header};
 use serde_json::{Map, Value, json};
 
-use super::Gateway;
-use super::reply::{self, Body};
-use super::session_tasks::{self, Handled, TaskSession, negotiate::Declared};
 use crate::protocol::jsonrpc::{self, ErrorObject, Message, code};
 use crate::protocol::names::SESSION_VERSION;
+use crate::server::Gateway;
+use crate::server::reply::{self, Body};
+use crate::server::session::tasks::{
+    self as session_tasks, Handled, TaskSession, negotiate::Declared,
+};
 use crate::telemetry;
 use crate::upstream::Caller;
 use call::CallContext;
@@ -312,7 +314,7 @@ async fn sweep(table: Weak<GatewaySessions>) {
 /// The session-era `InitializeResult` for the upstream's server information; a
 /// 2026-07-28 upstream's extensions are not shown to a 2025-xx client.
 fn initialize_result(server: &Value, version: &str) -> Value {
-    let mut capabilities = crate::protocol::bridge::capabilities_of(server);
+    let mut capabilities = crate::protocol::upgrade::capabilities_of(server);
     capabilities.remove("extensions");
     let server_info = server
         .get("serverInfo")

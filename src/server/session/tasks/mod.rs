@@ -7,8 +7,8 @@
 //! (`passthrough.rs`: the session id is marked, the call runs in the client's own
 //! upstream session) and those the gateway serves itself (`server/sessions/`).
 
+pub mod marked;
 pub mod negotiate;
-pub mod passthrough;
 pub mod push;
 mod results;
 
@@ -18,16 +18,16 @@ use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
-use super::Gateway;
-use super::reply::{self, Body};
 use crate::protocol::jsonrpc::{self, ErrorObject, Message, code};
 use crate::protocol::names::method;
 use crate::protocol::wire::TaskIdParams;
-use crate::protocol::wire::session::{
+use crate::protocol::wire::dialect_2025::{
     self as wire, CreateTaskResult, FALLBACK_MODE, ListParams, ListTasksResult, TaskParam,
 };
+use crate::server::Gateway;
+use crate::server::reply::{self, Body};
+use crate::tasks::dialect_2025::SessionLink;
 use crate::tasks::policy::TaskPolicy;
-use crate::tasks::session::SessionLink;
 use crate::tasks::{Started, ToolCall, render};
 use crate::upstream::SessionRef;
 

@@ -7,6 +7,8 @@
 //! The round lives in the task record (`upstream_state`), not in the runner, so that
 //! the retry can be rebuilt from the store alone.
 
+pub mod driver;
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -22,7 +24,7 @@ use super::runner::{Halt, sleep_until, timed_out};
 use crate::protocol::jsonrpc::ErrorObject;
 use crate::protocol::mrtr::{self, InputRequired};
 use crate::store::{Outcome, StoreError};
-use crate::upstream::rounds::{self, Round, RoundAnswers};
+use driver::{Round, RoundAnswers};
 
 /// How soon to read the task again after the store failed to answer.
 const STORE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
@@ -122,7 +124,7 @@ impl TaskAnswers<'_> {
         &mut self,
         keys: &BTreeMap<String, String>,
         look_first: bool,
-    ) -> Result<rounds::Answers, Halt> {
+    ) -> Result<driver::Answers, Halt> {
         let service = self.service;
         // Set when the store could not be read: look again then, not only at a wake-up.
         let mut look_again: Option<Instant> = None;
@@ -155,7 +157,7 @@ impl TaskAnswers<'_> {
 impl RoundAnswers for TaskAnswers<'_> {
     type Stop = Halt;
 
-    async fn answer(&mut self, round: &Round<'_>) -> Result<rounds::Answers, Halt> {
+    async fn answer(&mut self, round: &Round<'_>) -> Result<driver::Answers, Halt> {
         let service = self.service;
         // Input needed before the task is promoted goes to the client as it is (the
         // spec resolves such rounds synchronously, before CreateTaskResult).

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
-use super::accept;
+use crate::server::edge::accept;
 
 /// The open connections of every worker, and the way to hand one a connection.
 pub struct Balance {

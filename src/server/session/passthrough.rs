@@ -6,18 +6,18 @@ use http::request::Parts;
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::{BodyExt, Full};
 
-use super::coalesce;
-use super::reply::{self, Body};
 use crate::protocol::jsonrpc::ErrorObject;
+use crate::server::reply::{self, Body};
+use crate::server::session::coalesce;
 use crate::upstream::http::describe_client_error;
 use crate::upstream::http::{HttpClient, prepare_to_send_on, remove_hop_by_hop};
-use crate::upstream::lane::{Lane, LaneError};
+use crate::upstream::pinned::{LaneError, PinnedConn};
 
 /// Sends a 2025-xx session client's request to `upstream` on the client connection's lane (through
 /// the pool when the lane is busy) and relays the answer.
 pub async fn forward(
     client: &HttpClient,
-    lane: &Lane,
+    lane: &PinnedConn,
     upstream: &Uri,
     mut parts: Parts,
     body: Bytes,

@@ -44,7 +44,7 @@ pub enum LaneError {
 pub const IDLE_LIMIT: Duration = Duration::from_secs(90);
 
 /// One per client connection; cheap to make, connects on first use.
-pub struct Lane {
+pub struct PinnedConn {
     state: Arc<Mutex<State>>,
     connector: Connector,
     idle_limit: Duration,
@@ -69,7 +69,7 @@ struct Connected {
     sender: SendRequest<Full<Bytes>>,
 }
 
-impl Lane {
+impl PinnedConn {
     pub fn new(connector: Connector, idle_limit: Duration) -> Self {
         Self {
             state: Arc::new(Mutex::new(State::Empty)),
@@ -326,14 +326,14 @@ mod tests {
         hyper::server::conn::http1::Builder::new()
     }
 
-    async fn send(lane: &Lane, url: &Uri) -> Response<LaneBody> {
+    async fn send(lane: &PinnedConn, url: &Uri) -> Response<LaneBody> {
         match lane.send(url, Request::new(Full::new(Bytes::new()))).await {
             Ok(response) => response,
             Err(e) => panic!("{e}"),
         }
     }
 
-    async fn get(lane: &Lane, url: &Uri) -> Bytes {
+    async fn get(lane: &PinnedConn, url: &Uri) -> Bytes {
         let body = send(lane, url).await.into_body();
         body.collect().await.unwrap().to_bytes()
     }
@@ -341,7 +341,7 @@ mod tests {
     #[tokio::test]
     async fn one_connection_carries_the_requests_one_after_another() {
         let upstream = upstream().await;
-        let lane = Lane::new(lane_connector(), IDLE_LIMIT);
+        let lane = PinnedConn::new(lane_connector(), IDLE_LIMIT);
         for _ in 0..3 {
             assert_eq!(get(&lane, &upstream.url).await, "ok");
         }
@@ -351,7 +351,7 @@ mod tests {
     #[tokio::test]
     async fn a_request_that_finds_the_lane_busy_is_given_back() {
         let upstream = upstream().await;
-        let lane = Lane::new(lane_connector(), IDLE_LIMIT);
+        let lane = PinnedConn::new(lane_connector(), IDLE_LIMIT);
         let unread = send(&lane, &upstream.url).await;
         let second = lane
             .send(&upstream.url, Request::new(Full::new(Bytes::new())))
@@ -366,7 +366,7 @@ mod tests {
     #[tokio::test]
     async fn an_answer_dropped_unread_takes_its_connection_with_it() {
         let upstream = upstream().await;
-        let lane = Lane::new(lane_connector(), IDLE_LIMIT);
+        let lane = PinnedConn::new(lane_connector(), IDLE_LIMIT);
         drop(send(&lane, &upstream.url).await);
         assert_eq!(get(&lane, &upstream.url).await, "ok");
         assert_eq!(upstream.accepted.load(SeqCst), 2);
@@ -375,7 +375,7 @@ mod tests {
     #[tokio::test]
     async fn an_idle_connection_is_closed_after_the_limit_and_reopened_on_use() {
         let upstream = upstream().await;
-        let lane = Lane::new(lane_connector(), Duration::from_millis(200));
+        let lane = PinnedConn::new(lane_connector(), Duration::from_millis(200));
         assert_eq!(get(&lane, &upstream.url).await, "ok");
         let deadline = Instant::now() + Duration::from_secs(10);
         while upstream.open.load(SeqCst) > 0 {

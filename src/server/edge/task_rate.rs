@@ -11,8 +11,8 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
 use http::{StatusCode, header};
 
-use super::reply::{self, Body};
 use crate::protocol::jsonrpc::{ErrorObject, code};
+use crate::server::reply::{self, Body};
 use serde_json::{Value, json};
 
 /// Idle callers' buckets are dropped this often, so the table does not grow forever.

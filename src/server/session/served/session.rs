@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::protocol::jsonrpc::ErrorObject;
-use crate::server::session_tasks::negotiate::Declared;
+use crate::server::session::tasks::negotiate::Declared;
 
 pub(super) type Answer = Result<Value, ErrorObject>;
 

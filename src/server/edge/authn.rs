@@ -6,9 +6,10 @@ use http::request::Parts;
 use http::{StatusCode, header};
 use serde::Deserialize;
 
-use super::{Gateway, principal, reply};
+use super::principal;
 use crate::auth::{AuthFailure, Authenticator, Identity, UpstreamCredential};
 use crate::protocol::jsonrpc::{ErrorObject, code};
+use crate::server::{Gateway, reply};
 use reply::Body;
 
 /// The caller, as this request's front decided it.

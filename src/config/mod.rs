@@ -1,5 +1,7 @@
 //! Command-line flags and environment variables, read once at start and passed down.
 
+pub mod file;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -328,7 +330,7 @@ pub struct Config {
 impl Config {
     /// Flags, environment and `--config` file, in that order of precedence.
     pub fn load() -> Result<Self, ConfigError> {
-        let args = crate::config_file::merge_into_args(std::env::args_os().collect())?;
+        let args = crate::config::file::merge_into_args(std::env::args_os().collect())?;
         let config = Self::try_parse_from(args)?;
         config.check()?;
         Ok(config)
@@ -442,15 +444,15 @@ impl Config {
     }
 
     /// The keys that seal held calls' `requestState`.
-    pub fn state_keys(&self) -> crate::tasks::held::StateKeys {
+    pub fn state_keys(&self) -> crate::tasks::mrtr_bridge::StateKeys {
         match &self.request_state_key {
-            Some(key) => crate::tasks::held::StateKeys::new(
+            Some(key) => crate::tasks::mrtr_bridge::StateKeys::new(
                 key.as_bytes().to_vec(),
                 self.request_state_previous_key
                     .as_ref()
                     .map(|k| k.as_bytes().to_vec()),
             ),
-            None => crate::tasks::held::StateKeys::random(),
+            None => crate::tasks::mrtr_bridge::StateKeys::random(),
         }
     }
 
@@ -497,7 +499,7 @@ impl Config {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error(transparent)]
-    File(#[from] crate::config_file::ConfigFileError),
+    File(#[from] crate::config::file::ConfigFileError),
     /// Also `--help` and `--version`, which clap reports as errors; [`clap::Error::exit`]
     /// prints them where they belong.
     #[error(transparent)]

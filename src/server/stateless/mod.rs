@@ -1,6 +1,9 @@
 //! 2026-07-28 (stateless) requests: the methods the gateway owns, and the bridge to the
 //! 2025-xx session upstream for everything else.
 
+pub mod forwarded;
+pub mod listen;
+
 use crate::protocol::names::method;
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Response, header};
@@ -8,16 +11,68 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::Gateway;
-use super::bridged::{self, Answered, Route};
-use super::reply::{self, Body};
-use crate::protocol::jsonrpc::{self, ErrorObject, code};
+use crate::protocol::jsonrpc::{self, ErrorObject, Message, code};
+use crate::protocol::names::STATELESS_VERSION;
 use crate::protocol::wire::{self, ResultType, TaskIdParams, UpdateTaskParams};
 use crate::protocol::{headers, meta};
-use crate::tasks::held::BridgedCall;
+use crate::server::Gateway;
+use crate::server::reply::{self, Body};
+use crate::tasks::mrtr_bridge::BridgedCall;
 use crate::tasks::policy::CallPlan;
 use crate::tasks::{Started, ToolCall, render};
 use crate::upstream::Caller;
+use forwarded::{Answered, Route};
+
+/// A 2026-07-28 message whose era `server::classify` decided: checks its headers and
+/// `_meta`, then serves it.
+pub async fn serve(gateway: &Gateway, parts: &Parts, message: Message) -> Response<Body> {
+    let (id, method, params) = match message {
+        Message::Request { id, method, params } => (id, method, params),
+        // Stateless clients cancel by closing the stream; their notifications end here.
+        Message::Notification { .. } => return reply::accepted(),
+        Message::Response { id, .. } => {
+            return reply::error(
+                Some(&id),
+                &ErrorObject::new(
+                    code::INVALID_REQUEST,
+                    "clients must not send JSON-RPC responses",
+                ),
+            );
+        }
+    };
+    let span = tracing::Span::current();
+    span.record("method", method.as_str());
+    if !parts.headers.contains_key("traceparent") {
+        crate::telemetry::traces::continue_from_meta(&span, params.as_ref());
+    }
+    if let Err(error) = headers::validate(
+        &parts.headers,
+        &method,
+        params.as_ref(),
+        STATELESS_VERSION,
+        gateway.strict_headers,
+    ) {
+        return reply::error(Some(&id), &error);
+    }
+    if meta::client_capabilities(params.as_ref()).is_none() {
+        return reply::bad_request(
+            Some(&id),
+            &ErrorObject::invalid_params(format!(
+                "params._meta[\"{}\"] is required in {STATELESS_VERSION} requests",
+                meta::META_CLIENT_CAPABILITIES
+            )),
+        );
+    }
+    let principal = gateway.principal(parts);
+    let request = Request {
+        id,
+        method,
+        params,
+        parts,
+        principal,
+    };
+    handle(gateway, request).await
+}
 
 /// One modern request, parsed and with its headers checked.
 pub struct Request<'a> {
@@ -41,17 +96,19 @@ pub async fn handle(gateway: &Gateway, request: Request<'_>) -> Response<Body> {
                 "{other} is not a method of the tasks extension for 2026-07-28: use tasks/get, tasks/update or tasks/cancel"
             ),
         )),
-        method::SUBSCRIPTIONS_LISTEN => super::listen::listen(super::listen::Listen {
-            tasks: &gateway.tasks,
-            upstream: &gateway.upstream,
-            id: &request.id,
-            params: request.params.as_ref(),
-            principal: &request.principal,
-            auth: authorization(&request.parts.headers),
-            closing: gateway.closing.clone(),
-        })
-        .await
-        .map(Answer::Stream),
+        method::SUBSCRIPTIONS_LISTEN => {
+            crate::server::stateless::listen::listen(crate::server::stateless::listen::Listen {
+                tasks: &gateway.tasks,
+                upstream: &gateway.upstream,
+                id: &request.id,
+                params: request.params.as_ref(),
+                principal: &request.principal,
+                auth: authorization(&request.parts.headers),
+                closing: gateway.closing.clone(),
+            })
+            .await
+            .map(Answer::Stream)
+        }
         _ => bridged(gateway, request).await,
     };
     match outcome {
@@ -94,7 +151,7 @@ async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
         ));
     };
     // A retry of a call asked within the promotion budget, or of a held call.
-    if crate::tasks::held::resumes_held_call(params) {
+    if crate::tasks::mrtr_bridge::resumes_held_call(params) {
         return bridged(gateway, request).await;
     }
     // The client must mirror the arguments the tool annotates (SEP-2243); a load
@@ -195,7 +252,7 @@ async fn bridged(gateway: &Gateway, request: Request<'_>) -> Outcome {
         auth,
         principal: request.principal,
     };
-    match bridged::serve(route, request.id.clone(), call).await {
+    match forwarded::serve(route, request.id.clone(), call).await {
         Answered::Json(result) => {
             let raw: Box<RawValue> = serde_json::value::to_raw_value(&result?)
                 .map_err(|e| ErrorObject::internal(e.to_string()))?;
@@ -230,7 +287,7 @@ fn authorization(headers: &HeaderMap) -> Option<HeaderValue> {
 /// `tasks/result` nobody sends). A 2026-07-28 client does not speak that dialect.
 fn upstream_params(mut params: Value) -> Value {
     if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
-        meta.remove(crate::protocol::wire::session::RELATED_TASK);
+        meta.remove(crate::protocol::wire::dialect_2025::RELATED_TASK);
     }
     meta::strip_modern_meta(&mut params);
     if let Some(obj) = params.as_object_mut() {

@@ -20,10 +20,10 @@ use crate::protocol::jsonrpc::{self, ErrorObject, Message};
 use crate::protocol::names::header::MCP_SESSION_ID;
 use crate::protocol::names::{SESSION_VERSION, method};
 use crate::server::Gateway;
-use crate::server::passthrough::forward;
 use crate::server::reply::{self, Body};
+use crate::server::session::passthrough::forward;
 use crate::upstream::SessionRef;
-use crate::upstream::lane::Lane;
+use crate::upstream::pinned::PinnedConn;
 
 /// Session ids of clients that declared tasks, and of those that declared SEP-1905
 /// response modes too.
@@ -67,7 +67,7 @@ fn mark(upstream: Option<&HeaderValue>, modes: bool) -> Option<HeaderValue> {
 /// `initialize` from a client that declared `capabilities.tasks`.
 pub async fn initialize(
     gateway: &Gateway,
-    lane: &Lane,
+    lane: &PinnedConn,
     url: &Uri,
     parts: Parts,
     id: Value,
@@ -95,7 +95,7 @@ pub async fn initialize(
 /// rest goes to the upstream under the upstream's session id.
 pub async fn serve(
     gateway: &Gateway,
-    lane: &Lane,
+    lane: &PinnedConn,
     url: &Uri,
     mut parts: Parts,
     body: Bytes,

@@ -19,14 +19,14 @@ use http::Response;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::reply::Body;
-use super::sse::{sse_event, sse_response};
-use crate::protocol::bridge;
 use crate::protocol::jsonrpc::{self, ErrorObject};
 use crate::protocol::meta;
 use crate::protocol::names::method;
+use crate::protocol::upgrade;
+use crate::server::reply::Body;
+use crate::server::sse::{sse_event, sse_response};
 use crate::tasks::TaskService;
-use crate::tasks::held::{self, BridgedCall};
+use crate::tasks::mrtr_bridge::{self, BridgedCall};
 use crate::upstream::forward::{self, Forwarded, How};
 use crate::upstream::{Caller, Upstream, UpstreamEvent};
 
@@ -46,7 +46,7 @@ pub enum Answered {
 
 /// Answers the request `id`, owned (a streamed answer runs after the handler returned).
 pub async fn serve(route: Route, id: Value, call: BridgedCall) -> Answered {
-    if held::resumes_held_call(call.client_params.as_ref()) {
+    if mrtr_bridge::resumes_held_call(call.client_params.as_ref()) {
         let params = call.client_params.clone().unwrap_or_default();
         let resumed = route
             .tasks
@@ -59,7 +59,7 @@ pub async fn serve(route: Route, id: Value, call: BridgedCall) -> Answered {
                 Some("input_required" | "task")
             );
             if complete {
-                bridge::complete_result(&call.method, &mut result);
+                upgrade::complete_result(&call.method, &mut result);
             }
             result
         }));
@@ -97,7 +97,7 @@ async fn answer(
     match forwarded {
         Forwarded::Answer(answer) => {
             let mut result = answer?;
-            bridge::complete_result(&call.method, &mut result);
+            upgrade::complete_result(&call.method, &mut result);
             Ok(result)
         }
         Forwarded::AsksForInput {

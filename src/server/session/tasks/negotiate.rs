@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::protocol::wire::session::{declares_response_modes, server_tasks_capability};
+use crate::protocol::wire::dialect_2025::{declares_response_modes, server_tasks_capability};
 use crate::tasks::policy::{Policies, TaskPolicy};
 
 /// What a client's `initialize` declared about tasks.

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use super::{TaskSession, session_error};
 use crate::protocol::jsonrpc::{self, ErrorObject};
 use crate::protocol::names::method;
-use crate::protocol::wire::session::{RELATED_TASK, input_request_id, related_task};
+use crate::protocol::wire::dialect_2025::{RELATED_TASK, input_request_id, related_task};
 use crate::protocol::wire::{InputRequest, TaskIdParams};
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};

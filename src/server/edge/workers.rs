@@ -17,8 +17,8 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::Gateway;
-use super::balance::{Balance, Seat};
+use crate::server::Gateway;
+use crate::server::edge::balance::{Balance, Seat};
 
 /// The extra worker threads, kept running after serving stops so that the work they
 /// carry (running tasks) can finish during the drain.

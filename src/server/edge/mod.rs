@@ -1,0 +1,198 @@
+//! The connection edge: accepting and spreading connections over the workers, TLS, and
+//! the checks every `/mcp` request passes before a client generation's handler sees it
+//! (origin, caller, scopes, body limit, rate of `tasks/*`).
+
+pub mod accept;
+pub mod authn;
+pub mod balance;
+pub mod task_rate;
+pub mod tls;
+pub mod workers;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderMap, header};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+use crate::server::{Gateway, route};
+use crate::upstream::pinned::{self, PinnedConn};
+
+/// How long in-flight requests may take to finish after shutdown begins.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// What the front needs from files named in the config, read (and checked) at start.
+pub struct Edge {
+    pub upstream_credential: crate::auth::UpstreamCredential,
+    pub tls: Option<tls::Acceptor>,
+}
+
+impl Edge {
+    pub fn from_config(config: &Config) -> std::io::Result<Self> {
+        let tls = match (&config.tls_cert, &config.tls_key) {
+            (Some(cert), Some(key)) => Some(
+                tls::Acceptor::start(tls::TlsFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                })
+                .map_err(std::io::Error::other)?,
+            ),
+            _ => None,
+        };
+        Ok(Self {
+            upstream_credential: config.upstream_credential()?,
+            tls,
+        })
+    }
+}
+
+/// Serves the connections of this worker's `seat` until `shutdown` resolves, then lets
+/// in-flight requests finish.
+pub async fn serve(
+    listener: TcpListener,
+    gateway: Arc<Gateway>,
+    mut seat: balance::Seat,
+    shutdown: impl Future<Output = ()>,
+) {
+    let graceful = GracefulShutdown::new();
+    let builder = auto::Builder::new(TokioExecutor::new());
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer, open) = tokio::select! {
+            next = seat.next_connection(&listener) => next,
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let tls = gateway.tls.clone();
+        let gateway = gateway.clone();
+        let lane = Arc::new(PinnedConn::new(
+            gateway.lane_connector.clone(),
+            pinned::IDLE_LIMIT,
+        ));
+        let service = hyper::service::service_fn(move |request| {
+            let gateway = gateway.clone();
+            let lane = lane.clone();
+            // Boxed: hyper keeps room for the service's future for as long as the
+            // connection (or HTTP/2 stream) lives, and a request's handling takes 8 KiB.
+            // An idle keep-alive connection or a long stream then holds a pointer instead.
+            async move { Ok::<_, Infallible>(Box::pin(route(&gateway, &lane, request)).await) }
+        });
+        let watcher = graceful.watcher();
+        let builder = builder.clone();
+        tokio::spawn(async move {
+            let _open = open;
+            let served = match tls {
+                None => {
+                    let connection =
+                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    watcher.watch(connection.into_owned()).await
+                }
+                // The handshake runs here, not in the accept loop: a slow client delays
+                // only itself.
+                Some(tls) => match tls.accept(stream).await {
+                    Ok(stream) => {
+                        let connection =
+                            builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                        watcher.watch(connection.into_owned()).await
+                    }
+                    Err(e) => {
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                },
+            };
+            if let Err(e) = served {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+    // Other workers now serve what they would have handed over.
+    drop(seat);
+    tracing::info!("shutting down: no new connections, finishing in-flight requests");
+    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("some connections were still open after the grace period");
+    }
+}
+
+/// Who is calling: the configured identity header, else a hash of the credentials.
+/// Tasks are bound to it.
+pub fn principal(headers: &HeaderMap, identity_header: Option<&http::HeaderName>) -> String {
+    use sha2::{Digest, Sha256};
+    let source = match identity_header {
+        Some(name) => headers.get(name),
+        None => headers.get(header::AUTHORIZATION),
+    };
+    match source {
+        Some(value) => format!("{:x}", Sha256::digest(value.as_bytes())),
+        None => "anonymous".to_owned(),
+    }
+}
+
+/// Browsers send `Origin`; only configured origins (default: loopback) may call, which
+/// stops DNS rebinding.
+pub fn origin_allowed(origin: &http::HeaderValue, allowed: &[String]) -> bool {
+    let Ok(origin) = origin.to_str() else {
+        return false;
+    };
+    if !allowed.is_empty() {
+        return allowed.iter().any(|a| a == origin || a == "*");
+    }
+    let Ok(uri) = origin.parse::<http::Uri>() else {
+        return false;
+    };
+    matches!(
+        uri.host(),
+        Some("localhost" | "127.0.0.1" | "[::1]" | "::1")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origin(value: &str) -> http::HeaderValue {
+        http::HeaderValue::from_str(value).unwrap()
+    }
+
+    #[test]
+    fn only_loopback_origins_pass_by_default() {
+        for allowed in [
+            "http://localhost:3000",
+            "http://127.0.0.1",
+            "https://[::1]:8443",
+        ] {
+            assert!(origin_allowed(&origin(allowed), &[]), "{allowed}");
+        }
+        for refused in [
+            "http://evil.example",
+            "http://localhost.evil.example",
+            "null",
+            "http://127.0.0.2",
+        ] {
+            assert!(!origin_allowed(&origin(refused), &[]), "{refused}");
+        }
+    }
+
+    #[test]
+    fn configured_origins_replace_the_loopback_default() {
+        let allowed = vec!["https://app.example".to_owned()];
+        assert!(origin_allowed(&origin("https://app.example"), &allowed));
+        assert!(!origin_allowed(&origin("http://localhost"), &allowed));
+        assert!(!origin_allowed(
+            &origin("https://app.example.evil"),
+            &allowed
+        ));
+        assert!(origin_allowed(&origin("http://any"), &["*".to_owned()]));
+        let not_text = http::HeaderValue::from_bytes(b"http://\xff").unwrap();
+        assert!(!origin_allowed(&not_text, &[]));
+    }
+}

@@ -1,0 +1,56 @@
+//! 2025-xx clients, which hold an MCP session: passed through to the upstream's own
+//! session (`passthrough`), served by the gateway when the upstream has no sessions
+//! (`served`), and their 2025-11-25 task dialect (`tasks`).
+
+pub mod coalesce;
+pub mod passthrough;
+pub mod served;
+pub mod tasks;
+
+use http::Response;
+use http::StatusCode;
+use http::header;
+use http::request::Parts;
+
+use crate::protocol::jsonrpc::{ErrorObject, Message};
+use crate::protocol::names;
+use crate::server::Gateway;
+use crate::server::reply::{self, Body};
+use crate::upstream::pinned::PinnedConn;
+
+/// Session traffic. `message` is the parsed body when it was read (no session id yet);
+/// an established session's traffic is not parsed unless it declared tasks.
+pub async fn serve(
+    gateway: &Gateway,
+    lane: &PinnedConn,
+    parts: Parts,
+    body: bytes::Bytes,
+    message: Option<Message>,
+) -> Response<Body> {
+    let auth = parts.headers.get(header::AUTHORIZATION);
+    match gateway.upstream.session_passthrough(auth).await {
+        Ok(Some(url)) => {
+            if let Some(marked) = tasks::marked::unmark(&parts.headers) {
+                return tasks::marked::serve(gateway, lane, url, parts, body, marked).await;
+            }
+            if let Some(response) = tasks::marked::serve_undeclared(gateway, &parts, &body).await {
+                return response;
+            }
+            if let Some(Message::Request {
+                id,
+                method,
+                params: Some(params),
+            }) = message
+                && method == names::method::INITIALIZE
+                && let Some(declared) = tasks::negotiate::declared(Some(&params))
+            {
+                return tasks::marked::initialize(gateway, lane, url, parts, id, params, declared)
+                    .await;
+            }
+            passthrough::forward(&gateway.client, lane, url, parts, body).await
+        }
+        // No upstream session to pass through to: the gateway serves the session.
+        Ok(None) => gateway.sessions.serve(gateway, &parts, body).await,
+        Err(e) => reply::error_with_status(StatusCode::BAD_GATEWAY, &ErrorObject::from(e)),
+    }
+}
