@@ -14,6 +14,7 @@ mod cluster;
 pub mod config;
 pub mod protocol;
 mod server;
+mod settings;
 pub mod store;
 pub mod tasks;
 pub mod telemetry;
@@ -28,8 +29,8 @@ use cluster::{ClusterSettings, Membership};
 use config::Config;
 use store::Store;
 use store::memory::MemoryStore;
-use store::redis::{RedisSettings, RedisStore, StoreNamespace, Target};
-use tasks::{TaskService, TaskSettings};
+use store::redis::{RedisStore, StoreNamespace, Target};
+use tasks::TaskService;
 
 /// Runs the gateway until SIGTERM or Ctrl-C. Call it on a current-thread runtime: it
 /// is the first of the worker threads (`server::edge::workers`).
@@ -57,41 +58,16 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     let upstream = select_upstream(&config, &call_client);
     // Only a shared store has a namespace; the admin API shows it.
     let mut store_namespace = None;
-    let store = match config.redis_target() {
+    let store = match settings::redis(&config)? {
         None => Store::new(MemoryStore::start()),
-        Some(target) => {
-            let namespace = config.store_namespace();
-            log_namespace(&namespace, config.store_namespace.is_some());
-            store_namespace = Some(namespace.to_string());
-            let settings = RedisSettings {
-                namespace,
-                target,
-                instance_id: config.instance_id.clone(),
-                wait_replicas: config.redis_wait_replicas,
-                timeout: Duration::from_millis(config.redis_timeout_ms),
-                max_ttl: Duration::from_millis(config.max_ttl_ms),
-                ca_cert: config
-                    .redis_ca_file
-                    .as_ref()
-                    .map(std::fs::read)
-                    .transpose()?,
-            };
-            Store::new(RedisStore::connect(settings).map_err(std::io::Error::other)?)
+        Some(redis) => {
+            log_namespace(&redis.namespace, config.store_namespace.is_some());
+            store_namespace = Some(redis.namespace.to_string());
+            Store::new(RedisStore::connect(redis).map_err(std::io::Error::other)?)
         }
     };
-    let settings = TaskSettings {
-        instance_id: config.instance_id.clone(),
-        ttl_ms: config.task_ttl_ms(),
-        max_ttl_ms: config.max_ttl_ms,
-        poll_interval_ms: config.poll_interval_ms,
-        upstream_timeout: config.upstream_timeout(),
-        promote_after: std::time::Duration::from_millis(config.promote_after_ms),
-        max_running_per_principal: config.max_running_tasks_per_principal,
-        input_wait: std::time::Duration::from_millis(config.input_wait_timeout_ms),
-        state_keys: config.state_keys(),
-        takeover: config.takeover_settings(),
-    };
-    if config.request_state_key.is_none() && config.redis_target().is_some() {
+    let settings = settings::tasks(&config);
+    if config.request_state_key.is_none() && settings::redis_target(&config).is_some() {
         tracing::warn!(
             "no --request-state-key: held calls can be resumed only on the instance that \
              holds them; set the same key on every instance"
@@ -131,7 +107,7 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         closing.clone(),
         server::Edge::from_config(&config)?,
     ));
-    let store_kind = match config.redis_target() {
+    let store_kind = match settings::redis_target(&config) {
         None => "memory",
         Some(Target::Server(_)) => "redis",
         Some(Target::Cluster(_)) => "redis-cluster",

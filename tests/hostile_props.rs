@@ -1268,7 +1268,7 @@ proptest! {
         let parsed = parse(&[format!("--tool-policy={}", text.join(","))]);
         prop_assert_eq!(parsed.is_ok(), all_good, "{:?}", text);
         if let Ok(config) = parsed {
-            let map = config.policy_map();
+            let map: std::collections::HashMap<_, _> = config.tool_policies.into_iter().collect();
             for (name, _) in &pieces {
                 prop_assert!(map.contains_key(name));
             }

@@ -201,8 +201,11 @@ mod tests {
             "http://127.0.0.1:9/mcp"
         );
         assert_eq!(
-            config.policy_map()["slow"],
-            crate::tasks::policy::TaskPolicy::Required
+            config.tool_policies,
+            [(
+                "slow".to_owned(),
+                crate::protocol::task_support::TaskSupport::Required
+            )]
         );
     }
 
@@ -212,8 +215,11 @@ mod tests {
         let config = parse_with(file, "yaml", &[]).unwrap();
         assert_eq!(config.max_ttl_ms, 1000);
         assert_eq!(
-            config.policy_map()["fast"],
-            crate::tasks::policy::TaskPolicy::Forbidden
+            config.tool_policies,
+            [(
+                "fast".to_owned(),
+                crate::protocol::task_support::TaskSupport::Forbidden
+            )]
         );
     }
 

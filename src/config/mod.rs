@@ -2,14 +2,13 @@
 
 pub mod file;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{ArgGroup, Parser};
 
+use crate::protocol::task_support::TaskSupport;
 use crate::store::redis::{BadNamespace, StoreNamespace, Target};
-use crate::tasks::policy::TaskPolicy;
 
 /// Every flag has an environment variable of the same name, upper-cased with a `MTG_` prefix.
 #[derive(Debug, Clone, Parser)]
@@ -71,7 +70,7 @@ pub struct Config {
     /// Task policy for one tool, `NAME=required|optional|forbidden`. Repeatable
     /// (comma-separated in the environment). Tools not named are `optional`.
     #[arg(long = "tool-policy", env = "MTG_TOOL_POLICY", value_delimiter = ',', value_parser = parse_tool_policy)]
-    pub tool_policies: Vec<(String, TaskPolicy)>,
+    pub tool_policies: Vec<(String, TaskSupport)>,
 
     /// A tool whose call may run again when the gateway instance running it is lost
     /// (repeatable; comma-separated in the environment), besides the ones the upstream
@@ -382,117 +381,6 @@ impl Config {
     pub fn upstream_timeout(&self) -> Option<Duration> {
         (self.upstream_timeout_ms > 0).then(|| Duration::from_millis(self.upstream_timeout_ms))
     }
-
-    /// JWT validation, when `--auth-jwt-issuer` is set.
-    pub fn auth_settings(&self) -> Option<crate::auth::AuthSettings> {
-        let issuer = self.auth_jwt_issuer.clone()?;
-        let keys = match &self.auth_jwt_jwks_url {
-            Some(url) => crate::auth::jwks::KeySource::Url(url.clone()),
-            None => crate::auth::jwks::KeySource::Discovery {
-                issuer: issuer.clone(),
-            },
-        };
-        Some(crate::auth::AuthSettings {
-            audience: self.auth_jwt_audience.clone().unwrap_or_default(),
-            issuer,
-            keys,
-            algorithms: self.auth_jwt_algorithms.clone(),
-            leeway: Duration::from_secs(self.auth_jwt_leeway_s),
-            tools_call_scopes: self.auth_scopes_tools_call.clone(),
-            tasks_scopes: self.auth_scopes_tasks.clone(),
-        })
-    }
-
-    /// What goes upstream as `Authorization` (reads `--upstream-credential-file`).
-    pub fn upstream_credential(&self) -> std::io::Result<crate::auth::UpstreamCredential> {
-        use crate::auth::UpstreamCredential;
-        Ok(
-            match (
-                self.upstream_credential.as_str(),
-                &self.upstream_credential_file,
-            ) {
-                ("none", _) => UpstreamCredential::None,
-                ("static", Some(path)) => {
-                    let text = std::fs::read_to_string(path)?;
-                    let value = http::HeaderValue::from_str(text.trim()).map_err(|e| {
-                        std::io::Error::new(
-                            std::io::ErrorKind::InvalidData,
-                            format!("{}: not a header value: {e}", path.display()),
-                        )
-                    })?;
-                    UpstreamCredential::Static(value)
-                }
-                _ => UpstreamCredential::Client,
-            },
-        )
-    }
-
-    pub fn takeover_settings(&self) -> crate::tasks::TakeoverSettings {
-        crate::tasks::TakeoverSettings {
-            retry_tools: self
-                .retry_on_owner_loss
-                .iter()
-                .filter(|tool| !tool.is_empty())
-                .cloned()
-                .collect(),
-            max_takeovers: self.max_takeovers,
-        }
-    }
-
-    pub fn policy_map(&self) -> HashMap<String, TaskPolicy> {
-        self.tool_policies.iter().cloned().collect()
-    }
-
-    /// The keys that seal held calls' `requestState`.
-    pub fn state_keys(&self) -> crate::tasks::mrtr_bridge::StateKeys {
-        match &self.request_state_key {
-            Some(key) => crate::tasks::mrtr_bridge::StateKeys::new(
-                key.as_bytes().to_vec(),
-                self.request_state_previous_key
-                    .as_ref()
-                    .map(|k| k.as_bytes().to_vec()),
-            ),
-            None => crate::tasks::mrtr_bridge::StateKeys::random(),
-        }
-    }
-
-    /// `--store-namespace`, else the one derived from the upstream.
-    pub fn store_namespace(&self) -> StoreNamespace {
-        self.store_namespace
-            .clone()
-            .unwrap_or_else(|| StoreNamespace::derived_from(&self.canonical_upstream()))
-    }
-
-    /// The upstream as one string that does not change with how it was spelled (case of
-    /// scheme and host, a default port written or not); replicas of one deployment are
-    /// given the same upstream, so they derive the same namespace.
-    fn canonical_upstream(&self) -> String {
-        match (&self.upstream, &self.upstream_cmd) {
-            (Some(uri), _) => {
-                let scheme = uri.scheme_str().unwrap_or("http").to_ascii_lowercase();
-                let host = uri.host().unwrap_or_default().to_ascii_lowercase();
-                let default_port = if scheme == "https" { 443 } else { 80 };
-                let port = uri.port_u16().unwrap_or(default_port);
-                let path = uri.path_and_query().map_or("/", |p| p.as_str());
-                format!("url {scheme}://{host}:{port}{path}")
-            }
-            // NUL cannot occur in an argument, so the words stay apart.
-            (None, Some(command)) => format!("cmd {}", command.0.join("\0")),
-            (None, None) => String::new(),
-        }
-    }
-
-    /// The shared store, if one is configured.
-    pub fn redis_target(&self) -> Option<Target> {
-        match (&self.redis, self.redis_cluster.is_empty()) {
-            // Checked when parsed; were it not, Redis would refuse it as an address.
-            (Some(url), _) => {
-                Some(Target::from_url(url).unwrap_or_else(|_| Target::Server(url.clone())))
-            }
-            (None, false) => Some(Target::Cluster(self.redis_cluster.clone())),
-            (None, true) => None,
-        }
-    }
 }
 
 /// Why the gateway cannot start with the configuration it was given.
@@ -533,7 +421,7 @@ pub enum InvalidValue {
     #[error("tool name is empty in {0:?}")]
     EmptyToolName(String),
     #[error(transparent)]
-    Policy(#[from] crate::tasks::policy::UnknownPolicy),
+    Policy(#[from] crate::protocol::task_support::UnknownTaskSupport),
     #[error("expected 1-200 characters, without braces or whitespace")]
     BadInstanceId,
     #[error("a key needs at least 32 bytes")]
@@ -625,7 +513,7 @@ fn parse_instance_id(raw: &str) -> Result<String, InvalidValue> {
     Ok(raw.to_owned())
 }
 
-fn parse_tool_policy(raw: &str) -> Result<(String, TaskPolicy), InvalidValue> {
+fn parse_tool_policy(raw: &str) -> Result<(String, TaskSupport), InvalidValue> {
     let (name, policy) = raw.split_once('=').ok_or_else(|| InvalidValue::NotPair {
         expected: "NAME=required|optional|forbidden",
         got: raw.to_owned(),
@@ -657,37 +545,13 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(config.task_ttl_ms(), 2000);
-        let policies = config.policy_map();
-        assert_eq!(policies["slow"], TaskPolicy::Required);
-        assert_eq!(policies["fast"], TaskPolicy::Forbidden);
-    }
-
-    #[test]
-    fn takeover_settings_name_tools_and_a_limit() {
-        let base = ["mcp-task-gateway", "--upstream", "http://127.0.0.1:9/mcp"];
-        let defaults = Config::try_parse_from(base).unwrap().takeover_settings();
-        assert!(defaults.retry_tools.is_empty());
-        assert_eq!(defaults.max_takeovers, 2);
-        let config = Config::try_parse_from(
+        assert_eq!(
+            config.tool_policies,
             [
-                &base[..],
-                &[
-                    "--retry-on-owner-loss",
-                    "report,export",
-                    "--retry-on-owner-loss",
-                    "sync",
-                    "--max-takeovers",
-                    "0",
-                ],
+                ("slow".to_owned(), TaskSupport::Required),
+                ("fast".to_owned(), TaskSupport::Forbidden)
             ]
-            .concat(),
-        )
-        .unwrap();
-        let settings = config.takeover_settings();
-        let mut tools: Vec<_> = settings.retry_tools.into_iter().collect();
-        tools.sort();
-        assert_eq!(tools, ["export", "report", "sync"]);
-        assert_eq!(settings.max_takeovers, 0);
+        );
     }
 
     #[test]
@@ -767,116 +631,6 @@ mod tests {
         for bad in [r#"node "unclosed"#, "   "] {
             let parsed = Config::try_parse_from(["mcp-task-gateway", "--upstream-cmd", bad]);
             assert!(parsed.is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn the_store_namespace_is_given_or_derived_from_the_upstream() {
-        let parse = |args: &[&str]| {
-            Config::try_parse_from([&["mcp-task-gateway"][..], args].concat())
-                .map(|config| config.store_namespace())
-        };
-        let given = parse(&["--upstream", "http://a:1/mcp", "--store-namespace", "prod"]);
-        assert_eq!(given.unwrap(), StoreNamespace::Named("prod".into()));
-        let legacy = parse(&["--upstream", "http://a:1/mcp", "--store-namespace", ""]);
-        assert_eq!(legacy.unwrap(), StoreNamespace::Legacy);
-        let legacy = parse(&["--upstream", "http://a:1/mcp", "--store-namespace="]);
-        assert_eq!(legacy.unwrap(), StoreNamespace::Legacy);
-
-        // Spelled differently, the same upstream; another path, port or host is not.
-        let derived = parse(&["--upstream", "http://mcp.example:80/mcp"]).unwrap();
-        assert_eq!(
-            parse(&["--upstream", "HTTP://MCP.Example/mcp"]).unwrap(),
-            derived
-        );
-        for other in [
-            "http://mcp.example/other",
-            "http://mcp.example:8080/mcp",
-            "https://mcp.example/mcp",
-            "http://mcp.example.org/mcp",
-        ] {
-            assert_ne!(parse(&["--upstream", other]).unwrap(), derived, "{other}");
-        }
-        let command = parse(&["--upstream-cmd", "server --port 1"]).unwrap();
-        assert_eq!(
-            parse(&["--upstream-cmd", "server  '--port' 1"]).unwrap(),
-            command
-        );
-        assert_ne!(
-            parse(&["--upstream-cmd", "server --port 2"]).unwrap(),
-            command
-        );
-        assert_ne!(
-            parse(&["--upstream-cmd", "server '--port 1'"]).unwrap(),
-            command
-        );
-        assert!(command.to_string().starts_with("u-"));
-
-        for bad in [
-            "a b",
-            "a*",
-            "x{y}",
-            "a:b",
-            "owned",
-            "changes",
-            &"n".repeat(65),
-        ] {
-            let refused = parse(&["--upstream", "http://a:1/mcp", "--store-namespace", bad]);
-            let error = refused.expect_err(bad).to_string();
-            assert!(error.contains("--store-namespace"), "{bad:?}: {error}");
-        }
-    }
-
-    #[test]
-    fn selects_the_store() {
-        let base = ["mcp-task-gateway", "--upstream", "http://127.0.0.1:9/mcp"];
-        let memory = Config::try_parse_from(base).unwrap();
-        assert!(memory.redis_target().is_none());
-        assert_eq!(memory.lease_timeout_ms, 15_000);
-
-        let single =
-            Config::try_parse_from([&base[..], &["--redis", "rediss://cache:6380/0"]].concat())
-                .unwrap();
-        assert!(
-            matches!(single.redis_target(), Some(Target::Server(u)) if u == "rediss://cache:6380/0")
-        );
-
-        let cluster = Config::try_parse_from(
-            [
-                &base[..],
-                &["--redis-cluster", "redis://a:7000,redis://b:7001"],
-            ]
-            .concat(),
-        )
-        .unwrap();
-        assert!(matches!(cluster.redis_target(), Some(Target::Cluster(urls)) if urls.len() == 2));
-
-        let sentinel = Config::try_parse_from(
-            [
-                &base[..],
-                &["--redis", "redis+sentinel://s1:26379,s2:26380/mymaster"],
-            ]
-            .concat(),
-        )
-        .unwrap();
-        assert!(matches!(
-            sentinel.redis_target(),
-            Some(Target::Sentinel(t)) if t.master == "mymaster" && t.sentinels.len() == 2
-        ));
-
-        for bad in [
-            &["--redis", "http://cache:6379"][..],
-            &["--redis", "redis://a", "--redis-cluster", "redis://b"],
-            &["--redis", "redis+sentinel://s1:26379"],
-            &["--redis", "redis+sentinel://s1:x/m"],
-            &["--redis-cluster", "redis+sentinel://s1:26379/m"],
-            &["--instance-id", "gw-{1}"],
-            &["--lease-timeout-ms", "5"],
-        ] {
-            assert!(
-                Config::try_parse_from([&base[..], bad].concat()).is_err(),
-                "{bad:?}"
-            );
         }
     }
 }

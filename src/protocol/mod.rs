@@ -6,5 +6,6 @@ pub mod meta;
 pub mod mrtr;
 pub mod names;
 pub mod param_headers;
+pub mod task_support;
 pub mod upgrade;
 pub mod wire;

@@ -70,8 +70,7 @@ impl Gateway {
         closing: tokio_util::sync::CancellationToken,
         edge: Edge,
     ) -> Self {
-        let auth = config
-            .auth_settings()
+        let auth = crate::settings::auth(config)
             .map(|settings| Arc::new(crate::auth::Authenticator::new(settings, client.clone())));
         Self {
             auth,
@@ -83,7 +82,7 @@ impl Gateway {
             lane_connector: crate::upstream::http::lane_connector(),
             upstream,
             tasks,
-            policies: Policies::new(config.policy_map()),
+            policies: crate::settings::policies(config),
             upstream_timeout: config.upstream_timeout(),
             max_body_bytes: config.max_body_bytes,
             strict_headers: !config.lenient_headers,

@@ -3,12 +3,14 @@
 
 mod credential;
 pub mod dialect_2025;
+mod halt;
 mod limits;
 mod listen;
 pub mod mrtr_bridge;
 pub mod policy;
 pub mod render;
 mod runner;
+mod start;
 mod takeover;
 mod tool_traits;
 pub mod upstream_mrtr;
@@ -210,7 +212,7 @@ impl TaskService {
         let mut launched = self.spawn_runner(
             &task_id,
             call,
-            runner::Start::New(None),
+            start::Start::New(None),
             slot,
             Some(ToStore {
                 record,
@@ -279,7 +281,7 @@ impl TaskService {
         self: &Arc<Self>,
         task_id: &str,
         call: ToolCall,
-        start: runner::Start,
+        start: start::Start,
         slot: Option<limits::RunningSlot>,
         to_store: Option<ToStore>,
     ) -> Launched {

@@ -12,37 +12,15 @@ use tokio_util::sync::CancellationToken;
 
 use async_trait::async_trait;
 
+use super::halt::{Halt, sleep_until, timed_out, upstream_failure};
+use super::start::{Held, Start};
 use super::{TaskService, ToolCall, upstream_mrtr};
 use crate::protocol::jsonrpc::{ErrorObject, code};
 use crate::protocol::wire::InputRequest;
 use crate::store::{Outcome, now_ms};
-use crate::tasks::upstream_mrtr::driver::{self, Reply, RoundError, RoundTrip};
+use crate::tasks::upstream_mrtr::driver::{self, Reply, RoundTrip};
 use crate::telemetry;
 use crate::upstream::{Caller, Exchange, UpstreamError, UpstreamEvent};
-
-/// A call already open upstream that a task takes over: a bridged call held for a
-/// 2026-07-28 client's answers (`tasks/held`).
-pub(super) struct Held {
-    pub exchange: Box<dyn Exchange>,
-    /// The upstream's requests already shown to the client, by key.
-    pub pending: HashMap<String, Value>,
-    /// What the upstream sent after them and nobody has read yet.
-    pub later: Vec<UpstreamEvent>,
-    /// How long the client may take to answer before the call is cancelled.
-    pub input_wait: std::time::Duration,
-}
-
-/// Where a runner starts the task's call.
-pub(super) enum Start {
-    /// A new task: the call as its client made it, or a call already open (`held`).
-    New(Option<Held>),
-    /// A task taken over from an instance that is gone (`takeover`): from the round
-    /// it was in on a 2026-07-28 upstream, else from the start.
-    TakenOver {
-        round: Option<upstream_mrtr::RoundState>,
-        expires_at_ms: u64,
-    },
-}
 
 /// How the runner is told to stop.
 pub(super) struct Signals {
@@ -170,25 +148,6 @@ async fn drive(
     match driven.await {
         Ok(outcome) | Err(Halt::Finish(outcome)) => Some(outcome),
         Err(Halt::Ended) => None,
-    }
-}
-
-/// Why a task's call stopped before the upstream's final answer.
-pub(super) enum Halt {
-    /// The task ends with this outcome (a failure of the gateway's or the upstream's).
-    Finish(Outcome),
-    /// The task ended elsewhere (cancelled, expired), or its input went to the client
-    /// within the promotion budget: nothing more to record.
-    Ended,
-}
-
-impl From<RoundError> for Halt {
-    fn from(error: RoundError) -> Self {
-        let detail = match error {
-            RoundError::Malformed(e) => e.to_string(),
-            other => other.to_string(),
-        };
-        Halt::Finish(upstream_failure(&UpstreamError::Protocol(detail)))
     }
 }
 
@@ -697,20 +656,6 @@ fn abandoned(wait: std::time::Duration) -> Outcome {
     }
 }
 
-pub(super) fn timed_out(service: &TaskService) -> Outcome {
-    let limit = service.settings.upstream_timeout.unwrap_or_default();
-    upstream_failure(&UpstreamError::Timeout(limit.as_millis() as u64))
-}
-
-pub(super) fn upstream_failure(error: &UpstreamError) -> Outcome {
-    telemetry::upstream_error(error.kind());
-    let message = error.to_string();
-    Outcome::Failed {
-        error: ErrorObject::internal(message.clone()),
-        message,
-    }
-}
-
 fn progress_message(params: Option<&Value>) -> Option<String> {
     let params = params?;
     if let Some(message) = params.get("message").and_then(Value::as_str) {
@@ -736,12 +681,5 @@ async fn wake_or_recheck(wake: &Notify, recheck: Option<Instant>) {
     tokio::select! {
         () = wake.notified() => {}
         () = sleep_until(recheck) => {}
-    }
-}
-
-pub(super) async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }

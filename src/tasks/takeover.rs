@@ -19,7 +19,7 @@ use http::HeaderValue;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::runner::Start;
+use super::start::Start;
 use super::upstream_mrtr::RoundState;
 use super::{TaskService, ToolCall, credential};
 use crate::cluster::{SweepCounts, Sweeper};

@@ -46,7 +46,7 @@ impl Edge {
             _ => None,
         };
         Ok(Self {
-            upstream_credential: config.upstream_credential()?,
+            upstream_credential: crate::settings::upstream_credential(config)?,
             tls,
         })
     }

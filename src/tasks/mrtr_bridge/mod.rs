@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 
 pub use state::{StateKeys, request_digest};
 
-use super::runner::Held;
+use super::start::{Held, Start};
 use super::{TaskService, ToolCall, render};
 use crate::protocol::jsonrpc::ErrorObject;
 use crate::protocol::wire::{InputRequest, ResultType, TaskStatus};
@@ -119,7 +119,7 @@ impl TaskService {
             record,
             stored: telemetry::held_call_started,
         };
-        let start = super::runner::Start::New(Some(held));
+        let start = Start::New(Some(held));
         let mut launched = self.spawn_runner(&task_id, task, start, slot, Some(to_store));
         launched.stored().await?;
         tracing::info!(task_id, "bridged call held for the client's answers");

@@ -20,11 +20,23 @@ use tokio_util::sync::CancellationToken;
 use async_trait::async_trait;
 
 use super::TaskService;
-use super::runner::{Halt, sleep_until, timed_out};
+use super::halt::{Halt, sleep_until, timed_out, upstream_failure};
 use crate::protocol::jsonrpc::ErrorObject;
 use crate::protocol::mrtr::{self, InputRequired};
 use crate::store::{Outcome, StoreError};
+use crate::upstream::UpstreamError;
 use driver::{Round, RoundAnswers};
+
+/// A malformed round from the upstream fails the task.
+impl From<driver::RoundError> for Halt {
+    fn from(error: driver::RoundError) -> Self {
+        let detail = match error {
+            driver::RoundError::Malformed(e) => e.to_string(),
+            other => other.to_string(),
+        };
+        Halt::Finish(upstream_failure(&UpstreamError::Protocol(detail)))
+    }
+}
 
 /// How soon to read the task again after the store failed to answer.
 const STORE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);

@@ -17,7 +17,6 @@ mod handshake;
 mod link;
 mod pool;
 mod process;
-mod supervisor;
 
 use std::sync::Arc;
 

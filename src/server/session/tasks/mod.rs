@@ -20,6 +20,7 @@ use serde_json::{Map, Value, json};
 
 use crate::protocol::jsonrpc::{self, ErrorObject, Message, code};
 use crate::protocol::names::method;
+use crate::protocol::task_support::TaskSupport;
 use crate::protocol::wire::TaskIdParams;
 use crate::protocol::wire::dialect_2025::{
     self as wire, CreateTaskResult, FALLBACK_MODE, ListParams, ListTasksResult, TaskParam,
@@ -27,7 +28,6 @@ use crate::protocol::wire::dialect_2025::{
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};
 use crate::tasks::dialect_2025::SessionLink;
-use crate::tasks::policy::TaskPolicy;
 use crate::tasks::{Started, ToolCall, render};
 use crate::upstream::SessionRef;
 
@@ -172,14 +172,14 @@ async fn tools_call(
     let tool = params?.get("name")?.as_str()?;
     let policy = gateway.policies.policy_of(tool);
     let Some(task) = params?.get("task") else {
-        return (policy == TaskPolicy::Required).then(|| {
+        return (policy == TaskSupport::Required).then(|| {
             Err(ErrorObject::new(
                 code::METHOD_NOT_FOUND,
                 format!("tool {tool:?} requires task-augmented execution: send params.task"),
             ))
         });
     };
-    if policy == TaskPolicy::Forbidden {
+    if policy == TaskSupport::Forbidden {
         return Some(Err(ErrorObject::new(
             code::METHOD_NOT_FOUND,
             format!(

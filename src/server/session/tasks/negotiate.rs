@@ -4,8 +4,9 @@
 
 use serde_json::{Map, Value};
 
+use crate::protocol::task_support::TaskSupport;
 use crate::protocol::wire::dialect_2025::{declares_response_modes, server_tasks_capability};
-use crate::tasks::policy::{Policies, TaskPolicy};
+use crate::tasks::policy::Policies;
 
 /// What a client's `initialize` declared about tasks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,10 +65,10 @@ pub fn annotate_tools(result: &mut Value, policies: &Policies) {
             .and_then(Value::as_str)
             == Some("required");
         let support = match policies.policy_of(name) {
-            TaskPolicy::Required => "required",
-            TaskPolicy::Optional if upstream_requires => "required",
-            TaskPolicy::Optional => "optional",
-            TaskPolicy::Forbidden => "forbidden",
+            TaskSupport::Required => "required",
+            TaskSupport::Optional if upstream_requires => "required",
+            TaskSupport::Optional => "optional",
+            TaskSupport::Forbidden => "forbidden",
         };
         let Some(tool) = tool.as_object_mut() else {
             continue;
@@ -109,8 +110,8 @@ mod tests {
     #[test]
     fn tools_carry_the_configured_policy() {
         let policies = Policies::new(HashMap::from([
-            ("slow".to_owned(), TaskPolicy::Required),
-            ("quick".to_owned(), TaskPolicy::Forbidden),
+            ("slow".to_owned(), TaskSupport::Required),
+            ("quick".to_owned(), TaskSupport::Forbidden),
         ]));
         let mut result = json!({"tools": [
             {"name": "slow"},

@@ -8,11 +8,11 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::handshake;
-use super::link::Link;
-use super::pool::{CRASH_LOOP, Pool};
-use super::process::{self, Signal};
+use super::{CRASH_LOOP, Pool};
 use crate::upstream::UpstreamError;
+use crate::upstream::stdio::handshake;
+use crate::upstream::stdio::link::Link;
+use crate::upstream::stdio::process::{self, Signal};
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);

@@ -14,6 +14,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+mod supervisor;
+
 use super::command::StdioCommand;
 use super::link::{Link, LinkContext};
 use crate::upstream::UpstreamError;
@@ -21,7 +23,7 @@ use crate::upstream::UpstreamError;
 /// How long a call waits for a process while none is running (starting, restarting).
 const READY_WAIT: Duration = Duration::from_secs(30);
 /// Failed starts in a row after which calls fail at once instead of waiting.
-pub const CRASH_LOOP: u32 = 3;
+const CRASH_LOOP: u32 = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -191,7 +193,7 @@ impl Pool {
     fn start_slot(&self, slots: &mut [Slot], slot: usize) {
         slots[slot].started = true;
         tracing::info!(slot, "starting an upstream process");
-        let handle = tokio::spawn(super::supervisor::supervise(self.strong(), slot));
+        let handle = tokio::spawn(supervisor::supervise(self.strong(), slot));
         self.supervisors
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -1,0 +1,304 @@
+//! The one place the configuration becomes each part's settings: the task service's,
+//! the store's, the edge's (JWT validation, the upstream credential, per-tool policy).
+//! `config` only parses and checks flags.
+
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::store::redis::{RedisSettings, StoreNamespace, Target};
+use crate::tasks::TaskSettings;
+use crate::tasks::policy::Policies;
+
+/// The task service's settings.
+pub fn tasks(config: &Config) -> TaskSettings {
+    TaskSettings {
+        instance_id: config.instance_id.clone(),
+        ttl_ms: config.task_ttl_ms(),
+        max_ttl_ms: config.max_ttl_ms,
+        poll_interval_ms: config.poll_interval_ms,
+        upstream_timeout: config.upstream_timeout(),
+        promote_after: Duration::from_millis(config.promote_after_ms),
+        max_running_per_principal: config.max_running_tasks_per_principal,
+        input_wait: Duration::from_millis(config.input_wait_timeout_ms),
+        state_keys: state_keys(config),
+        takeover: takeover(config),
+    }
+}
+
+/// The shared store's settings, if one is configured (reads `--redis-ca-file`).
+pub fn redis(config: &Config) -> std::io::Result<Option<RedisSettings>> {
+    let Some(target) = redis_target(config) else {
+        return Ok(None);
+    };
+    Ok(Some(RedisSettings {
+        namespace: store_namespace(config),
+        target,
+        instance_id: config.instance_id.clone(),
+        wait_replicas: config.redis_wait_replicas,
+        timeout: Duration::from_millis(config.redis_timeout_ms),
+        max_ttl: Duration::from_millis(config.max_ttl_ms),
+        ca_cert: config
+            .redis_ca_file
+            .as_ref()
+            .map(std::fs::read)
+            .transpose()?,
+    }))
+}
+
+/// JWT validation, when `--auth-jwt-issuer` is set.
+pub fn auth(config: &Config) -> Option<crate::auth::AuthSettings> {
+    let issuer = config.auth_jwt_issuer.clone()?;
+    let keys = match &config.auth_jwt_jwks_url {
+        Some(url) => crate::auth::jwks::KeySource::Url(url.clone()),
+        None => crate::auth::jwks::KeySource::Discovery {
+            issuer: issuer.clone(),
+        },
+    };
+    Some(crate::auth::AuthSettings {
+        audience: config.auth_jwt_audience.clone().unwrap_or_default(),
+        issuer,
+        keys,
+        algorithms: config.auth_jwt_algorithms.clone(),
+        leeway: Duration::from_secs(config.auth_jwt_leeway_s),
+        tools_call_scopes: config.auth_scopes_tools_call.clone(),
+        tasks_scopes: config.auth_scopes_tasks.clone(),
+    })
+}
+
+/// What goes upstream as `Authorization` (reads `--upstream-credential-file`).
+pub fn upstream_credential(config: &Config) -> std::io::Result<crate::auth::UpstreamCredential> {
+    use crate::auth::UpstreamCredential;
+    Ok(
+        match (
+            config.upstream_credential.as_str(),
+            &config.upstream_credential_file,
+        ) {
+            ("none", _) => UpstreamCredential::None,
+            ("static", Some(path)) => {
+                let text = std::fs::read_to_string(path)?;
+                let value = http::HeaderValue::from_str(text.trim()).map_err(|e| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("{}: not a header value: {e}", path.display()),
+                    )
+                })?;
+                UpstreamCredential::Static(value)
+            }
+            _ => UpstreamCredential::Client,
+        },
+    )
+}
+
+fn takeover(config: &Config) -> crate::tasks::TakeoverSettings {
+    crate::tasks::TakeoverSettings {
+        retry_tools: config
+            .retry_on_owner_loss
+            .iter()
+            .filter(|tool| !tool.is_empty())
+            .cloned()
+            .collect(),
+        max_takeovers: config.max_takeovers,
+    }
+}
+
+pub fn policies(config: &Config) -> Policies {
+    Policies::new(config.tool_policies.iter().cloned().collect())
+}
+
+/// The keys that seal held calls' `requestState`.
+fn state_keys(config: &Config) -> crate::tasks::mrtr_bridge::StateKeys {
+    match &config.request_state_key {
+        Some(key) => crate::tasks::mrtr_bridge::StateKeys::new(
+            key.as_bytes().to_vec(),
+            config
+                .request_state_previous_key
+                .as_ref()
+                .map(|k| k.as_bytes().to_vec()),
+        ),
+        None => crate::tasks::mrtr_bridge::StateKeys::random(),
+    }
+}
+
+/// `--store-namespace`, else the one derived from the upstream.
+pub fn store_namespace(config: &Config) -> StoreNamespace {
+    config
+        .store_namespace
+        .clone()
+        .unwrap_or_else(|| StoreNamespace::derived_from(&canonical_upstream(config)))
+}
+
+/// The upstream as one string that does not change with how it was spelled (case of
+/// scheme and host, a default port written or not); replicas of one deployment are
+/// given the same upstream, so they derive the same namespace.
+fn canonical_upstream(config: &Config) -> String {
+    match (&config.upstream, &config.upstream_cmd) {
+        (Some(uri), _) => {
+            let scheme = uri.scheme_str().unwrap_or("http").to_ascii_lowercase();
+            let host = uri.host().unwrap_or_default().to_ascii_lowercase();
+            let default_port = if scheme == "https" { 443 } else { 80 };
+            let port = uri.port_u16().unwrap_or(default_port);
+            let path = uri.path_and_query().map_or("/", |p| p.as_str());
+            format!("url {scheme}://{host}:{port}{path}")
+        }
+        // NUL cannot occur in an argument, so the words stay apart.
+        (None, Some(command)) => format!("cmd {}", command.0.join("\0")),
+        (None, None) => String::new(),
+    }
+}
+
+/// The shared store, if one is configured.
+pub fn redis_target(config: &Config) -> Option<Target> {
+    match (&config.redis, config.redis_cluster.is_empty()) {
+        // Checked when parsed; were it not, Redis would refuse it as an address.
+        (Some(url), _) => {
+            Some(Target::from_url(url).unwrap_or_else(|_| Target::Server(url.clone())))
+        }
+        (None, false) => Some(Target::Cluster(config.redis_cluster.clone())),
+        (None, true) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[test]
+    fn takeover_settings_name_tools_and_a_limit() {
+        let base = ["mcp-task-gateway", "--upstream", "http://127.0.0.1:9/mcp"];
+        let defaults = takeover(&Config::try_parse_from(base).unwrap());
+        assert!(defaults.retry_tools.is_empty());
+        assert_eq!(defaults.max_takeovers, 2);
+        let config = Config::try_parse_from(
+            [
+                &base[..],
+                &[
+                    "--retry-on-owner-loss",
+                    "report,export",
+                    "--retry-on-owner-loss",
+                    "sync",
+                    "--max-takeovers",
+                    "0",
+                ],
+            ]
+            .concat(),
+        )
+        .unwrap();
+        let settings = takeover(&config);
+        let mut tools: Vec<_> = settings.retry_tools.into_iter().collect();
+        tools.sort();
+        assert_eq!(tools, ["export", "report", "sync"]);
+        assert_eq!(settings.max_takeovers, 0);
+    }
+
+    #[test]
+    fn the_store_namespace_is_given_or_derived_from_the_upstream() {
+        let parse = |args: &[&str]| {
+            Config::try_parse_from([&["mcp-task-gateway"][..], args].concat())
+                .map(|config| store_namespace(&config))
+        };
+        let given = parse(&["--upstream", "http://a:1/mcp", "--store-namespace", "prod"]);
+        assert_eq!(given.unwrap(), StoreNamespace::Named("prod".into()));
+        let legacy = parse(&["--upstream", "http://a:1/mcp", "--store-namespace", ""]);
+        assert_eq!(legacy.unwrap(), StoreNamespace::Legacy);
+        let legacy = parse(&["--upstream", "http://a:1/mcp", "--store-namespace="]);
+        assert_eq!(legacy.unwrap(), StoreNamespace::Legacy);
+
+        // Spelled differently, the same upstream; another path, port or host is not.
+        let derived = parse(&["--upstream", "http://mcp.example:80/mcp"]).unwrap();
+        assert_eq!(
+            parse(&["--upstream", "HTTP://MCP.Example/mcp"]).unwrap(),
+            derived
+        );
+        for other in [
+            "http://mcp.example/other",
+            "http://mcp.example:8080/mcp",
+            "https://mcp.example/mcp",
+            "http://mcp.example.org/mcp",
+        ] {
+            assert_ne!(parse(&["--upstream", other]).unwrap(), derived, "{other}");
+        }
+        let command = parse(&["--upstream-cmd", "server --port 1"]).unwrap();
+        assert_eq!(
+            parse(&["--upstream-cmd", "server  '--port' 1"]).unwrap(),
+            command
+        );
+        assert_ne!(
+            parse(&["--upstream-cmd", "server --port 2"]).unwrap(),
+            command
+        );
+        assert_ne!(
+            parse(&["--upstream-cmd", "server '--port 1'"]).unwrap(),
+            command
+        );
+        assert!(command.to_string().starts_with("u-"));
+
+        for bad in [
+            "a b",
+            "a*",
+            "x{y}",
+            "a:b",
+            "owned",
+            "changes",
+            &"n".repeat(65),
+        ] {
+            let refused = parse(&["--upstream", "http://a:1/mcp", "--store-namespace", bad]);
+            let error = refused.expect_err(bad).to_string();
+            assert!(error.contains("--store-namespace"), "{bad:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn selects_the_store() {
+        let base = ["mcp-task-gateway", "--upstream", "http://127.0.0.1:9/mcp"];
+        let memory = Config::try_parse_from(base).unwrap();
+        assert!(redis_target(&memory).is_none());
+        assert_eq!(memory.lease_timeout_ms, 15_000);
+
+        let single =
+            Config::try_parse_from([&base[..], &["--redis", "rediss://cache:6380/0"]].concat())
+                .unwrap();
+        assert!(
+            matches!(redis_target(&single), Some(Target::Server(u)) if u == "rediss://cache:6380/0")
+        );
+
+        let cluster = Config::try_parse_from(
+            [
+                &base[..],
+                &["--redis-cluster", "redis://a:7000,redis://b:7001"],
+            ]
+            .concat(),
+        )
+        .unwrap();
+        assert!(matches!(redis_target(&cluster), Some(Target::Cluster(urls)) if urls.len() == 2));
+
+        let sentinel = Config::try_parse_from(
+            [
+                &base[..],
+                &["--redis", "redis+sentinel://s1:26379,s2:26380/mymaster"],
+            ]
+            .concat(),
+        )
+        .unwrap();
+        assert!(matches!(
+            redis_target(&sentinel),
+            Some(Target::Sentinel(t)) if t.master == "mymaster" && t.sentinels.len() == 2
+        ));
+
+        for bad in [
+            &["--redis", "http://cache:6379"][..],
+            &["--redis", "redis://a", "--redis-cluster", "redis://b"],
+            &["--redis", "redis+sentinel://s1:26379"],
+            &["--redis", "redis+sentinel://s1:x/m"],
+            &["--redis-cluster", "redis+sentinel://s1:26379/m"],
+            &["--instance-id", "gw-{1}"],
+            &["--lease-timeout-ms", "5"],
+        ] {
+            assert!(
+                Config::try_parse_from([&base[..], bad].concat()).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+}
