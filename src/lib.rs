@@ -12,6 +12,7 @@ pub mod admin;
 pub mod auth;
 mod cluster;
 pub mod config;
+mod http_client;
 pub mod protocol;
 mod server;
 mod settings;
@@ -53,8 +54,8 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     };
     let listener = TcpListener::bind(config.listen).await?;
     let local = listener.local_addr()?;
-    let client = upstream::http::client();
-    let call_client = upstream::http::call_client(config.upstream_read_buffer_bytes as usize);
+    let client = http_client::client();
+    let call_client = http_client::call_client(config.upstream_read_buffer_bytes as usize);
     let upstream = select_upstream(&config, &call_client);
     // Only a shared store has a namespace; the admin API shows it.
     let mut store_namespace = None;
@@ -171,7 +172,7 @@ async fn peers_alive(store: &Store, me: &str) -> bool {
 /// The upstream the flags name: a URL, or a command to run over stdio.
 fn select_upstream(
     config: &Config,
-    client: &upstream::http::HttpClient,
+    client: &http_client::HttpClient,
 ) -> Arc<dyn upstream::Upstream> {
     let command = config
         .upstream_cmd

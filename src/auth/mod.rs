@@ -133,7 +133,7 @@ pub struct Authenticator {
 }
 
 impl Authenticator {
-    pub fn new(settings: AuthSettings, client: crate::upstream::http::HttpClient) -> Self {
+    pub fn new(settings: AuthSettings, client: crate::http_client::HttpClient) -> Self {
         let metadata_url = metadata_url(&settings.audience);
         Self {
             jwks: Jwks::new(client, settings.keys.clone()),

@@ -19,13 +19,13 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use crate::config::Config;
+use crate::http_client::{Connector, HttpClient};
 use crate::protocol::headers::MCP_PROTOCOL_VERSION;
 use crate::protocol::jsonrpc::{ErrorObject, Message, code};
 use crate::protocol::meta;
 use crate::tasks::TaskService;
 use crate::tasks::policy::Policies;
 use crate::upstream::Upstream;
-use crate::upstream::http::{Connector, HttpClient};
 use crate::upstream::pinned::PinnedConn;
 use reply::Body;
 
@@ -36,7 +36,7 @@ use crate::protocol::names::{self, SESSION_VERSIONS, STATELESS_VERSION};
 pub struct Gateway {
     pub client: HttpClient,
     /// Opens each client connection's [`PinnedConn`] to the upstream.
-    lane_connector: Connector,
+    pinned_connector: Connector,
     pub upstream: Arc<dyn Upstream>,
     pub tasks: Arc<TaskService>,
     pub policies: Policies,
@@ -79,7 +79,7 @@ impl Gateway {
             task_rate: edge::task_rate::TaskRequestRate::new(config.max_task_requests_per_second),
             closing,
             client,
-            lane_connector: crate::upstream::http::lane_connector(),
+            pinned_connector: crate::http_client::pinned_connector(),
             upstream,
             tasks,
             policies: crate::settings::policies(config),
@@ -124,10 +124,10 @@ impl Gateway {
 
 pub use edge::Edge;
 
-/// `lane` is the client connection's own connection to the upstream, for pass-through.
+/// `pinned` is the client connection's own connection to the upstream, for pass-through.
 pub(crate) async fn route(
     gateway: &Gateway,
-    lane: &PinnedConn,
+    pinned: &PinnedConn,
     request: Request<Incoming>,
 ) -> Response<Body> {
     match request.uri().path() {
@@ -141,7 +141,7 @@ pub(crate) async fn route(
             crate::telemetry::traces::continue_from_headers(&span, request.headers());
             let started = std::time::Instant::now();
             let mut method = String::from("invalid");
-            let response = mcp_endpoint(gateway, lane, request, &mut method)
+            let response = mcp_endpoint(gateway, pinned, request, &mut method)
                 .instrument(span)
                 .await;
             crate::telemetry::request_served(&method, started.elapsed());
@@ -183,7 +183,7 @@ async fn readiness(gateway: &Gateway) -> Response<Body> {
 /// for the metrics.
 async fn mcp_endpoint(
     gateway: &Gateway,
-    lane: &PinnedConn,
+    pinned: &PinnedConn,
     request: Request<Incoming>,
     method: &mut String,
 ) -> Response<Body> {
@@ -237,7 +237,7 @@ async fn mcp_endpoint(
         if let Some(refusal) = edge::authn::check_scopes(gateway, &parts, None, &body) {
             return refusal;
         }
-        return session::serve(gateway, lane, parts, body, None).await;
+        return session::serve(gateway, pinned, parts, body, None).await;
     }
     if parts.method != Method::POST {
         return reply::plain(
@@ -262,7 +262,7 @@ async fn mcp_endpoint(
     match classify(&parts.headers, &message) {
         Era::Session => {
             "legacy_passthrough".clone_into(method);
-            session::serve(gateway, lane, parts, body, Some(message)).await
+            session::serve(gateway, pinned, parts, body, Some(message)).await
         }
         Era::Rejected(error) => reply::bad_request(message_id(&message), &error),
         Era::Stateless => {

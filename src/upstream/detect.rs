@@ -12,9 +12,9 @@ use http::{HeaderValue, StatusCode, Uri};
 use serde_json::{Map, Value};
 use tokio::sync::OnceCell;
 
-use super::http::HttpClient;
 use super::stateless_http::{StatelessHttpExchange, StatelessHttpUpstream, post};
 use super::{Caller, Opened, SessionHttpUpstream, Upstream, UpstreamError};
+use crate::http_client::HttpClient;
 use crate::protocol::jsonrpc::{self, ErrorObject, code};
 use crate::protocol::meta;
 

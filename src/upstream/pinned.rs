@@ -6,8 +6,8 @@
 //! context switches, and took ~20 % less CPU; BENCHMARKS.md). A client's HTTP/1.1
 //! keep-alive connection sends one request at a time, so it can keep one upstream
 //! connection to itself instead, and hand it back from the response body's last frame.
-//! A request that finds the lane busy (an HTTP/2 client's concurrent streams) is given
-//! back to be sent through the pool. A connection left idle for the lane's idle limit
+//! A request that finds the pinned connection busy (an HTTP/2 client's concurrent streams) is given
+//! back to be sent through the pool. A connection left idle for the pinned connection's idle limit
 //! is closed, as the pool closes its idle connections, so that idle clients do not
 //! hold upstream connections.
 
@@ -26,21 +26,21 @@ use hyper::client::conn::http1::{self, SendRequest};
 use tokio::time::Instant;
 use tower::ServiceExt;
 
-use super::http::Connector;
 use super::http::describe_client_error;
+use crate::http_client::Connector;
 
-/// Why a request did not go out on the lane.
+/// Why a request did not go out on the pinned connection.
 #[derive(Debug, thiserror::Error)]
 pub enum LaneError {
-    /// Another request of the same client connection holds the lane; send this one
+    /// Another request of the same client connection holds the pinned connection; send this one
     /// another way.
-    #[error("the lane is busy")]
+    #[error("the pinned connection is busy")]
     Busy(Box<Request<Full<Bytes>>>),
     #[error("{0}")]
     Failed(String),
 }
 
-/// How long a lane keeps an idle connection: the pooled client's default.
+/// How long a pinned connection keeps an idle connection: the pooled client's default.
 pub const IDLE_LIMIT: Duration = Duration::from_secs(90);
 
 /// One per client connection; cheap to make, connects on first use.
@@ -57,7 +57,7 @@ enum State {
 }
 
 struct Connected {
-    /// Tells this connection from the lane's later ones.
+    /// Tells this connection from the pinned connection's later ones.
     id: u64,
     /// When it was last handed back.
     idle_since: Instant,
@@ -78,7 +78,7 @@ impl PinnedConn {
         }
     }
 
-    /// Sends `request` to `upstream` on this lane's connection, opening one if there is
+    /// Sends `request` to `upstream` on this pinned connection's connection, opening one if there is
     /// none (or it was for another URL). A request that was not written because the
     /// idle connection had just closed is sent again once, on a new one.
     pub async fn send(
@@ -94,7 +94,7 @@ impl PinnedConn {
                 State::Idle(_) | State::Empty => None,
             }
         };
-        // From here the lane is ours: it becomes idle again from the response body's
+        // From here the pinned connection is ours: it becomes idle again from the response body's
         // end, and empty if anything fails or is dropped on the way.
         let claim = Claim {
             state: self.state.clone(),
@@ -176,16 +176,16 @@ impl PinnedConn {
     }
 }
 
-/// Resolves once connection `id` has sat idle in the lane for `limit` (and takes it
-/// out of the lane), or the lane is gone.
-async fn idle_too_long(lane: Weak<Mutex<State>>, id: u64, limit: Duration) {
+/// Resolves once connection `id` has sat idle in the pinned connection for `limit` (and takes it
+/// out of the pinned connection), or the pinned connection is gone.
+async fn idle_too_long(pinned: Weak<Mutex<State>>, id: u64, limit: Duration) {
     let mut check_at = Instant::now() + limit;
     loop {
         tokio::time::sleep_until(check_at).await;
-        let Some(lane) = lane.upgrade() else {
+        let Some(pinned) = pinned.upgrade() else {
             return;
         };
-        let mut state = lane.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = pinned.lock().unwrap_or_else(PoisonError::into_inner);
         check_at = match &*state {
             State::Idle(connected) if connected.id == id => {
                 let due = connected.idle_since + limit;
@@ -200,7 +200,7 @@ async fn idle_too_long(lane: Weak<Mutex<State>>, id: u64, limit: Duration) {
     }
 }
 
-/// Holds the lane busy. Dropped, it leaves the lane idle with the connection it was
+/// Holds the pinned connection busy. Dropped, it leaves the pinned connection idle with the connection it was
 /// given back, or else empty (the next request opens a new connection).
 struct Claim {
     state: Arc<Mutex<State>>,
@@ -224,7 +224,7 @@ impl Drop for Claim {
     }
 }
 
-/// The upstream's response body; its last frame gives the connection back to the lane.
+/// The upstream's response body; its last frame gives the connection back to the pinned connection.
 /// Dropped before its end, it takes the connection with it (hyper then drains or
 /// closes it), as a response cut short leaves the connection mid-message.
 pub struct LaneBody {
@@ -258,7 +258,7 @@ impl Body for LaneBody {
         match &frame {
             None => self.give_back(),
             Some(Ok(_)) => self.release_if_ended(),
-            // A broken body leaves the connection unusable: dropping the claim empties the lane.
+            // A broken body leaves the connection unusable: dropping the claim empties the pinned connection.
             Some(Err(_)) => self.release = None,
         }
         Poll::Ready(frame)
@@ -283,7 +283,7 @@ mod tests {
     use hyper_util::rt::TokioIo;
 
     use super::*;
-    use crate::upstream::http::lane_connector;
+    use crate::http_client::pinned_connector;
 
     /// An HTTP/1.1 server on 127.0.0.1 that answers "ok", counting the connections it
     /// accepted and those still open.
@@ -326,24 +326,27 @@ mod tests {
         hyper::server::conn::http1::Builder::new()
     }
 
-    async fn send(lane: &PinnedConn, url: &Uri) -> Response<LaneBody> {
-        match lane.send(url, Request::new(Full::new(Bytes::new()))).await {
+    async fn send(pinned: &PinnedConn, url: &Uri) -> Response<LaneBody> {
+        match pinned
+            .send(url, Request::new(Full::new(Bytes::new())))
+            .await
+        {
             Ok(response) => response,
             Err(e) => panic!("{e}"),
         }
     }
 
-    async fn get(lane: &PinnedConn, url: &Uri) -> Bytes {
-        let body = send(lane, url).await.into_body();
+    async fn get(pinned: &PinnedConn, url: &Uri) -> Bytes {
+        let body = send(pinned, url).await.into_body();
         body.collect().await.unwrap().to_bytes()
     }
 
     #[tokio::test]
     async fn one_connection_carries_the_requests_one_after_another() {
         let upstream = upstream().await;
-        let lane = PinnedConn::new(lane_connector(), IDLE_LIMIT);
+        let pinned = PinnedConn::new(pinned_connector(), IDLE_LIMIT);
         for _ in 0..3 {
-            assert_eq!(get(&lane, &upstream.url).await, "ok");
+            assert_eq!(get(&pinned, &upstream.url).await, "ok");
         }
         assert_eq!(upstream.accepted.load(SeqCst), 1);
     }
@@ -351,32 +354,32 @@ mod tests {
     #[tokio::test]
     async fn a_request_that_finds_the_lane_busy_is_given_back() {
         let upstream = upstream().await;
-        let lane = PinnedConn::new(lane_connector(), IDLE_LIMIT);
-        let unread = send(&lane, &upstream.url).await;
-        let second = lane
+        let pinned = PinnedConn::new(pinned_connector(), IDLE_LIMIT);
+        let unread = send(&pinned, &upstream.url).await;
+        let second = pinned
             .send(&upstream.url, Request::new(Full::new(Bytes::new())))
             .await;
         assert!(matches!(second, Err(LaneError::Busy(_))));
         // Read to its end, the first answer hands the connection back.
         assert_eq!(unread.into_body().collect().await.unwrap().to_bytes(), "ok");
-        assert_eq!(get(&lane, &upstream.url).await, "ok");
+        assert_eq!(get(&pinned, &upstream.url).await, "ok");
         assert_eq!(upstream.accepted.load(SeqCst), 1);
     }
 
     #[tokio::test]
     async fn an_answer_dropped_unread_takes_its_connection_with_it() {
         let upstream = upstream().await;
-        let lane = PinnedConn::new(lane_connector(), IDLE_LIMIT);
-        drop(send(&lane, &upstream.url).await);
-        assert_eq!(get(&lane, &upstream.url).await, "ok");
+        let pinned = PinnedConn::new(pinned_connector(), IDLE_LIMIT);
+        drop(send(&pinned, &upstream.url).await);
+        assert_eq!(get(&pinned, &upstream.url).await, "ok");
         assert_eq!(upstream.accepted.load(SeqCst), 2);
     }
 
     #[tokio::test]
     async fn an_idle_connection_is_closed_after_the_limit_and_reopened_on_use() {
         let upstream = upstream().await;
-        let lane = PinnedConn::new(lane_connector(), Duration::from_millis(200));
-        assert_eq!(get(&lane, &upstream.url).await, "ok");
+        let pinned = PinnedConn::new(pinned_connector(), Duration::from_millis(200));
+        assert_eq!(get(&pinned, &upstream.url).await, "ok");
         let deadline = Instant::now() + Duration::from_secs(10);
         while upstream.open.load(SeqCst) > 0 {
             assert!(
@@ -385,7 +388,7 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        assert_eq!(get(&lane, &upstream.url).await, "ok");
+        assert_eq!(get(&pinned, &upstream.url).await, "ok");
         assert_eq!(upstream.accepted.load(SeqCst), 2);
     }
 }

@@ -22,10 +22,11 @@ use tokio::task::AbortHandle;
 
 use async_trait::async_trait;
 
-use super::http::{HttpClient, describe_client_error, truncate_on_char};
+use super::http::{describe_client_error, truncate_on_char};
 use super::{
     CallStream, Caller, Exchange, Opened, SessionRef, Upstream, UpstreamError, UpstreamEvent,
 };
+use crate::http_client::HttpClient;
 use crate::protocol::jsonrpc::{self, ErrorObject, Message, code};
 use crate::protocol::names::SESSION_VERSION;
 

@@ -14,10 +14,10 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use serde_json::Value;
 
-use super::http::HttpClient;
 use super::http::{describe_client_error, truncate_on_char};
 use super::tool_headers::ToolHeaderCache;
 use super::{CallStream, Caller, Exchange, Opened, Upstream, UpstreamError, UpstreamEvent};
+use crate::http_client::HttpClient;
 use crate::protocol::headers::{self, MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
 use crate::protocol::jsonrpc::{self, ErrorObject, Message};
 use crate::protocol::meta;

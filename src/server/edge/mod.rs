@@ -71,17 +71,17 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let tls = gateway.tls.clone();
         let gateway = gateway.clone();
-        let lane = Arc::new(PinnedConn::new(
-            gateway.lane_connector.clone(),
+        let pinned = Arc::new(PinnedConn::new(
+            gateway.pinned_connector.clone(),
             pinned::IDLE_LIMIT,
         ));
         let service = hyper::service::service_fn(move |request| {
             let gateway = gateway.clone();
-            let lane = lane.clone();
+            let pinned = pinned.clone();
             // Boxed: hyper keeps room for the service's future for as long as the
             // connection (or HTTP/2 stream) lives, and a request's handling takes 8 KiB.
             // An idle keep-alive connection or a long stream then holds a pointer instead.
-            async move { Ok::<_, Infallible>(Box::pin(route(&gateway, &lane, request)).await) }
+            async move { Ok::<_, Infallible>(Box::pin(route(&gateway, &pinned, request)).await) }
         });
         let watcher = graceful.watcher();
         let builder = builder.clone();

@@ -22,7 +22,7 @@ use crate::upstream::pinned::PinnedConn;
 /// an established session's traffic is not parsed unless it declared tasks.
 pub async fn serve(
     gateway: &Gateway,
-    lane: &PinnedConn,
+    pinned: &PinnedConn,
     parts: Parts,
     body: bytes::Bytes,
     message: Option<Message>,
@@ -31,7 +31,7 @@ pub async fn serve(
     match gateway.upstream.session_passthrough(auth).await {
         Ok(Some(url)) => {
             if let Some(marked) = tasks::marked::unmark(&parts.headers) {
-                return tasks::marked::serve(gateway, lane, url, parts, body, marked).await;
+                return tasks::marked::serve(gateway, pinned, url, parts, body, marked).await;
             }
             if let Some(response) = tasks::marked::serve_undeclared(gateway, &parts, &body).await {
                 return response;
@@ -44,10 +44,12 @@ pub async fn serve(
                 && method == names::method::INITIALIZE
                 && let Some(declared) = tasks::negotiate::declared(Some(&params))
             {
-                return tasks::marked::initialize(gateway, lane, url, parts, id, params, declared)
-                    .await;
+                return tasks::marked::initialize(
+                    gateway, pinned, url, parts, id, params, declared,
+                )
+                .await;
             }
-            passthrough::forward(&gateway.client, lane, url, parts, body).await
+            passthrough::forward(&gateway.client, pinned, url, parts, body).await
         }
         // No upstream session to pass through to: the gateway serves the session.
         Ok(None) => gateway.sessions.serve(gateway, &parts, body).await,

@@ -6,18 +6,19 @@ use http::request::Parts;
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::{BodyExt, Full};
 
+use crate::http_client::HttpClient;
 use crate::protocol::jsonrpc::ErrorObject;
 use crate::server::reply::{self, Body};
 use crate::server::session::coalesce;
 use crate::upstream::http::describe_client_error;
-use crate::upstream::http::{HttpClient, prepare_to_send_on, remove_hop_by_hop};
+use crate::upstream::http::{prepare_to_send_on, remove_hop_by_hop};
 use crate::upstream::pinned::{LaneError, PinnedConn};
 
-/// Sends a 2025-xx session client's request to `upstream` on the client connection's lane (through
-/// the pool when the lane is busy) and relays the answer.
+/// Sends a 2025-xx session client's request to `upstream` on the client connection's pinned connection (through
+/// the pool when the pinned connection is busy) and relays the answer.
 pub async fn forward(
     client: &HttpClient,
-    lane: &PinnedConn,
+    pinned: &PinnedConn,
     upstream: &Uri,
     mut parts: Parts,
     body: Bytes,
@@ -29,7 +30,7 @@ pub async fn forward(
     parts.extensions.clear();
     prepare_to_send_on(&mut parts.headers);
     let request = Request::from_parts(parts, Full::new(body));
-    match lane.send(upstream, request).await {
+    match pinned.send(upstream, request).await {
         Ok(response) => relay(response).await,
         Err(LaneError::Failed(detail)) => bad_gateway(&detail),
         Err(LaneError::Busy(request)) => match client.request(*request).await {

@@ -67,7 +67,7 @@ fn mark(upstream: Option<&HeaderValue>, modes: bool) -> Option<HeaderValue> {
 /// `initialize` from a client that declared `capabilities.tasks`.
 pub async fn initialize(
     gateway: &Gateway,
-    lane: &PinnedConn,
+    pinned: &PinnedConn,
     url: &Uri,
     parts: Parts,
     id: Value,
@@ -77,7 +77,7 @@ pub async fn initialize(
     negotiate::without_client_tasks(&mut params);
     let request = jsonrpc::request_value(id.clone(), method::INITIALIZE, Some(params));
     let body = Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
-    let mut response = forward(&gateway.client, lane, url, parts, body).await;
+    let mut response = forward(&gateway.client, pinned, url, parts, body).await;
     if !response.status().is_success() {
         return response;
     }
@@ -95,7 +95,7 @@ pub async fn initialize(
 /// rest goes to the upstream under the upstream's session id.
 pub async fn serve(
     gateway: &Gateway,
-    lane: &PinnedConn,
+    pinned: &PinnedConn,
     url: &Uri,
     mut parts: Parts,
     body: Bytes,
@@ -107,7 +107,7 @@ pub async fn serve(
     };
     if parts.method == Method::GET {
         let principal = gateway.principal(&parts);
-        let upstream = forward(&gateway.client, lane, url, parts, body).await;
+        let upstream = forward(&gateway.client, pinned, url, parts, body).await;
         let upstream = if push::is_event_stream(&upstream) {
             Some(upstream)
         } else {
@@ -117,7 +117,7 @@ pub async fn serve(
         return push::stream(gateway.tasks.clone(), marked.client_id, principal, upstream);
     }
     if parts.method != Method::POST {
-        let response = forward(&gateway.client, lane, url, parts, body).await;
+        let response = forward(&gateway.client, pinned, url, parts, body).await;
         return remarked(response, marked.modes);
     }
     let message = match Message::parse(&body) {
@@ -135,7 +135,7 @@ pub async fn serve(
         return response;
     }
     let response = remarked(
-        forward(&gateway.client, lane, url, parts, body).await,
+        forward(&gateway.client, pinned, url, parts, body).await,
         marked.modes,
     );
     match message {
