@@ -45,7 +45,7 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
-use mcp_task_gateway::protocol::headers::encode_value;
+use mtg_protocol::headers::encode_value;
 use serde_json::{Value, json};
 use test_support::{Proc, spawn_announcing};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -8,17 +8,17 @@
 //!
 //! `cargo bench --bench hot_paths`; see BENCHMARKS.md.
 
-use mcp_task_gateway::protocol::names::STATELESS_VERSION;
+use mtg_protocol::names::STATELESS_VERSION;
 use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use http::{HeaderMap, HeaderValue};
-use mcp_task_gateway::protocol::headers::{self, MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
-use mcp_task_gateway::protocol::jsonrpc::{self, Message};
-use mcp_task_gateway::protocol::meta;
-use mcp_task_gateway::protocol::wire::{ResultType, TaskStatus};
 use mcp_task_gateway::store::TaskRecord;
 use mcp_task_gateway::tasks::render::task_result;
+use mtg_protocol::headers::{self, MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
+use mtg_protocol::jsonrpc::{self, Message};
+use mtg_protocol::meta;
+use mtg_protocol::wire::{ResultType, TaskStatus};
 use serde_json::{Value, json};
 
 const TASK_ID: &str = "d9516402-57e7-4359-a791-a58667664b8b";

@@ -13,7 +13,6 @@ pub mod auth;
 mod cluster;
 pub mod config;
 mod http_client;
-pub mod protocol;
 mod server;
 mod settings;
 pub mod store;

@@ -10,13 +10,13 @@ use super::wire::{
     CancelReply, CancelResult, InstanceView, Instances, OwnerLease, TaskDetail, TaskList,
     TaskSummary,
 };
-use crate::protocol::jsonrpc::ErrorObject;
-use crate::protocol::wire::{TaskStatus, rfc3339_millis};
 use crate::store::{
     CancelOutcome, InspectError, InstanceInfo, Scope, StoreError, TaskInspection, TaskRecord,
     now_ms,
 };
 use crate::tasks::TaskService;
+use mtg_protocol::jsonrpc::ErrorObject;
+use mtg_protocol::wire::{TaskStatus, rfc3339_millis};
 
 /// Most tasks one listing call returns.
 pub const MAX_LIMIT: usize = 1000;

@@ -204,7 +204,7 @@ impl Authenticator {
 
     /// The scopes `method` needs that `identity` lacks, if any.
     pub fn check_scopes(&self, identity: &Identity, method: &str) -> Result<(), AuthFailure> {
-        let needed = if method == crate::protocol::names::method::TOOLS_CALL {
+        let needed = if method == mtg_protocol::names::method::TOOLS_CALL {
             &self.settings.tools_call_scopes
         } else if method.starts_with("tasks/") {
             &self.settings.tasks_scopes

@@ -204,7 +204,7 @@ mod tests {
             config.tool_policies,
             [(
                 "slow".to_owned(),
-                crate::protocol::task_support::TaskSupport::Required
+                mtg_protocol::task_support::TaskSupport::Required
             )]
         );
     }
@@ -218,7 +218,7 @@ mod tests {
             config.tool_policies,
             [(
                 "fast".to_owned(),
-                crate::protocol::task_support::TaskSupport::Forbidden
+                mtg_protocol::task_support::TaskSupport::Forbidden
             )]
         );
     }

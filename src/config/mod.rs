@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use clap::{ArgGroup, Parser};
 
-use crate::protocol::task_support::TaskSupport;
 use crate::store::redis::{BadNamespace, StoreNamespace, Target};
+use mtg_protocol::task_support::TaskSupport;
 
 /// Every flag has an environment variable of the same name, upper-cased with a `MTG_` prefix.
 #[derive(Debug, Clone, Parser)]
@@ -421,7 +421,7 @@ pub enum InvalidValue {
     #[error("tool name is empty in {0:?}")]
     EmptyToolName(String),
     #[error(transparent)]
-    Policy(#[from] crate::protocol::task_support::UnknownTaskSupport),
+    Policy(#[from] mtg_protocol::task_support::UnknownTaskSupport),
     #[error("expected 1-200 characters, without braces or whitespace")]
     BadInstanceId,
     #[error("a key needs at least 32 bytes")]

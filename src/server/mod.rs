@@ -20,17 +20,17 @@ use tracing::Instrument;
 
 use crate::config::Config;
 use crate::http_client::{Connector, HttpClient};
-use crate::protocol::headers::MCP_PROTOCOL_VERSION;
-use crate::protocol::jsonrpc::{ErrorObject, Message, code};
-use crate::protocol::meta;
 use crate::tasks::TaskService;
 use crate::tasks::policy::Policies;
 use crate::upstream::Upstream;
 use crate::upstream::pinned::PinnedConn;
+use mtg_protocol::headers::MCP_PROTOCOL_VERSION;
+use mtg_protocol::jsonrpc::{ErrorObject, Message, code};
+use mtg_protocol::meta;
 use reply::Body;
 
-use crate::protocol::names::header::MCP_SESSION_ID as SESSION_HEADER;
-use crate::protocol::names::{self, SESSION_VERSIONS, STATELESS_VERSION};
+use mtg_protocol::names::header::MCP_SESSION_ID as SESSION_HEADER;
+use mtg_protocol::names::{self, SESSION_VERSIONS, STATELESS_VERSION};
 
 /// Everything a request handler needs, built once at start.
 pub struct Gateway {

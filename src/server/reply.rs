@@ -6,7 +6,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 
-use crate::protocol::jsonrpc::{self, ErrorObject, code};
+use mtg_protocol::jsonrpc::{self, ErrorObject, code};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub type Body = BoxBody<Bytes, BoxError>;

@@ -16,7 +16,7 @@ use super::{
     Takeover, TaskRecord, TaskStore, UpdateOutcome, WAKE_ALL, WakeReceiver, WakeUps, metrics,
     now_ms,
 };
-use crate::protocol::wire::InputRequest;
+use mtg_protocol::wire::InputRequest;
 
 /// How often expired tasks are purged. Reads check expiry themselves, so this only
 /// bounds memory, not correctness.

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::protocol::wire::TaskStatus;
+use mtg_protocol::wire::TaskStatus;
 
 pub fn task_reached(status: TaskStatus) {
     metrics::counter!("mtg_tasks_total", "status" => status.as_str()).increment(1);

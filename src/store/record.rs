@@ -9,8 +9,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::metrics;
-use crate::protocol::jsonrpc::ErrorObject;
-use crate::protocol::wire::{InputRequest, TaskStatus};
+use mtg_protocol::jsonrpc::ErrorObject;
+use mtg_protocol::wire::{InputRequest, TaskStatus};
 
 /// Everything the gateway keeps about one task.
 #[derive(Debug, Clone, Serialize, Deserialize)]

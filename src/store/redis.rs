@@ -44,9 +44,9 @@ use super::{
     Takeover, TaskRecord, TaskStore, Unavailable, UpdateOutcome, WakeReceiver, WakeUps, metrics,
     now_ms,
 };
-use crate::protocol::wire::{InputRequest, TaskStatus};
 use conn::Conn;
 use keys::Keys;
+use mtg_protocol::wire::{InputRequest, TaskStatus};
 use scripts::Scripts;
 
 /// How long a task's keys outlive its TTL. Reads treat the task as gone from the TTL on;

@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use super::{Outcome, TaskRecord};
-use crate::protocol::jsonrpc::ErrorObject;
-use crate::protocol::wire::InputRequest;
+use mtg_protocol::jsonrpc::ErrorObject;
+use mtg_protocol::wire::InputRequest;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -9,11 +9,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::TaskService;
-use crate::protocol::jsonrpc::ErrorObject;
-use crate::protocol::wire::InputRequest;
 use crate::store::{CANCELLED_BY_CLIENT, CancelOutcome, ListCursor, TaskRecord, UpdateOutcome};
 use crate::telemetry;
 use crate::upstream::SessionRef;
+use mtg_protocol::jsonrpc::ErrorObject;
+use mtg_protocol::wire::InputRequest;
 
 /// A session client's task: the session's id as the client knows it (where its changes
 /// are announced) and, for a pass-through upstream, the upstream session the call runs in.
@@ -214,7 +214,7 @@ mod tests {
             let error = decode_cursor(garbage).unwrap_err();
             assert_eq!(
                 error.code,
-                crate::protocol::jsonrpc::code::INVALID_PARAMS,
+                mtg_protocol::jsonrpc::code::INVALID_PARAMS,
                 "{garbage}"
             );
         }

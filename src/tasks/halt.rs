@@ -4,10 +4,10 @@
 use tokio::time::Instant;
 
 use super::TaskService;
-use crate::protocol::jsonrpc::ErrorObject;
 use crate::store::Outcome;
 use crate::telemetry;
 use crate::upstream::UpstreamError;
+use mtg_protocol::jsonrpc::ErrorObject;
 
 /// Why a task's call stopped before the upstream's final answer.
 pub(super) enum Halt {

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::json;
 
-use crate::protocol::jsonrpc::{ErrorObject, code};
 use crate::telemetry;
+use mtg_protocol::jsonrpc::{ErrorObject, code};
 
 type Running = Arc<Mutex<HashMap<String, u32>>>;
 

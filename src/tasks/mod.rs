@@ -26,14 +26,14 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use tokio::sync::{Notify, oneshot};
 
-use crate::protocol::jsonrpc::ErrorObject;
-use crate::protocol::wire::TaskStatus;
 use crate::store::{
     CANCELLED_BY_CLIENT, CANCELLED_BY_OPERATOR, CancelOutcome, Changes, MembershipStore, Store,
     TaskChange, TaskRecord, TaskStore, UpdateOutcome, WakeUps, now_ms,
 };
 use crate::telemetry;
 use crate::upstream::Upstream;
+use mtg_protocol::jsonrpc::ErrorObject;
+use mtg_protocol::wire::TaskStatus;
 
 /// Settings of the task machinery, taken from the config at start.
 #[derive(Debug, Clone)]

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use crate::protocol::task_support::TaskSupport;
+use mtg_protocol::task_support::TaskSupport;
 
 /// What to do with one `tools/call`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

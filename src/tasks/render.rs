@@ -8,11 +8,9 @@
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::protocol::jsonrpc::ErrorObject;
-use crate::protocol::wire::{
-    self, ResultType, TaskResult, TaskStatus, dialect_2025, rfc3339_millis,
-};
 use crate::store::TaskRecord;
+use mtg_protocol::jsonrpc::ErrorObject;
+use mtg_protocol::wire::{self, ResultType, TaskResult, TaskStatus, dialect_2025, rfc3339_millis};
 
 /// The `CreateTaskResult` (resultType `task`) or `tasks/get` result (`complete`).
 pub fn task_result(task: &TaskRecord, result_type: ResultType) -> TaskResult<'_> {
@@ -151,7 +149,7 @@ mod tests {
         let cancelled = record(TaskStatus::Cancelled, None);
         assert_eq!(
             session_outcome(&cancelled).unwrap_err().code,
-            crate::protocol::jsonrpc::code::INVALID_PARAMS
+            mtg_protocol::jsonrpc::code::INVALID_PARAMS
         );
     }
 }

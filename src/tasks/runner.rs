@@ -1,7 +1,7 @@
 //! The background half of a task: sends the `tools/call` upstream and records what
 //! comes back until the call ends, the client cancels, or the time limit passes.
 
-use crate::protocol::names::method;
+use mtg_protocol::names::method;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -15,12 +15,12 @@ use async_trait::async_trait;
 use super::halt::{Halt, sleep_until, timed_out, upstream_failure};
 use super::start::{Held, Start};
 use super::{TaskService, ToolCall, upstream_mrtr};
-use crate::protocol::jsonrpc::{ErrorObject, code};
-use crate::protocol::wire::InputRequest;
 use crate::store::{Outcome, now_ms};
 use crate::tasks::upstream_mrtr::driver::{self, Reply, RoundTrip};
 use crate::telemetry;
 use crate::upstream::{Caller, Exchange, UpstreamError, UpstreamEvent};
+use mtg_protocol::jsonrpc::{ErrorObject, code};
+use mtg_protocol::wire::InputRequest;
 
 /// How the runner is told to stop.
 pub(super) struct Signals {

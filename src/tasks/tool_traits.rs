@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-use crate::protocol::names::method;
 use crate::upstream::{Caller, Upstream, forward};
+use mtg_protocol::names::method;
 
 const FRESH_FOR: Duration = Duration::from_secs(60);
 const LIST_TIMEOUT: Duration = Duration::from_secs(10);

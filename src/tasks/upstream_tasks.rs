@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use crate::protocol::wire::dialect_2025::RELATED_TASK;
+use mtg_protocol::wire::dialect_2025::RELATED_TASK;
 
 /// The upstream task a `CreateTaskResult` names.
 pub fn created_task_id(result: &Value) -> Option<&str> {

@@ -3,7 +3,7 @@
 //! A discover result naming 2026-07-28 means a modern upstream; an answer that is not a
 //! recognised modern one means a 2025-xx (session) upstream.
 
-use crate::protocol::names::STATELESS_VERSION;
+use mtg_protocol::names::STATELESS_VERSION;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,8 +15,8 @@ use tokio::sync::OnceCell;
 use super::stateless_http::{StatelessHttpExchange, StatelessHttpUpstream, post};
 use super::{Caller, Opened, SessionHttpUpstream, Upstream, UpstreamError};
 use crate::http_client::HttpClient;
-use crate::protocol::jsonrpc::{self, ErrorObject, code};
-use crate::protocol::meta;
+use mtg_protocol::jsonrpc::{self, ErrorObject, code};
+use mtg_protocol::meta;
 
 /// A probe that gets no answer in this time is retried at the next use.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -40,11 +40,19 @@ pub async fn probe(
     let id = Value::from(0);
     let body = jsonrpc::request_value(
         id.clone(),
-        "server/discover",
+        mtg_protocol::names::method::SERVER_DISCOVER,
         Some(meta::with_modern_meta(None, &Map::new())),
     );
     let exchange = async {
-        let response = post(client, url, auth, "server/discover", &body, &[]).await?;
+        let response = post(
+            client,
+            url,
+            auth,
+            mtg_protocol::names::method::SERVER_DISCOVER,
+            &body,
+            &[],
+        )
+        .await?;
         let status = response.status();
         if status == StatusCode::UNAUTHORIZED
             || status == StatusCode::FORBIDDEN
@@ -160,7 +168,7 @@ impl Upstream for AutoUpstream {
         &self,
         caller: &Caller<'_>,
         tool: &str,
-    ) -> Option<Vec<crate::protocol::param_headers::ParamHeader>> {
+    ) -> Option<Vec<mtg_protocol::param_headers::ParamHeader>> {
         self.chosen(caller)
             .await
             .ok()?

@@ -1,7 +1,7 @@
 //! One request sent upstream and its final answer, for requests the gateway forwards
 //! without making a task of them.
 
-use crate::protocol::names::method;
+use mtg_protocol::names::method;
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::{Caller, Exchange, Upstream, UpstreamError, UpstreamEvent};
-use crate::protocol::jsonrpc::{ErrorObject, code};
+use mtg_protocol::jsonrpc::{ErrorObject, code};
 
 /// Sends `method` upstream and waits for its answer. Server-to-client requests on the
 /// way are refused: a stateless client without the tasks extension cannot receive them.

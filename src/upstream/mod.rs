@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 pub use session_http::SessionHttpUpstream;
 pub use stream::{CallStream, UpstreamEvent};
 
-use crate::protocol::jsonrpc::ErrorObject;
+use mtg_protocol::jsonrpc::ErrorObject;
 
 /// Why talking to the upstream failed. The message is shown to clients in a failed
 /// task's `statusMessage`, so it says what happened in plain words.
@@ -96,7 +96,7 @@ pub trait Upstream: Send + Sync + 'static {
     /// The `server/discover` result the gateway gives its 2026-07-28 clients. By
     /// default built from `server_info`; a 2026-07-28 upstream gives its own answer.
     async fn discover_result(&self, caller: &Caller<'_>) -> Result<Value, UpstreamError> {
-        Ok(crate::protocol::upgrade::discover_result(
+        Ok(mtg_protocol::upgrade::discover_result(
             &self.server_info(caller).await?,
         ))
     }
@@ -108,7 +108,7 @@ pub trait Upstream: Send + Sync + 'static {
         &self,
         _caller: &Caller<'_>,
         _tool: &str,
-    ) -> Option<Vec<crate::protocol::param_headers::ParamHeader>> {
+    ) -> Option<Vec<mtg_protocol::param_headers::ParamHeader>> {
         None
     }
 

@@ -5,8 +5,8 @@
 //! offer a tool only to sessions that declared elicitation), so sessions are keyed by
 //! the capabilities declared and by the caller's credentials.
 
-use crate::protocol::meta;
-use crate::protocol::names::method;
+use mtg_protocol::meta;
+use mtg_protocol::names::method;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,10 +27,10 @@ use super::{
     CallStream, Caller, Exchange, Opened, SessionRef, Upstream, UpstreamError, UpstreamEvent,
 };
 use crate::http_client::HttpClient;
-use crate::protocol::jsonrpc::{self, ErrorObject, Message, code};
-use crate::protocol::names::SESSION_VERSION;
+use mtg_protocol::jsonrpc::{self, ErrorObject, Message, code};
+use mtg_protocol::names::SESSION_VERSION;
 
-use crate::protocol::names::header::{
+use mtg_protocol::names::header::{
     MCP_PROTOCOL_VERSION as PROTOCOL_HEADER, MCP_SESSION_ID as SESSION_HEADER,
 };
 const LISTENER_RETRY: Duration = Duration::from_secs(1);
@@ -273,7 +273,7 @@ impl SessionHttpUpstream {
         let params = json!({
             "protocolVersion": SESSION_VERSION,
             "capabilities": capabilities,
-            "clientInfo": crate::protocol::names::gateway_info(),
+            "clientInfo": mtg_protocol::names::gateway_info(),
         });
         let body = jsonrpc::request_value(id.clone(), method::INITIALIZE, Some(params));
         let response = self.post(None, None, auth.as_ref(), &body).await?;
@@ -322,7 +322,8 @@ impl SessionHttpUpstream {
                 Err(e) => tracing::debug!(error = %e, "upstream offers no GET stream"),
             }
         }
-        let initialized = jsonrpc::notification_value("notifications/initialized", None);
+        let initialized =
+            jsonrpc::notification_value(mtg_protocol::names::method::INITIALIZED, None);
         self.send(&session, &initialized).await?;
         tracing::info!(upstream = %self.url, session = ?session.id, "opened upstream session");
         Ok(session)

@@ -3,8 +3,8 @@
 //! headers; there are no sessions, and the upstream asks for input by returning an
 //! `InputRequiredResult` instead of sending requests (the task runner handles rounds).
 
-use crate::protocol::names::STATELESS_VERSION;
-use crate::protocol::names::method;
+use mtg_protocol::names::STATELESS_VERSION;
+use mtg_protocol::names::method;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
@@ -18,10 +18,10 @@ use super::http::{describe_client_error, truncate_on_char};
 use super::tool_headers::ToolHeaderCache;
 use super::{CallStream, Caller, Exchange, Opened, Upstream, UpstreamError, UpstreamEvent};
 use crate::http_client::HttpClient;
-use crate::protocol::headers::{self, MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
-use crate::protocol::jsonrpc::{self, ErrorObject, Message};
-use crate::protocol::meta;
-use crate::protocol::upgrade;
+use mtg_protocol::headers::{self, MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
+use mtg_protocol::jsonrpc::{self, ErrorObject, Message};
+use mtg_protocol::meta;
+use mtg_protocol::upgrade;
 
 /// Error bodies are short; a longer one is not read whole.
 const MAX_ERROR_BODY: usize = 64 * 1024;
@@ -121,7 +121,7 @@ impl Upstream for StatelessHttpUpstream {
         &self,
         caller: &Caller<'_>,
         tool: &str,
-    ) -> Option<Vec<crate::protocol::param_headers::ParamHeader>> {
+    ) -> Option<Vec<mtg_protocol::param_headers::ParamHeader>> {
         self.tool_headers
             .annotations_for(tool, || self.list_tools(caller))
             .await
@@ -137,7 +137,9 @@ impl Upstream for StatelessHttpUpstream {
 
     /// Asked again for every client: the answer may depend on who asks.
     async fn discover_result(&self, caller: &Caller<'_>) -> Result<Value, UpstreamError> {
-        let mut exchange = self.call(caller, "server/discover", None).await?;
+        let mut exchange = self
+            .call(caller, mtg_protocol::names::method::SERVER_DISCOVER, None)
+            .await?;
         let upstream = exchange.final_answer().await?.map_err(|e| {
             UpstreamError::Protocol(format!("server/discover failed: {}", e.message))
         })?;

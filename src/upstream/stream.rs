@@ -9,7 +9,7 @@ use hyper::body::Incoming;
 use sse_stream::SseStream;
 
 use super::UpstreamError;
-use crate::protocol::jsonrpc::Message;
+use mtg_protocol::jsonrpc::Message;
 
 /// One message from the upstream during a call: a server-to-client request
 /// (elicitation, sampling, roots, ping), a notification (progress, logging, ...), or the

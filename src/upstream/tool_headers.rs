@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio::sync::Mutex;
 
 use super::UpstreamError;
-use crate::protocol::param_headers::{self, ParamHeader};
+use mtg_protocol::param_headers::{self, ParamHeader};
 
 /// A listing is used this long, then fetched again at the next call.
 const FRESH_FOR: Duration = Duration::from_secs(60);

@@ -8,8 +8,8 @@ use serde::Deserialize;
 
 use super::principal;
 use crate::auth::{AuthFailure, Authenticator, Identity, UpstreamCredential};
-use crate::protocol::jsonrpc::{ErrorObject, code};
 use crate::server::{Gateway, reply};
+use mtg_protocol::jsonrpc::{ErrorObject, code};
 use reply::Body;
 
 /// The caller, as this request's front decided it.

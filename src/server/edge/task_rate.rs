@@ -11,8 +11,8 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
 use http::{StatusCode, header};
 
-use crate::protocol::jsonrpc::{ErrorObject, code};
 use crate::server::reply::{self, Body};
+use mtg_protocol::jsonrpc::{ErrorObject, code};
 use serde_json::{Value, json};
 
 /// Idle callers' buckets are dropped this often, so the table does not grow forever.
@@ -66,7 +66,7 @@ impl TaskRequestRate {
         .with_data(json!({"retryAfterMs": wait.as_millis() as u64}));
         let mut response = reply::json(
             StatusCode::TOO_MANY_REQUESTS,
-            crate::protocol::jsonrpc::error_body(id, &error),
+            mtg_protocol::jsonrpc::error_body(id, &error),
         );
         if let Ok(value) = http::HeaderValue::from_str(&seconds.to_string()) {
             response.headers_mut().insert(header::RETRY_AFTER, value);

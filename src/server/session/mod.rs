@@ -12,11 +12,11 @@ use http::StatusCode;
 use http::header;
 use http::request::Parts;
 
-use crate::protocol::jsonrpc::{ErrorObject, Message};
-use crate::protocol::names;
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};
 use crate::upstream::pinned::PinnedConn;
+use mtg_protocol::jsonrpc::{ErrorObject, Message};
+use mtg_protocol::names;
 
 /// Session traffic. `message` is the parsed body when it was read (no session id yet);
 /// an established session's traffic is not parsed unless it declared tasks.

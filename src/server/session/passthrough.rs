@@ -7,12 +7,12 @@ use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::{BodyExt, Full};
 
 use crate::http_client::HttpClient;
-use crate::protocol::jsonrpc::ErrorObject;
 use crate::server::reply::{self, Body};
 use crate::server::session::coalesce;
 use crate::upstream::http::describe_client_error;
 use crate::upstream::http::{prepare_to_send_on, remove_hop_by_hop};
 use crate::upstream::pinned::{LaneError, PinnedConn};
+use mtg_protocol::jsonrpc::ErrorObject;
 
 /// Sends a 2025-xx session client's request to `upstream` on the client connection's pinned connection (through
 /// the pool when the pinned connection is busy) and relays the answer.

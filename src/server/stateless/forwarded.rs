@@ -19,16 +19,16 @@ use http::Response;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::protocol::jsonrpc::{self, ErrorObject};
-use crate::protocol::meta;
-use crate::protocol::names::method;
-use crate::protocol::upgrade;
 use crate::server::reply::Body;
 use crate::server::sse::{sse_event, sse_response};
 use crate::tasks::TaskService;
 use crate::tasks::mrtr_bridge::{self, BridgedCall};
 use crate::upstream::forward::{self, Forwarded, How};
 use crate::upstream::{Caller, Upstream, UpstreamEvent};
+use mtg_protocol::jsonrpc::{self, ErrorObject};
+use mtg_protocol::meta;
+use mtg_protocol::names::method;
+use mtg_protocol::upgrade;
 
 /// Where a bridged request goes and how long it may take.
 #[derive(Clone)]

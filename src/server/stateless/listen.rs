@@ -14,16 +14,16 @@ use http::{HeaderValue, Response};
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
-use crate::protocol::jsonrpc::{ErrorObject, Message, code};
-use crate::protocol::meta;
-use crate::protocol::names::method;
-use crate::protocol::wire::listen::{self, ListenParams, MAX_TASK_IDS};
-use crate::protocol::wire::{self, ResultType};
 use crate::server::reply::Body;
 use crate::server::sse::{sse_event, sse_response};
 use crate::store::TaskRecord;
 use crate::tasks::{TaskService, render};
 use crate::upstream::{Caller, Exchange, Upstream};
+use mtg_protocol::jsonrpc::{ErrorObject, Message, code};
+use mtg_protocol::meta;
+use mtg_protocol::names::method;
+use mtg_protocol::wire::listen::{self, ListenParams, MAX_TASK_IDS};
+use mtg_protocol::wire::{self, ResultType};
 
 /// Room for notifications the client has not read yet; a slower client holds the
 /// follower back, which then sends the latest state when it catches up.

@@ -4,17 +4,13 @@
 pub mod forwarded;
 pub mod listen;
 
-use crate::protocol::names::method;
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Response, header};
+use mtg_protocol::names::method;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::protocol::jsonrpc::{self, ErrorObject, Message, code};
-use crate::protocol::names::STATELESS_VERSION;
-use crate::protocol::wire::{self, ResultType, TaskIdParams, UpdateTaskParams};
-use crate::protocol::{headers, meta};
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};
 use crate::tasks::mrtr_bridge::BridgedCall;
@@ -22,6 +18,10 @@ use crate::tasks::policy::CallPlan;
 use crate::tasks::{Started, ToolCall, render};
 use crate::upstream::Caller;
 use forwarded::{Answered, Route};
+use mtg_protocol::jsonrpc::{self, ErrorObject, Message, code};
+use mtg_protocol::names::STATELESS_VERSION;
+use mtg_protocol::wire::{self, ResultType, TaskIdParams, UpdateTaskParams};
+use mtg_protocol::{headers, meta};
 
 /// A 2026-07-28 message whose era `server::classify` decided: checks its headers and
 /// `_meta`, then serves it.
@@ -86,9 +86,11 @@ pub struct Request<'a> {
 pub async fn handle(gateway: &Gateway, request: Request<'_>) -> Response<Body> {
     let id = request.id.clone();
     let outcome = match request.method.as_str() {
-        "server/discover" => discover(gateway, &request).await,
+        method::SERVER_DISCOVER => discover(gateway, &request).await,
         method::TOOLS_CALL => tools_call(gateway, request).await,
-        "tasks/get" | "tasks/update" | "tasks/cancel" => tasks_method(gateway, &request).await,
+        method::TASKS_GET | method::TASKS_UPDATE | method::TASKS_CANCEL => {
+            tasks_method(gateway, &request).await
+        }
         // The prefix is the extension's: nothing under it reaches the upstream.
         other if other.starts_with("tasks/") => Err(ErrorObject::new(
             code::METHOD_NOT_FOUND,
@@ -221,7 +223,7 @@ async fn tasks_method(gateway: &Gateway, request: &Request<'_>) -> Outcome {
             )
             .into())
         }
-        "tasks/update" => {
+        method::TASKS_UPDATE => {
             let params: UpdateTaskParams = parse_params(request)?;
             tasks
                 .update(&params.task_id, principal, params.input_responses)
@@ -287,7 +289,7 @@ fn authorization(headers: &HeaderMap) -> Option<HeaderValue> {
 /// `tasks/result` nobody sends). A 2026-07-28 client does not speak that dialect.
 fn upstream_params(mut params: Value) -> Value {
     if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
-        meta.remove(crate::protocol::wire::dialect_2025::RELATED_TASK);
+        meta.remove(mtg_protocol::wire::dialect_2025::RELATED_TASK);
     }
     meta::strip_modern_meta(&mut params);
     if let Some(obj) = params.as_object_mut() {

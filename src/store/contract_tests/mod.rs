@@ -29,7 +29,7 @@ use super::{
     CANCELLED_BY_CLIENT, CancelOutcome, Outcome, Store, StoreError, TaskRecord, UpdateOutcome,
     WAKE_ALL, WakeReceiver, now_ms,
 };
-use crate::protocol::wire::{InputRequest, TaskStatus};
+use mtg_protocol::wire::{InputRequest, TaskStatus};
 
 /// A store to hold to the contract.
 pub(crate) trait Subject {

@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::protocol::jsonrpc::ErrorObject;
-use crate::protocol::wire::{InputRequest, TaskStatus};
 use crate::store::{Outcome, TaskRecord};
+use mtg_protocol::jsonrpc::ErrorObject;
+use mtg_protocol::wire::{InputRequest, TaskStatus};
 
 pub const INPUT_PREFIX: &str = "ir:";
 pub const ANSWER_PREFIX: &str = "an:";

@@ -8,9 +8,9 @@ use std::collections::HashMap;
 use redis::Value;
 
 use super::{RedisStore, codec, corrupt, inspect, parse, pipe_of};
-use crate::protocol::jsonrpc::ErrorObject;
-use crate::protocol::wire::TaskStatus;
 use crate::store::{Adoption, StoreError, Takeover, TaskRecord, metrics, now_ms};
+use mtg_protocol::jsonrpc::ErrorObject;
+use mtg_protocol::wire::TaskStatus;
 
 /// Orphans are read this many at a time: bounded replies, however large the index.
 const READ_BATCH: usize = 1000;

@@ -9,8 +9,8 @@
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use crate::protocol::jsonrpc::ErrorObject;
-use crate::protocol::mrtr::{self, InputRequired, InputRequiredError, MAX_ROUNDS_WITHOUT_INPUT};
+use mtg_protocol::jsonrpc::ErrorObject;
+use mtg_protocol::mrtr::{self, InputRequired, InputRequiredError, MAX_ROUNDS_WITHOUT_INPUT};
 
 /// What one upstream request of the call came back with.
 pub enum Reply<T> {

@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use super::link::{Events, Link};
 use super::pool::Lease;
-use crate::protocol::jsonrpc::ErrorObject;
 use crate::upstream::{Exchange, UpstreamError, UpstreamEvent};
+use mtg_protocol::jsonrpc::ErrorObject;
 
 pub struct StdioExchange {
     link: Arc<Link>,

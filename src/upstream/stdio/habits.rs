@@ -6,7 +6,7 @@
 //! `Suspect` until one of their calls runs to its end without asking. Calls of both run
 //! on a process of their own, so their next request is attributed with certainty.
 
-use crate::protocol::names::method;
+use mtg_protocol::names::method;
 use std::collections::HashMap;
 use std::sync::Mutex;
 

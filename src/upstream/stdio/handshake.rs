@@ -1,16 +1,16 @@
 //! Learning what a fresh process speaks: a `server/discover` probe (2026-07-28), and
 //! the `initialize` handshake for 2025-xx servers when the probe fails.
 
-use crate::protocol::names::method;
-use crate::protocol::names::{SESSION_VERSION, STATELESS_VERSION};
+use mtg_protocol::names::method;
+use mtg_protocol::names::{SESSION_VERSION, STATELESS_VERSION};
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
 use super::link::{Generation, Grants, Link, Outgoing};
-use crate::protocol::jsonrpc::{ErrorObject, code};
-use crate::protocol::meta;
 use crate::upstream::{UpstreamError, UpstreamEvent};
+use mtg_protocol::jsonrpc::{ErrorObject, code};
+use mtg_protocol::meta;
 
 /// A 2025-xx server may ignore the probe instead of answering it.
 const DISCOVER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -29,7 +29,7 @@ pub fn declared_capabilities() -> Map<String, Value> {
 }
 
 pub fn client_info() -> Value {
-    crate::protocol::names::gateway_info()
+    mtg_protocol::names::gateway_info()
 }
 
 /// Runs the handshake; returns the server's description in `InitializeResult` shape
@@ -72,7 +72,14 @@ async fn discover(link: &Link) -> Result<Option<Value>, UpstreamError> {
         meta::META_CLIENT_CAPABILITIES: declared_capabilities(),
         meta::META_CLIENT_INFO: client_info(),
     }});
-    match request(link, "server/discover", params, DISCOVER_TIMEOUT).await {
+    match request(
+        link,
+        mtg_protocol::names::method::SERVER_DISCOVER,
+        params,
+        DISCOVER_TIMEOUT,
+    )
+    .await
+    {
         Ok(Ok(result)) => {
             let supported = result
                 .get("supportedVersions")
@@ -109,7 +116,7 @@ async fn initialize(link: &Link) -> Result<Value, UpstreamError> {
         .map_err(|e| UpstreamError::Protocol(format!("initialize failed: {}", e.message)))?;
     // Only after the response: server-everything registers its capability-dependent
     // tools wrongly when `initialized` arrives in the same read as `initialize`.
-    link.notify("notifications/initialized", None)?;
+    link.notify(mtg_protocol::names::method::INITIALIZED, None)?;
     Ok(server)
 }
 

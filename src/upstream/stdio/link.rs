@@ -2,7 +2,7 @@
 //! gateway-assigned ids, and every line it writes on stdout routed back to the call it
 //! belongs to (or answered by the gateway when it belongs to none).
 
-use crate::protocol::names::method;
+use mtg_protocol::names::method;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -14,9 +14,9 @@ use tokio::time::Instant;
 
 use super::attribution::{Candidate, Owner, owner_of};
 use super::habits::Habits;
-use crate::protocol::jsonrpc::{self, ErrorObject, Message, code};
-use crate::protocol::meta;
 use crate::upstream::{UpstreamError, UpstreamEvent};
+use mtg_protocol::jsonrpc::{self, ErrorObject, Message, code};
+use mtg_protocol::meta;
 
 /// The longest a call the gateway gave up on still counts when attributing requests.
 /// It normally stops counting sooner: see `Link::cancel`.
@@ -51,7 +51,7 @@ impl LinkContext {
     }
 }
 
-pub use crate::protocol::names::Generation;
+pub use mtg_protocol::names::Generation;
 
 /// What the client behind a call declared it can be asked.
 #[derive(Debug, Clone, Copy, Default)]

@@ -7,7 +7,7 @@
 //! 2026-07-28 upstream's MRTR rounds become such requests too, driven by
 //! `upstream::rounds`. Every other request gets its answer as JSON.
 
-use crate::protocol::names::method;
+use mtg_protocol::names::method;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -23,14 +23,14 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::session::{Answer, ClientSession};
-use crate::protocol::jsonrpc::{self, ErrorObject};
-use crate::protocol::mrtr;
 use crate::server::reply::{self, Body};
 use crate::server::sse::{sse_event, sse_response};
 use crate::tasks::upstream_mrtr::driver::{
     self, Answers, Reply, Round, RoundAnswers, RoundError, RoundTrip,
 };
 use crate::upstream::{Caller, Exchange, Upstream, UpstreamError, UpstreamEvent, forward};
+use mtg_protocol::jsonrpc::{self, ErrorObject};
+use mtg_protocol::mrtr;
 
 /// What one request needs besides the session.
 pub(super) struct CallContext {

@@ -10,7 +10,7 @@
 mod call;
 mod session;
 
-use crate::protocol::names::method;
+use mtg_protocol::names::method;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -20,8 +20,6 @@ use http::request::Parts;
 use http::{HeaderValue, Method, Response, StatusCode, header};
 use serde_json::{Map, Value, json};
 
-use crate::protocol::jsonrpc::{self, ErrorObject, Message, code};
-use crate::protocol::names::SESSION_VERSION;
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};
 use crate::server::session::tasks::{
@@ -30,10 +28,12 @@ use crate::server::session::tasks::{
 use crate::telemetry;
 use crate::upstream::Caller;
 use call::CallContext;
+use mtg_protocol::jsonrpc::{self, ErrorObject, Message, code};
+use mtg_protocol::names::SESSION_VERSION;
 use session::ClientSession;
 
-use crate::protocol::names::header::MCP_SESSION_ID as SESSION_HEADER;
-use crate::protocol::names::{SESSION_VERSIONS, gateway_info};
+use mtg_protocol::names::header::MCP_SESSION_ID as SESSION_HEADER;
+use mtg_protocol::names::{SESSION_VERSIONS, gateway_info};
 /// Capabilities of the client that the upstream is told of with every request.
 const CLIENT_CAPABILITIES: [&str; 3] = ["elicitation", "sampling", "roots"];
 
@@ -314,7 +314,7 @@ async fn sweep(table: Weak<GatewaySessions>) {
 /// The session-era `InitializeResult` for the upstream's server information; a
 /// 2026-07-28 upstream's extensions are not shown to a 2025-xx client.
 fn initialize_result(server: &Value, version: &str) -> Value {
-    let mut capabilities = crate::protocol::upgrade::capabilities_of(server);
+    let mut capabilities = mtg_protocol::upgrade::capabilities_of(server);
     capabilities.remove("extensions");
     let server_info = server
         .get("serverInfo")

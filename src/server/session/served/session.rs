@@ -10,8 +10,8 @@ use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::protocol::jsonrpc::ErrorObject;
 use crate::server::session::tasks::negotiate::Declared;
+use mtg_protocol::jsonrpc::ErrorObject;
 
 pub(super) type Answer = Result<Value, ErrorObject>;
 

@@ -15,15 +15,15 @@ use sse_stream::SseStream;
 use super::negotiate::{self, Declared};
 use super::push;
 use super::{Handled, TaskSession};
-use crate::protocol::headers::MCP_PROTOCOL_VERSION;
-use crate::protocol::jsonrpc::{self, ErrorObject, Message};
-use crate::protocol::names::header::MCP_SESSION_ID;
-use crate::protocol::names::{SESSION_VERSION, method};
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};
 use crate::server::session::passthrough::forward;
 use crate::upstream::SessionRef;
 use crate::upstream::pinned::PinnedConn;
+use mtg_protocol::headers::MCP_PROTOCOL_VERSION;
+use mtg_protocol::jsonrpc::{self, ErrorObject, Message};
+use mtg_protocol::names::header::MCP_SESSION_ID;
+use mtg_protocol::names::{SESSION_VERSION, method};
 
 /// Session ids of clients that declared tasks, and of those that declared SEP-1905
 /// response modes too.

@@ -18,18 +18,18 @@ use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
-use crate::protocol::jsonrpc::{self, ErrorObject, Message, code};
-use crate::protocol::names::method;
-use crate::protocol::task_support::TaskSupport;
-use crate::protocol::wire::TaskIdParams;
-use crate::protocol::wire::dialect_2025::{
-    self as wire, CreateTaskResult, FALLBACK_MODE, ListParams, ListTasksResult, TaskParam,
-};
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};
 use crate::tasks::dialect_2025::SessionLink;
 use crate::tasks::{Started, ToolCall, render};
 use crate::upstream::SessionRef;
+use mtg_protocol::jsonrpc::{self, ErrorObject, Message, code};
+use mtg_protocol::names::method;
+use mtg_protocol::task_support::TaskSupport;
+use mtg_protocol::wire::TaskIdParams;
+use mtg_protocol::wire::dialect_2025::{
+    self as wire, CreateTaskResult, FALLBACK_MODE, ListParams, ListTasksResult, TaskParam,
+};
 
 /// The session a message came in, as the task handlers need it.
 pub struct TaskSession {

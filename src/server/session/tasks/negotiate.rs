@@ -4,9 +4,9 @@
 
 use serde_json::{Map, Value};
 
-use crate::protocol::task_support::TaskSupport;
-use crate::protocol::wire::dialect_2025::{declares_response_modes, server_tasks_capability};
 use crate::tasks::policy::Policies;
+use mtg_protocol::task_support::TaskSupport;
+use mtg_protocol::wire::dialect_2025::{declares_response_modes, server_tasks_capability};
 
 /// What a client's `initialize` declared about tasks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,12 +15,12 @@ use serde_json::Value;
 use sse_stream::SseStream;
 use tokio::sync::mpsc;
 
-use crate::protocol::jsonrpc;
-use crate::protocol::names::method;
-use crate::protocol::wire::TaskStatus;
 use crate::server::reply::Body;
 use crate::server::sse::{sse_event, sse_response};
 use crate::tasks::{TaskService, render};
+use mtg_protocol::jsonrpc;
+use mtg_protocol::names::method;
+use mtg_protocol::wire::TaskStatus;
 
 /// Room for events the client has not read yet.
 const BACKLOG: usize = 64;

@@ -8,14 +8,14 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::{TaskSession, session_error};
-use crate::protocol::jsonrpc::{self, ErrorObject};
-use crate::protocol::names::method;
-use crate::protocol::wire::dialect_2025::{RELATED_TASK, input_request_id, related_task};
-use crate::protocol::wire::{InputRequest, TaskIdParams};
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};
 use crate::server::sse::{sse_event, sse_response};
 use crate::tasks::render;
+use mtg_protocol::jsonrpc::{self, ErrorObject};
+use mtg_protocol::names::method;
+use mtg_protocol::wire::dialect_2025::{RELATED_TASK, input_request_id, related_task};
+use mtg_protocol::wire::{InputRequest, TaskIdParams};
 
 /// Room for events the client has not read yet; a client this far behind is gone.
 const BACKLOG: usize = 64;

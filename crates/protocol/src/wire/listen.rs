@@ -6,10 +6,10 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::TaskResult;
-use crate::protocol::jsonrpc;
-use crate::protocol::names::method;
+use crate::jsonrpc;
+use crate::names::method;
 
-pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+pub(crate) const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
 /// Most task ids one listen may name: each is read on every change of any of them.
 pub const MAX_TASK_IDS: usize = 1000;

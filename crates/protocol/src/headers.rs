@@ -274,7 +274,7 @@ mod tests {
 
     #[test]
     fn param_headers_mirror_the_annotated_arguments() {
-        let annotations = crate::protocol::param_headers::annotations(&json!({"properties": {
+        let annotations = crate::param_headers::annotations(&json!({"properties": {
             "region": {"type": "string", "x-mcp-header": "Region"},
             "n": {"type": "integer", "x-mcp-header": "N"},
         }}))

@@ -4,8 +4,8 @@
 
 use serde_json::{Map, Value};
 
-pub const X_MCP_HEADER: &str = "x-mcp-header";
-pub const PARAM_HEADER_PREFIX: &str = "mcp-param-";
+pub(crate) const X_MCP_HEADER: &str = "x-mcp-header";
+pub(crate) const PARAM_HEADER_PREFIX: &str = "mcp-param-";
 
 /// Where one annotated property sits (its chain of `properties` keys) and its header token.
 #[derive(Debug, Clone, PartialEq, Eq)]

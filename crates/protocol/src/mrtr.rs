@@ -8,9 +8,9 @@ use serde_json::{Map, Value};
 
 use super::wire::InputRequest;
 
-pub const RESULT_TYPE_INPUT_REQUIRED: &str = "input_required";
-pub const INPUT_RESPONSES: &str = "inputResponses";
-pub const REQUEST_STATE: &str = "requestState";
+pub(crate) const RESULT_TYPE_INPUT_REQUIRED: &str = "input_required";
+pub(crate) const INPUT_RESPONSES: &str = "inputResponses";
+pub(crate) const REQUEST_STATE: &str = "requestState";
 /// Rounds in a row that ask for nothing (only a `requestState`, so the retry is
 /// immediate) before the gateway decides the upstream is looping.
 pub const MAX_ROUNDS_WITHOUT_INPUT: u32 = 16;

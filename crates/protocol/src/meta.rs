@@ -13,7 +13,7 @@ pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 
 /// The minimum level of `notifications/message` a 2026-07-28 client wants for a request;
 /// without it a server must send none.
-pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+pub(crate) const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 
 /// `LoggingLevel`s, least severe first (RFC 5424 severities).
 const LOG_LEVELS: [&str; 8] = [
@@ -66,12 +66,6 @@ pub fn declares_tasks(params: Option<&Value>) -> bool {
         .and_then(|caps| caps.get("extensions"))
         .and_then(|ext| ext.get(TASKS_EXTENSION))
         .is_some_and(Value::is_object)
-}
-
-/// The capabilities a 2025-xx session upstream session must be opened with to serve this request:
-/// elicitation, sampling and roots as the client declared them, nothing else.
-pub fn session_capabilities(params: Option<&Value>) -> Map<String, Value> {
-    client_capabilities(params).map_or_else(Map::new, session_subset)
 }
 
 /// Of capabilities declared to the gateway, what a 2025-xx session upstream is opened
@@ -143,6 +137,10 @@ pub fn with_modern_meta(params: Option<Value>, capabilities: &Map<String, Value>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn session_capabilities_of(params: Option<&Value>) -> Map<String, Value> {
+        client_capabilities(params).map_or_else(Map::new, session_subset)
+    }
     use serde_json::json;
 
     #[test]
@@ -167,7 +165,7 @@ mod tests {
             json!({})
         );
         assert_eq!(
-            Value::Object(session_capabilities(Some(&params))),
+            Value::Object(session_capabilities_of(Some(&params))),
             json!({"elicitation": {"form": {}}})
         );
     }
@@ -181,7 +179,7 @@ mod tests {
         assert_eq!(protocol_version(Some(&params)), Some("2026-07-28"));
         assert!(declares_tasks(Some(&params)));
         assert_eq!(
-            Value::Object(session_capabilities(Some(&params))),
+            Value::Object(session_capabilities_of(Some(&params))),
             json!({"elicitation": {"form": {}}})
         );
         assert!(!declares_tasks(Some(&json!({}))));

@@ -39,8 +39,8 @@ pub mod method {
     pub const SERVER_DISCOVER: &str = "server/discover";
     pub const TOOLS_CALL: &str = "tools/call";
     pub const TOOLS_LIST: &str = "tools/list";
-    pub const PROMPTS_GET: &str = "prompts/get";
-    pub const RESOURCES_READ: &str = "resources/read";
+    pub(crate) const PROMPTS_GET: &str = "prompts/get";
+    pub(crate) const RESOURCES_READ: &str = "resources/read";
     pub const TASKS_GET: &str = "tasks/get";
     pub const TASKS_UPDATE: &str = "tasks/update";
     pub const TASKS_CANCEL: &str = "tasks/cancel";
@@ -51,12 +51,12 @@ pub mod method {
     /// 2025-11-25 push of a task's new state.
     pub const TASK_STATUS: &str = "notifications/tasks/status";
     /// SEP-2663's push of a task's whole state on a `subscriptions/listen` stream.
-    pub const TASKS_NOTIFICATION: &str = "notifications/tasks";
+    pub(crate) const TASKS_NOTIFICATION: &str = "notifications/tasks";
     pub const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
     pub const SUBSCRIPTIONS_ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
-    pub const ELICITATION_CREATE: &str = "elicitation/create";
-    pub const SAMPLING_CREATE_MESSAGE: &str = "sampling/createMessage";
-    pub const ROOTS_LIST: &str = "roots/list";
+    pub(crate) const ELICITATION_CREATE: &str = "elicitation/create";
+    pub(crate) const SAMPLING_CREATE_MESSAGE: &str = "sampling/createMessage";
+    pub(crate) const ROOTS_LIST: &str = "roots/list";
     pub const PROGRESS: &str = "notifications/progress";
     pub const CANCELLED: &str = "notifications/cancelled";
 
