@@ -31,6 +31,7 @@ use store::Store;
 use store::memory::MemoryStore;
 use store::redis::{RedisStore, StoreNamespace, Target};
 use tasks::TaskService;
+use tasks::takeover::Takeovers;
 
 /// Runs the gateway until SIGTERM or Ctrl-C. Call it on a current-thread runtime: it
 /// is the first of the worker threads (`server::edge::workers`).
@@ -74,9 +75,10 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         );
     }
     let tasks = TaskService::start(&store, upstream.clone(), settings);
+    let takeovers = Arc::new(Takeovers::new(tasks.clone()));
     let membership = Membership::start(
         store.membership.clone(),
-        tasks.clone(),
+        takeovers.clone(),
         ClusterSettings {
             instance_id: config.instance_id.clone(),
             advertise_url: config.advertise_url.as_ref().map(ToString::to_string),
@@ -128,7 +130,7 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     let workers =
         server::edge::workers::serve(listener, gateway, config.worker_threads(), stop).await?;
     let peers_alive = peers_alive(&store, &config.instance_id).await;
-    let handed_over = tasks
+    let handed_over = takeovers
         .drain(Duration::from_millis(config.drain_timeout_ms), peers_alive)
         .await;
     // Tasks still running here end now, visibly to every instance, or wait for a live

@@ -21,6 +21,9 @@ use tracing::Instrument;
 use crate::config::Config;
 use crate::http_client::{Connector, HttpClient};
 use crate::tasks::TaskService;
+use crate::tasks::dialect_2025::SessionDialect;
+use crate::tasks::listen::Followers;
+use crate::tasks::mrtr_bridge::MrtrBridge;
 use crate::tasks::policy::Policies;
 use crate::upstream::Upstream;
 use crate::upstream::pinned::PinnedConn;
@@ -39,6 +42,11 @@ pub struct Gateway {
     pinned_connector: Connector,
     pub upstream: Arc<dyn Upstream>,
     pub tasks: Arc<TaskService>,
+    /// The features built on the tasks: held calls (MRTR bridge), the 2025-11-25
+    /// dialect, and following tasks for listen streams.
+    pub bridge: MrtrBridge,
+    pub dialect: SessionDialect,
+    pub followers: Followers,
     pub policies: Policies,
     pub upstream_timeout: Option<Duration>,
     max_body_bytes: usize,
@@ -81,6 +89,9 @@ impl Gateway {
             client,
             pinned_connector: crate::http_client::pinned_connector(),
             upstream,
+            bridge: MrtrBridge::new(tasks.clone()),
+            dialect: SessionDialect::new(tasks.clone()),
+            followers: Followers::new(tasks.clone()),
             tasks,
             policies: crate::settings::policies(config),
             upstream_timeout: config.upstream_timeout(),

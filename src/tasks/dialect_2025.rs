@@ -55,13 +55,16 @@ pub(super) fn decode_answer(answer: Value) -> Result<Value, ErrorObject> {
 const LOOK_FIRST: Duration = Duration::from_millis(100);
 const LOOK_MAX: Duration = Duration::from_secs(1);
 
-impl TaskService {
-    /// The ids of a session's tasks as they change, from whichever instance changed
-    /// them, for as long as the feed is kept (one per session: a newer one replaces it).
-    pub fn feed_session(&self, session: &str) -> super::watch::SessionFeed {
-        self.watchers.feed_session(session)
-    }
+/// The 2025-11-25 task dialect's operations for session clients.
+#[derive(Clone)]
+pub struct SessionDialect {
+    tasks: Arc<TaskService>,
+}
 
+impl SessionDialect {
+    pub fn new(tasks: Arc<TaskService>) -> Self {
+        Self { tasks }
+    }
     /// A page of `principal`'s tasks, newest first, and the cursor of the next page.
     pub async fn list(
         &self,
@@ -71,6 +74,7 @@ impl TaskService {
         let after = cursor.map(decode_cursor).transpose()?;
         // One more than a page tells whether another page exists.
         let mut tasks = self
+            .tasks
             .store
             .list(principal, after.as_ref(), LIST_PAGE + 1)
             .await?;
@@ -90,14 +94,14 @@ impl TaskService {
         principal: &str,
         mut deliver: impl FnMut(&str, &InputRequest) -> bool,
     ) -> Result<Option<Arc<TaskRecord>>, ErrorObject> {
-        let watch = self.watchers.watch_task(task_id);
+        let watch = self.tasks.watchers.watch_task(task_id);
         let mut delivered = std::collections::HashSet::new();
         let mut look_again = LOOK_FIRST;
         loop {
             let changed = watch.changed();
-            let mut local = Box::pin(self.moved_on.notified());
+            let mut local = Box::pin(self.tasks.moved_on.notified());
             local.as_mut().enable();
-            let task = self.get(task_id, principal).await?;
+            let task = self.tasks.get(task_id, principal).await?;
             if task.status.is_terminal() {
                 return Ok(Some(task));
             }
@@ -128,6 +132,7 @@ impl TaskService {
         let mut responses = serde_json::Map::new();
         responses.insert(key.to_owned(), encode_answer(outcome));
         match self
+            .tasks
             .store
             .accept_input_responses(task_id, principal, responses)
             .await?
@@ -136,8 +141,8 @@ impl TaskService {
             UpdateOutcome::Accepted { keys, .. } if keys.is_empty() => Ok(false),
             UpdateOutcome::Accepted { keys, owner } => {
                 telemetry::input_requests_answered(keys.len());
-                self.wakeups.wake(&owner, task_id).await?;
-                self.announce(task_id, session).await;
+                self.tasks.wakeups.wake(&owner, task_id).await?;
+                self.tasks.announce(task_id, session).await;
                 Ok(true)
             }
         }
@@ -152,12 +157,13 @@ impl TaskService {
         session: Option<&str>,
     ) -> Result<Arc<TaskRecord>, ErrorObject> {
         match self
+            .tasks
             .cancel_as(task_id, principal, CANCELLED_BY_CLIENT, session)
             .await?
         {
             CancelOutcome::NotFound => return Err(super::not_found(task_id)),
             CancelOutcome::AlreadyTerminal => {
-                let task = self.get(task_id, principal).await?;
+                let task = self.tasks.get(task_id, principal).await?;
                 return Err(ErrorObject::invalid_params(format!(
                     "Cannot cancel task: already in terminal status '{}'",
                     crate::tasks::render::session_task(&task).status.as_str()
@@ -165,7 +171,7 @@ impl TaskService {
             }
             CancelOutcome::Cancelled { .. } => {}
         }
-        self.get(task_id, principal).await
+        self.tasks.get(task_id, principal).await
     }
 }
 

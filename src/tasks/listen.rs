@@ -37,7 +37,16 @@ impl Seen {
     }
 }
 
-impl TaskService {
+/// Follows tasks for `subscriptions/listen` streams.
+#[derive(Clone)]
+pub struct Followers {
+    tasks: Arc<TaskService>,
+}
+
+impl Followers {
+    pub fn new(tasks: Arc<TaskService>) -> Self {
+        Self { tasks }
+    }
     /// Sends `principal`'s tasks `task_ids` into `sink` as they are now, then again at
     /// each change, until every one has ended (its final record sent) or expired, or the
     /// sink closed. A change of one task re-reads all that are still open.
@@ -49,7 +58,7 @@ impl TaskService {
     ) {
         let watches: Vec<_> = task_ids
             .iter()
-            .map(|id| (id.as_str(), self.watchers.watch_task(id)))
+            .map(|id| (id.as_str(), self.tasks.watchers.watch_task(id)))
             .collect();
         let mut open: Vec<usize> = (0..watches.len()).collect();
         let mut seen: HashMap<usize, Seen> = HashMap::new();
@@ -59,7 +68,7 @@ impl TaskService {
             let mut still_open = Vec::with_capacity(open.len());
             let mut look_again = LOOK_ANYWAY;
             for &i in &open {
-                let task = match self.store.get(watches[i].0, principal).await {
+                let task = match self.tasks.store.get(watches[i].0, principal).await {
                     Ok(Some(task)) => task,
                     // Expired: nothing more will be said of it.
                     Ok(None) => continue,

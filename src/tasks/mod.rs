@@ -5,13 +5,13 @@ mod credential;
 pub mod dialect_2025;
 mod halt;
 mod limits;
-mod listen;
+pub mod listen;
 pub mod mrtr_bridge;
 pub mod policy;
 pub mod render;
 mod runner;
 mod start;
-mod takeover;
+pub mod takeover;
 mod tool_traits;
 pub mod upstream_mrtr;
 mod upstream_tasks;
@@ -182,12 +182,18 @@ impl TaskService {
         &self.store
     }
 
+    /// The ids of a session's tasks as they change, from whichever instance changed
+    /// them, for as long as the feed is kept (one per session: a newer one replaces it).
+    pub fn feed_session(&self, session: &str) -> watch::SessionFeed {
+        self.watchers.feed_session(session)
+    }
+
     /// Creates the task (durably) and starts its runner.
     pub async fn start_task(self: &Arc<Self>, call: ToolCall) -> Result<Started, ErrorObject> {
         // Held by the runner; released if the task is never stored.
         let slot = self.running_limit.reserve(&call.principal)?;
         let mut record = self.new_record(&call);
-        record.resume = self.resume_of(&call, &record.task_id);
+        record.resume = takeover::resume_of(&self.settings.state_keys, &call, &record.task_id);
         let task_id = record.task_id.clone();
         let principal = call.principal.clone();
         // The reply is the seed state just stored: no read back (one store round trip).
@@ -495,63 +501,32 @@ impl TaskService {
         Ok(outcome)
     }
 
-    /// Waits up to `limit` for the tasks running here to finish. Then, when
-    /// `peers_alive`, the ones whose call can run again are left for live instances to
-    /// take over (`takeover`); the rest are failed, so that no task stays `working` after
-    /// this instance is gone. Returns whether any task was left to be taken over.
-    pub async fn drain(&self, limit: Duration, peers_alive: bool) -> bool {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            let ended = self.runner_ended.notified();
-            let running = self.lock_runners().len();
-            if running == 0 {
-                return false;
-            }
-            tracing::info!(running, "waiting for running tasks to finish");
-            if tokio::time::timeout_at(deadline, ended).await.is_err() {
-                break;
-            }
-        }
-        let left: Vec<(String, String)> = self
+    /// Stops the runners `which` picks, without recording anything, and waits (briefly)
+    /// for them to end: their tasks are, or are about to be, another instance's.
+    pub(super) async fn stop_runners(&self, which: impl Fn(&str) -> bool) {
+        let stopped: Vec<String> = self
             .lock_runners()
             .iter()
-            .map(|(id, runner)| (id.clone(), runner.principal.clone()))
+            .filter(|(task_id, _)| which(task_id))
+            .map(|(task_id, runner)| {
+                runner.stop.cancel();
+                task_id.clone()
+            })
             .collect();
-        let mut handed_over = 0;
-        let mut failed = Vec::new();
-        for (task_id, principal) in left {
-            if peers_alive && self.can_hand_over(&task_id, &principal).await {
-                handed_over += 1;
-            } else {
-                failed.push(task_id);
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let ended = self.runner_ended.notified();
+            let running = {
+                let runners = self.lock_runners();
+                stopped
+                    .iter()
+                    .filter(|id| runners.contains_key(*id))
+                    .count()
+            };
+            if running == 0 || tokio::time::timeout_at(deadline, ended).await.is_err() {
+                return;
             }
         }
-        // Every runner stops here: none may write once another instance runs its task.
-        self.stop_runners(|_| true).await;
-        if handed_over == 0 {
-            tracing::warn!(
-                count = failed.len(),
-                "drain timeout passed; failing the tasks still running"
-            );
-        } else {
-            tracing::warn!(
-                handed_over,
-                failed = failed.len(),
-                "drain timeout passed; leaving the tasks that can run again to live instances, failing the rest"
-            );
-        }
-        for task_id in failed {
-            let outcome = crate::store::Outcome::gateway_failure(crate::store::INSTANCE_STOPPED);
-            match self.store.finish(&task_id, outcome).await {
-                Ok(true) => {
-                    telemetry::task_finished("failed", Duration::ZERO);
-                    self.announce(&task_id, None).await;
-                }
-                Ok(false) => {}
-                Err(e) => tracing::error!(task_id, error = %e, "could not fail a task at shutdown"),
-            }
-        }
-        handed_over > 0
     }
 
     /// Tells watchers on every instance that a task changed (a session's GET stream, a

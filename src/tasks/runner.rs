@@ -537,8 +537,7 @@ impl Call<'_> {
         if !self.service.early_input_waiting(self.task_id) {
             return;
         }
-        let result = self
-            .service
+        let result = super::mrtr_bridge::MrtrBridge::new(self.service.clone())
             .early_input_result(self.task_id, self.principal, &self.digest)
             .await;
         if let Some(result) = result

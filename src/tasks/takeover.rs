@@ -13,6 +13,7 @@
 //! The move itself is one compare-and-set in the store, so exactly one instance wins.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use http::HeaderValue;
@@ -57,64 +58,106 @@ enum Plan {
     Fail,
 }
 
-impl TaskService {
-    /// The record's `resume`: `None` for a session client's task, which lives in that
-    /// client's upstream session on this instance.
-    pub(super) fn resume_of(&self, call: &ToolCall, task_id: &str) -> Option<Value> {
-        if call.session.is_some() {
-            return None;
+/// The record's `resume`: `None` for a session client's task, which lives in that
+/// client's upstream session on this instance.
+pub(super) fn resume_of(
+    state_keys: &super::mrtr_bridge::StateKeys,
+    call: &ToolCall,
+    task_id: &str,
+) -> Option<Value> {
+    if call.session.is_some() {
+        return None;
+    }
+    let auth = match &call.auth {
+        None => None,
+        Some(auth) => Some(credential::seal(state_keys, task_id, auth.as_bytes())?),
+    };
+    let resume = Resume {
+        capabilities: call.capabilities.clone(),
+        auth,
+    };
+    serde_json::to_value(resume).ok()
+}
+
+/// Takes over the tasks of instances that are gone (`cluster` calls it), and hands
+/// this instance's over at shutdown.
+pub struct Takeovers {
+    tasks: Arc<TaskService>,
+}
+
+impl Takeovers {
+    pub fn new(tasks: Arc<TaskService>) -> Self {
+        Self { tasks }
+    }
+
+    /// Waits up to `limit` for the tasks running here to finish. Then, when
+    /// `peers_alive`, the ones whose call can run again are left for live instances to
+    /// take over (`takeover`); the rest are failed, so that no task stays `working` after
+    /// this instance is gone. Returns whether any task was left to be taken over.
+    pub async fn drain(&self, limit: Duration, peers_alive: bool) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let ended = self.tasks.runner_ended.notified();
+            let running = self.tasks.lock_runners().len();
+            if running == 0 {
+                return false;
+            }
+            tracing::info!(running, "waiting for running tasks to finish");
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                break;
+            }
         }
-        let auth = match &call.auth {
-            None => None,
-            Some(auth) => Some(credential::seal(
-                &self.settings.state_keys,
-                task_id,
-                auth.as_bytes(),
-            )?),
-        };
-        let resume = Resume {
-            capabilities: call.capabilities.clone(),
-            auth,
-        };
-        serde_json::to_value(resume).ok()
+        let left: Vec<(String, String)> = self
+            .tasks
+            .lock_runners()
+            .iter()
+            .map(|(id, runner)| (id.clone(), runner.principal.clone()))
+            .collect();
+        let mut handed_over = 0;
+        let mut failed = Vec::new();
+        for (task_id, principal) in left {
+            if peers_alive && self.can_hand_over(&task_id, &principal).await {
+                handed_over += 1;
+            } else {
+                failed.push(task_id);
+            }
+        }
+        // Every runner stops here: none may write once another instance runs its task.
+        self.tasks.stop_runners(|_| true).await;
+        if handed_over == 0 {
+            tracing::warn!(
+                count = failed.len(),
+                "drain timeout passed; failing the tasks still running"
+            );
+        } else {
+            tracing::warn!(
+                handed_over,
+                failed = failed.len(),
+                "drain timeout passed; leaving the tasks that can run again to live instances, failing the rest"
+            );
+        }
+        for task_id in failed {
+            let outcome = crate::store::Outcome::gateway_failure(crate::store::INSTANCE_STOPPED);
+            match self.tasks.store.finish(&task_id, outcome).await {
+                Ok(true) => {
+                    telemetry::task_finished("failed", Duration::ZERO);
+                    self.tasks.announce(&task_id, None).await;
+                }
+                Ok(false) => {}
+                Err(e) => tracing::error!(task_id, error = %e, "could not fail a task at shutdown"),
+            }
+        }
+        handed_over > 0
     }
 
     /// Whether a live instance could run `task_id`'s call again (at a hand-over).
     pub(super) async fn can_hand_over(&self, task_id: &str, principal: &str) -> bool {
-        match self.store.get(task_id, principal).await {
+        match self.tasks.store.get(task_id, principal).await {
             Ok(Some(task)) => matches!(self.plan(&task).await, Plan::TakeOver { .. }),
             Ok(None) => false,
             Err(e) => {
                 tracing::warn!(task_id, error = %e, "could not read a task to hand it over");
                 false
-            }
-        }
-    }
-
-    /// Stops the runners `which` picks, without recording anything, and waits (briefly)
-    /// for them to end: their tasks are, or are about to be, another instance's.
-    pub(super) async fn stop_runners(&self, which: impl Fn(&str) -> bool) {
-        let stopped: Vec<String> = self
-            .lock_runners()
-            .iter()
-            .filter(|(task_id, _)| which(task_id))
-            .map(|(task_id, runner)| {
-                runner.stop.cancel();
-                task_id.clone()
-            })
-            .collect();
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
-        loop {
-            let ended = self.runner_ended.notified();
-            let running = {
-                let runners = self.lock_runners();
-                stopped
-                    .iter()
-                    .filter(|id| runners.contains_key(*id))
-                    .count()
-            };
-            if running == 0 || tokio::time::timeout_at(deadline, ended).await.is_err() {
-                return;
             }
         }
     }
@@ -140,7 +183,7 @@ impl TaskService {
         let Some(tool) = tool else {
             return Plan::Fail;
         };
-        if self.settings.takeover.retry_tools.contains(&tool) {
+        if self.tasks.settings.takeover.retry_tools.contains(&tool) {
             return Plan::TakeOver { keep_round: false };
         }
         let caller = Caller {
@@ -149,8 +192,9 @@ impl TaskService {
             session: None,
         };
         let safe = self
+            .tasks
             .tool_traits
-            .safe_to_run_again(self.upstream.as_ref(), &caller, &tool)
+            .safe_to_run_again(self.tasks.upstream.as_ref(), &caller, &tool)
             .await;
         if safe {
             Plan::TakeOver { keep_round: false }
@@ -165,7 +209,7 @@ impl TaskService {
         let Some(sealed) = &resume.auth else {
             return Ok(None);
         };
-        let opened = credential::open(&self.settings.state_keys, &task.task_id, sealed)
+        let opened = credential::open(&self.tasks.settings.state_keys, &task.task_id, sealed)
             .and_then(|bytes| HeaderValue::from_bytes(&bytes).ok());
         match opened {
             Some(auth) => Ok(Some(auth)),
@@ -203,21 +247,25 @@ impl TaskService {
         };
         tracing::debug!(task_id = %task.task_id, takeovers = task.takeovers, "took over a task of a gone instance");
         // A taken-over task is not refused by the per-caller limit: it already ran.
-        drop(self.spawn_runner(&task.task_id, call, start, None, None));
+        drop(
+            self.tasks
+                .spawn_runner(&task.task_id, call, start, None, None),
+        );
     }
 
     /// After this instance's lease had lapsed: stops the runners of tasks that another
     /// instance took over (or failed) meanwhile, so that only the new owner writes.
     async fn lease_regained(&self) {
         let running: Vec<(String, String)> = self
+            .tasks
             .lock_runners()
             .iter()
             .map(|(id, runner)| (id.clone(), runner.principal.clone()))
             .collect();
         let mut moved = std::collections::HashSet::new();
         for (task_id, principal) in running {
-            match self.store.get(&task_id, &principal).await {
-                Ok(Some(task)) if task.owner == self.settings.instance_id => {}
+            match self.tasks.store.get(&task_id, &principal).await {
+                Ok(Some(task)) if task.owner == self.tasks.settings.instance_id => {}
                 Ok(_) => {
                     moved.insert(task_id);
                 }
@@ -229,13 +277,15 @@ impl TaskService {
                 tasks = moved.len(),
                 "stopping the runners of tasks other instances took over while this one was cut off"
             );
-            self.stop_runners(|task_id| moved.contains(task_id)).await;
+            self.tasks
+                .stop_runners(|task_id| moved.contains(task_id))
+                .await;
         }
     }
 
     async fn sweep_gone(self: &Arc<Self>, gone: &GoneInstance) -> Result<SweepCounts, StoreError> {
         let started = std::time::Instant::now();
-        let membership = self.membership.clone();
+        let membership = self.tasks.membership.clone();
         let orphans = membership.orphans(&gone.instance).await?;
         let mut counts = SweepCounts::default();
         if orphans.is_empty() {
@@ -256,7 +306,7 @@ impl TaskService {
         } else {
             ("lost", RESUMED_AFTER_LOSS)
         };
-        let max = self.settings.takeover.max_takeovers;
+        let max = self.tasks.settings.takeover.max_takeovers;
         let exhausted = Outcome::gateway_failure(&format!(
             "{INSTANCE_LOST}: the task was taken over {max} times already, and its call lost \
              each instance that ran it"
@@ -264,7 +314,7 @@ impl TaskService {
         for (task_ids, keep_round) in [(keep_round, true), (run_again, false)] {
             let takeover = Takeover {
                 from: &gone.instance,
-                to: &self.settings.instance_id,
+                to: &self.tasks.settings.instance_id,
                 message,
                 counts: !gone.handed_over,
                 max_takeovers: max,
@@ -310,7 +360,7 @@ impl TaskService {
                 "gateway instance gone: took over the tasks whose call can run again, failed the rest"
             );
             // The sweep touched many tasks: whoever watches one looks again.
-            if let Err(e) = self.changes.announce(&TaskChange::everything()).await {
+            if let Err(e) = self.tasks.changes.announce(&TaskChange::everything()).await {
                 tracing::debug!(error = %e, "could not announce the swept tasks");
             }
         }
@@ -319,12 +369,12 @@ impl TaskService {
 }
 
 #[async_trait]
-impl Sweeper for TaskService {
+impl Sweeper for Takeovers {
     async fn sweep(self: Arc<Self>, gone: GoneInstance) -> Result<SweepCounts, StoreError> {
         self.sweep_gone(&gone).await
     }
 
     async fn lease_regained(self: Arc<Self>) {
-        TaskService::lease_regained(&self).await
+        Takeovers::lease_regained(&self).await
     }
 }

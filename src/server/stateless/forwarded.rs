@@ -21,8 +21,7 @@ use tokio::sync::mpsc;
 
 use crate::server::reply::Body;
 use crate::server::sse::{sse_event, sse_response};
-use crate::tasks::TaskService;
-use crate::tasks::mrtr_bridge::{self, BridgedCall};
+use crate::tasks::mrtr_bridge::{self, BridgedCall, MrtrBridge};
 use crate::upstream::forward::{self, Forwarded, How};
 use crate::upstream::{Caller, Upstream, UpstreamEvent};
 use mtg_protocol::jsonrpc::{self, ErrorObject};
@@ -34,7 +33,7 @@ use mtg_protocol::upgrade;
 #[derive(Clone)]
 pub struct Route {
     pub upstream: Arc<dyn Upstream>,
-    pub tasks: Arc<TaskService>,
+    pub bridge: MrtrBridge,
     pub timeout: Option<Duration>,
 }
 
@@ -49,7 +48,7 @@ pub async fn serve(route: Route, id: Value, call: BridgedCall) -> Answered {
     if mrtr_bridge::resumes_held_call(call.client_params.as_ref()) {
         let params = call.client_params.clone().unwrap_or_default();
         let resumed = route
-            .tasks
+            .bridge
             .resume(&call.principal, &call.method, &params)
             .await;
         return Answered::Json(resumed.map(|mut result| {
@@ -104,7 +103,7 @@ async fn answer(
             exchange,
             asked,
             later,
-        } => route.tasks.hold(call, exchange, asked, later).await,
+        } => route.bridge.hold(call, exchange, asked, later).await,
     }
 }
 

@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 use crate::server::reply::Body;
 use crate::server::sse::{sse_event, sse_response};
 use crate::store::TaskRecord;
+use crate::tasks::listen::Followers;
 use crate::tasks::{TaskService, render};
 use crate::upstream::{Caller, Exchange, Upstream};
 use mtg_protocol::jsonrpc::{ErrorObject, Message, code};
@@ -34,6 +35,7 @@ const UPSTREAM_ACK_WITHIN: Duration = Duration::from_secs(10);
 /// One `subscriptions/listen` request.
 pub struct Listen<'a> {
     pub tasks: &'a Arc<TaskService>,
+    pub followers: &'a Followers,
     pub upstream: &'a Arc<dyn Upstream>,
     pub id: &'a Value,
     pub params: Option<&'a Value>,
@@ -67,14 +69,14 @@ pub async fn listen(request: Listen<'_>) -> Result<Response<Body>, ErrorObject> 
     let first = listen::acknowledged(&id, acknowledged, task_ids.as_deref());
     // The channel is new: the acknowledgement always fits, before any notification.
     let _ = tx.try_send(event(&first));
-    let tasks = request.tasks.clone();
+    let followers = request.followers.clone();
     let principal = request.principal.to_owned();
     let closing = request.closing.clone();
     tokio::spawn(async move {
         let followed = task_ids.unwrap_or_default();
         let both = async {
             let (own, relayed) = tokio::join!(
-                follow_tasks(&tasks, &followed, &principal, &id, &tx),
+                follow_tasks(&followers, &followed, &principal, &id, &tx),
                 relay_upstream(upstream, &id, &tx),
             );
             own && relayed
@@ -173,7 +175,7 @@ async fn upstream_part(
 
 /// Sends each change of the followed tasks; `true` once all ended (the client is there).
 async fn follow_tasks(
-    tasks: &TaskService,
+    followers: &Followers,
     followed: &[String],
     principal: &str,
     id: &Value,
@@ -198,7 +200,7 @@ async fn follow_tasks(
     };
     let (_, open) = tokio::join!(
         async {
-            tasks.follow(followed, principal, &records).await;
+            followers.follow(followed, principal, &records).await;
             drop(records);
         },
         relay

@@ -101,6 +101,7 @@ pub async fn handle(gateway: &Gateway, request: Request<'_>) -> Response<Body> {
         method::SUBSCRIPTIONS_LISTEN => {
             crate::server::stateless::listen::listen(crate::server::stateless::listen::Listen {
                 tasks: &gateway.tasks,
+                followers: &gateway.followers,
                 upstream: &gateway.upstream,
                 id: &request.id,
                 params: request.params.as_ref(),
@@ -243,7 +244,7 @@ async fn bridged(gateway: &Gateway, request: Request<'_>) -> Outcome {
     let (capabilities, auth) = caller_of(&request);
     let route = Route {
         upstream: gateway.upstream.clone(),
-        tasks: gateway.tasks.clone(),
+        bridge: gateway.bridge.clone(),
         timeout: gateway.upstream_timeout,
     };
     let call = BridgedCall {

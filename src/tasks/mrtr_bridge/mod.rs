@@ -62,10 +62,19 @@ pub fn carries_gateway_state(value: &Value) -> bool {
 const POLL_FIRST: Duration = Duration::from_millis(5);
 const POLL_MAX: Duration = Duration::from_millis(100);
 
-impl TaskService {
+/// Held calls of 2026-07-28 clients without the tasks extension.
+#[derive(Clone)]
+pub struct MrtrBridge {
+    tasks: Arc<TaskService>,
+}
+
+impl MrtrBridge {
+    pub fn new(tasks: Arc<TaskService>) -> Self {
+        Self { tasks }
+    }
     /// Keeps a bridged call open as a held call; its `InputRequiredResult` for the client.
     pub async fn hold(
-        self: &Arc<Self>,
+        &self,
         call: BridgedCall,
         exchange: Box<dyn Exchange>,
         asked: Vec<Asked>,
@@ -82,7 +91,7 @@ impl TaskService {
             session: None,
             ttl_ms: None,
         };
-        let slot = match self.running_limit.reserve(&task.principal) {
+        let slot = match self.tasks.running_limit.reserve(&task.principal) {
             Ok(slot) => slot,
             Err(error) => {
                 let _ = exchange
@@ -91,7 +100,7 @@ impl TaskService {
                 return Err(error);
             }
         };
-        let mut record = self.new_record(&task);
+        let mut record = self.tasks.new_record(&task);
         let mut pending = std::collections::HashMap::new();
         for (n, request) in (0..).zip(asked) {
             // Keys as the store issues them: never reused within the record.
@@ -111,7 +120,7 @@ impl TaskService {
             exchange,
             pending,
             later,
-            input_wait: self.settings.input_wait,
+            input_wait: self.tasks.settings.input_wait,
         };
         // Stored by the runner, which holds the open call from here on: if the store
         // fails, the call is dropped and so cancelled upstream.
@@ -120,7 +129,9 @@ impl TaskService {
             stored: telemetry::held_call_started,
         };
         let start = Start::New(Some(held));
-        let mut launched = self.spawn_runner(&task_id, task, start, slot, Some(to_store));
+        let mut launched = self
+            .tasks
+            .spawn_runner(&task_id, task, start, slot, Some(to_store));
         launched.stored().await?;
         tracing::info!(task_id, "bridged call held for the client's answers");
         Ok(shown)
@@ -140,7 +151,7 @@ impl TaskService {
             .unwrap_or_default();
         let digest = state::request_digest(method, Some(params));
         let claims = state::open(
-            &self.settings.state_keys,
+            &self.tasks.settings.state_keys,
             sealed,
             principal,
             &digest,
@@ -177,9 +188,11 @@ impl TaskService {
                     .collect()
             })
             .unwrap_or_default();
-        self.update(&claims.task_id, &owner, responses).await?;
+        self.tasks
+            .update(&claims.task_id, &owner, responses)
+            .await?;
         // A task's call answers within the promotion budget, or becomes the task.
-        let budget = claims.visible.then_some(self.settings.promote_after);
+        let budget = claims.visible.then_some(self.tasks.settings.promote_after);
         let Some(record) = self
             .next_round_or_end(&claims.task_id, &owner, budget)
             .await?
@@ -193,7 +206,7 @@ impl TaskService {
         };
         if let Some(ended) = ended(&record) {
             // The client never saw an id: nobody else will ask for the record.
-            if let Err(e) = self.store.delete(&record.task_id).await {
+            if let Err(e) = self.tasks.store.delete(&record.task_id).await {
                 tracing::warn!(task_id = record.task_id, error = %e, "could not forget a held call");
             }
             return ended;
@@ -210,7 +223,7 @@ impl TaskService {
         principal: &str,
         digest: &str,
     ) -> Option<Value> {
-        let record = self.store.get(task_id, principal).await.ok()??;
+        let record = self.tasks.store.get(task_id, principal).await.ok()??;
         Some(self.input_required(&record, principal, digest, true))
     }
 
@@ -219,7 +232,7 @@ impl TaskService {
         task_id: &str,
         owner: &str,
     ) -> Result<Arc<TaskRecord>, ErrorObject> {
-        self.store.get(task_id, owner).await?.ok_or_else(|| {
+        self.tasks.store.get(task_id, owner).await?.ok_or_else(|| {
             ErrorObject::invalid_params(
                 "the held call this requestState names is gone (answered, expired or cancelled)",
             )
@@ -238,7 +251,7 @@ impl TaskService {
         let mut pause = POLL_FIRST;
         loop {
             // Armed before the read, so a change right after it is not missed.
-            let moved_on = self.moved_on.notified();
+            let moved_on = self.tasks.moved_on.notified();
             tokio::pin!(moved_on);
             moved_on.as_mut().enable();
             let record = self.held_record(task_id, owner).await?;
@@ -267,14 +280,14 @@ impl TaskService {
         let claims = state::Claims {
             task_id: record.task_id.clone(),
             keys: record.input_requests.keys().cloned().collect(),
-            expires_at_ms: now_ms() + self.settings.input_wait.as_millis() as u64,
+            expires_at_ms: now_ms() + self.tasks.settings.input_wait.as_millis() as u64,
             request: digest.to_owned(),
             visible,
         };
         json!({
             "resultType": "input_required",
             "inputRequests": record.input_requests,
-            "requestState": state::seal(&self.settings.state_keys, &claims, principal),
+            "requestState": state::seal(&self.tasks.settings.state_keys, &claims, principal),
         })
     }
 }

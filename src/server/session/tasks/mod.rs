@@ -265,7 +265,7 @@ async fn tasks_get(gateway: &Gateway, session: &TaskSession, params: Option<&Val
 async fn tasks_list(gateway: &Gateway, session: &TaskSession, params: Option<&Value>) -> Outcome {
     let params: ListParams = parse_optional(method::TASKS_LIST, params)?;
     let (tasks, next_cursor) = gateway
-        .tasks
+        .dialect
         .list(&session.principal, params.cursor.as_deref())
         .await?;
     to_raw(&ListTasksResult {
@@ -277,7 +277,7 @@ async fn tasks_list(gateway: &Gateway, session: &TaskSession, params: Option<&Va
 async fn tasks_cancel(gateway: &Gateway, session: &TaskSession, params: Option<&Value>) -> Outcome {
     let task_id = task_id_of(method::TASKS_CANCEL, params)?;
     let task = gateway
-        .tasks
+        .dialect
         .cancel_session_task(&task_id, &session.principal, Some(&session.id))
         .await?;
     to_raw(&render::session_task(&task))
@@ -292,7 +292,7 @@ async fn answer(
     outcome: Result<Value, ErrorObject>,
 ) -> Response<Body> {
     match gateway
-        .tasks
+        .dialect
         .answer(task_id, &session.principal, key, outcome, Some(&session.id))
         .await
     {

@@ -45,7 +45,7 @@ pub async fn tasks_result(
         return final_answer(id, render::session_outcome(&task));
     }
     let (tx, rx) = mpsc::channel(BACKLOG);
-    let tasks = gateway.tasks.clone();
+    let dialect = gateway.dialect.clone();
     let principal = session.principal.clone();
     let id = id.clone();
     tokio::spawn(async move {
@@ -54,7 +54,7 @@ pub async fn tasks_result(
             tx.try_send(sse_event(&message)).is_ok()
         };
         let ended = tokio::select! {
-            ended = tasks.wait_for_end(&task_id, &principal, deliver) => ended,
+            ended = dialect.wait_for_end(&task_id, &principal, deliver) => ended,
             // The client went away; a later tasks/result picks up from the record.
             () = tx.closed() => return,
         };
