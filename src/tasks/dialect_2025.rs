@@ -99,7 +99,7 @@ impl SessionDialect {
         let mut look_again = LOOK_FIRST;
         loop {
             let changed = watch.changed();
-            let mut local = Box::pin(self.tasks.moved_on.notified());
+            let mut local = Box::pin(self.tasks.runners.moved_on.notified());
             local.as_mut().enable();
             let task = self.tasks.get(task_id, principal).await?;
             if task.status.is_terminal() {

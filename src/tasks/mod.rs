@@ -10,6 +10,7 @@ pub mod mrtr_bridge;
 pub mod policy;
 pub mod render;
 mod runner;
+mod runners;
 mod start;
 pub mod takeover;
 mod tool_traits;
@@ -17,8 +18,7 @@ pub mod upstream_mrtr;
 mod upstream_tasks;
 pub mod watch;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderValue;
@@ -107,27 +107,11 @@ pub struct TaskService {
     watchers: watch::Watchers,
     upstream: Arc<dyn Upstream>,
     settings: TaskSettings,
-    /// The runners on this instance, by task id.
-    runners: Mutex<HashMap<String, RunnerHandle>>,
-    /// Signalled whenever a runner ends, for draining at shutdown.
-    runner_ended: Notify,
-    /// Signalled when a runner here asked for input or ended: a retry waiting on this
-    /// instance for a held call's next round looks again at once instead of at its next
-    /// poll.
-    pub(crate) moved_on: Notify,
-    /// Tasks whose creator still waits within the promotion budget: input the upstream
-    /// asks for goes to that caller as the call's answer, and no task is kept.
-    early_input: Mutex<HashMap<String, oneshot::Sender<Value>>>,
+    /// The runners on this instance.
+    runners: runners::Runners,
     running_limit: limits::RunningLimit,
     /// What the upstream's tools/list says about its tools.
     tool_traits: tool_traits::ToolTraits,
-}
-
-/// How a runner is reached while it runs.
-struct RunnerHandle {
-    wake: Arc<Notify>,
-    stop: tokio_util::sync::CancellationToken,
-    principal: String,
 }
 
 impl TaskService {
@@ -143,10 +127,7 @@ impl TaskService {
             watchers: watch::Watchers::default(),
             upstream,
             settings,
-            runners: Mutex::new(HashMap::new()),
-            runner_ended: Notify::new(),
-            moved_on: Notify::new(),
-            early_input: Mutex::new(HashMap::new()),
+            runners: runners::Runners::default(),
             running_limit,
             tool_traits: tool_traits::ToolTraits::default(),
         });
@@ -156,7 +137,7 @@ impl TaskService {
                 let Some(service) = weak.upgrade() else {
                     return;
                 };
-                service.wake_local(&task_id);
+                service.runners.wake(&task_id);
             }
         });
         let weak = Arc::downgrade(&service);
@@ -207,11 +188,8 @@ impl TaskService {
             Some(_) => (Duration::ZERO, false),
         };
         // Set up before the runner starts, so that its first question finds them.
-        let early_input = (early_input && !budget.is_zero()).then(|| {
-            let (tx, rx) = oneshot::channel();
-            self.lock_early_input().insert(task_id.clone(), tx);
-            rx
-        });
+        let early_input =
+            (early_input && !budget.is_zero()).then(|| self.runners.expect_early_input(&task_id));
         if let Some(link) = &call.session {
             self.watchers.expect_session(&link.client_session);
         }
@@ -226,7 +204,7 @@ impl TaskService {
             }),
         );
         if let Err(error) = launched.stored().await {
-            self.lock_early_input().remove(&task_id);
+            self.runners.withdraw_early_input(&task_id);
             return Err(error);
         }
 
@@ -295,12 +273,12 @@ impl TaskService {
             wake: Arc::new(Notify::new()),
             stop: tokio_util::sync::CancellationToken::new(),
         };
-        let handle = RunnerHandle {
+        let handle = runners::RunnerHandle {
             wake: signals.wake.clone(),
             stop: signals.stop.clone(),
             principal: call.principal.clone(),
         };
-        self.lock_runners().insert(task_id.to_owned(), handle);
+        self.runners.insert(task_id, handle);
         let (done_tx, done_rx) = oneshot::channel();
         let (stored_tx, stored_rx) = oneshot::channel();
         // A task outlives its request: its own trace, linked to the request that made it.
@@ -330,8 +308,7 @@ impl TaskService {
                 }
                 // A held call's open exchange, if any, is dropped with `start`, which
                 // cancels it upstream.
-                service.lock_runners().remove(&runner_task_id);
-                service.runner_ended.notify_waiters();
+                service.runners.remove(&runner_task_id);
             },
             span,
         ));
@@ -368,13 +345,13 @@ impl TaskService {
         let input = match first {
             Ok(Some(input)) => input,
             Ok(None) => {
-                self.lock_early_input().remove(task_id);
+                self.runners.withdraw_early_input(task_id);
                 return self.take_inline(task_id, principal).await;
             }
             Err(_) => {
                 // Past the budget, input goes into the task, unless the runner took the
                 // hand-over just now: then its input is on the way.
-                let nobody_took_it = self.lock_early_input().remove(task_id).is_some();
+                let nobody_took_it = self.runners.withdraw_early_input(task_id);
                 if nobody_took_it {
                     return None;
                 }
@@ -393,20 +370,6 @@ impl TaskService {
             serde_json::value::to_raw_value(&input)
                 .map_err(|e| ErrorObject::internal(e.to_string())),
         )
-    }
-
-    /// Gives an `InputRequiredResult` to the caller still waiting within the promotion
-    /// budget; `false` when nobody waits any more (the task was promoted).
-    fn hand_over_early_input(&self, task_id: &str, result: &Value) -> bool {
-        // (Also used for a session or stdio upstream's question: see `runner`.)
-        self.lock_early_input()
-            .remove(task_id)
-            .is_some_and(|waiting| waiting.send(result.clone()).is_ok())
-    }
-
-    /// Whether the task's creator still waits within the promotion budget.
-    fn early_input_waiting(&self, task_id: &str) -> bool {
-        self.lock_early_input().contains_key(task_id)
     }
 
     /// The outcome of a task that finished within the promotion budget; the task is
@@ -501,34 +464,6 @@ impl TaskService {
         Ok(outcome)
     }
 
-    /// Stops the runners `which` picks, without recording anything, and waits (briefly)
-    /// for them to end: their tasks are, or are about to be, another instance's.
-    pub(super) async fn stop_runners(&self, which: impl Fn(&str) -> bool) {
-        let stopped: Vec<String> = self
-            .lock_runners()
-            .iter()
-            .filter(|(task_id, _)| which(task_id))
-            .map(|(task_id, runner)| {
-                runner.stop.cancel();
-                task_id.clone()
-            })
-            .collect();
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
-        loop {
-            let ended = self.runner_ended.notified();
-            let running = {
-                let runners = self.lock_runners();
-                stopped
-                    .iter()
-                    .filter(|id| runners.contains_key(*id))
-                    .count()
-            };
-            if running == 0 || tokio::time::timeout_at(deadline, ended).await.is_err() {
-                return;
-            }
-        }
-    }
-
     /// Tells watchers on every instance that a task changed (a session's GET stream, a
     /// `tasks/result`, a `subscriptions/listen` stream); `session` names the session
     /// client whose task it is, if any.
@@ -547,25 +482,6 @@ impl TaskService {
         if let Err(e) = self.changes.announce(&change).await {
             tracing::warn!(task_id, error = %e, "could not announce a task's change");
         }
-    }
-
-    fn wake_local(&self, task_id: &str) {
-        let runners = self.lock_runners();
-        if task_id == crate::store::WAKE_ALL {
-            runners.values().for_each(|runner| runner.wake.notify_one());
-        } else if let Some(runner) = runners.get(task_id) {
-            runner.wake.notify_one();
-        }
-    }
-
-    fn lock_early_input(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Sender<Value>>> {
-        self.early_input.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn lock_runners(&self) -> std::sync::MutexGuard<'_, HashMap<String, RunnerHandle>> {
-        self.runners.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -614,7 +530,7 @@ impl Drop for Unclaimed {
         let service = self.service.clone();
         let principal = std::mem::take(&mut self.principal);
         runtime.spawn(async move {
-            service.lock_early_input().remove(&task_id);
+            service.runners.withdraw_early_input(&task_id);
             match service
                 .cancel_as(&task_id, &principal, CANCELLED_CLIENT_GONE, None)
                 .await

@@ -68,7 +68,7 @@ pub(super) async fn run(
             Err(e) => tracing::error!(error = %e, "could not record the task's outcome"),
         }
     }
-    service.moved_on.notify_waiters();
+    service.runners.moved_on.notify_waiters();
     // Also after a cancel or expiry seen on a wake-up: the task ended either way.
     Box::pin(service.announce(task_id, session.as_deref())).await;
     let _ = done.send(());
@@ -513,7 +513,7 @@ impl Call<'_> {
                     self.waiting_since = Instant::now();
                 }
                 self.pending.insert(key, id);
-                self.service.moved_on.notify_waiters();
+                self.service.runners.moved_on.notify_waiters();
                 self.service.announce(self.task_id, self.session).await;
                 self.hand_over_if_early().await;
             }
@@ -534,14 +534,17 @@ impl Call<'_> {
     /// Within the promotion budget a question goes to the caller as MRTR: an
     /// `InputRequiredResult` whose retry resumes this call, which stays open.
     async fn hand_over_if_early(&self) {
-        if !self.service.early_input_waiting(self.task_id) {
+        if !self.service.runners.early_input_waiting(self.task_id) {
             return;
         }
         let result = super::mrtr_bridge::MrtrBridge::new(self.service.clone())
             .early_input_result(self.task_id, self.principal, &self.digest)
             .await;
         if let Some(result) = result
-            && self.service.hand_over_early_input(self.task_id, &result)
+            && self
+                .service
+                .runners
+                .hand_over_early_input(self.task_id, &result)
         {
             tracing::info!("input required within the promotion budget; asked as MRTR");
         }

@@ -97,8 +97,8 @@ impl Takeovers {
     pub async fn drain(&self, limit: Duration, peers_alive: bool) -> bool {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
-            let ended = self.tasks.runner_ended.notified();
-            let running = self.tasks.lock_runners().len();
+            let ended = self.tasks.runners.ended.notified();
+            let running = self.tasks.runners.count();
             if running == 0 {
                 return false;
             }
@@ -107,12 +107,7 @@ impl Takeovers {
                 break;
             }
         }
-        let left: Vec<(String, String)> = self
-            .tasks
-            .lock_runners()
-            .iter()
-            .map(|(id, runner)| (id.clone(), runner.principal.clone()))
-            .collect();
+        let left = self.tasks.runners.tasks();
         let mut handed_over = 0;
         let mut failed = Vec::new();
         for (task_id, principal) in left {
@@ -123,7 +118,7 @@ impl Takeovers {
             }
         }
         // Every runner stops here: none may write once another instance runs its task.
-        self.tasks.stop_runners(|_| true).await;
+        self.tasks.runners.stop(|_| true).await;
         if handed_over == 0 {
             tracing::warn!(
                 count = failed.len(),
@@ -256,12 +251,7 @@ impl Takeovers {
     /// After this instance's lease had lapsed: stops the runners of tasks that another
     /// instance took over (or failed) meanwhile, so that only the new owner writes.
     async fn lease_regained(&self) {
-        let running: Vec<(String, String)> = self
-            .tasks
-            .lock_runners()
-            .iter()
-            .map(|(id, runner)| (id.clone(), runner.principal.clone()))
-            .collect();
+        let running = self.tasks.runners.tasks();
         let mut moved = std::collections::HashSet::new();
         for (task_id, principal) in running {
             match self.tasks.store.get(&task_id, &principal).await {
@@ -278,7 +268,8 @@ impl Takeovers {
                 "stopping the runners of tasks other instances took over while this one was cut off"
             );
             self.tasks
-                .stop_runners(|task_id| moved.contains(task_id))
+                .runners
+                .stop(|task_id| moved.contains(task_id))
                 .await;
         }
     }

@@ -251,7 +251,7 @@ impl MrtrBridge {
         let mut pause = POLL_FIRST;
         loop {
             // Armed before the read, so a change right after it is not missed.
-            let moved_on = self.tasks.moved_on.notified();
+            let moved_on = self.tasks.runners.moved_on.notified();
             tokio::pin!(moved_on);
             moved_on.as_mut().enable();
             let record = self.held_record(task_id, owner).await?;

@@ -173,7 +173,10 @@ impl RoundAnswers for TaskAnswers<'_> {
         let service = self.service;
         // Input needed before the task is promoted goes to the client as it is (the
         // spec resolves such rounds synchronously, before CreateTaskResult).
-        if service.hand_over_early_input(self.task_id, round.result) {
+        if service
+            .runners
+            .hand_over_early_input(self.task_id, round.result)
+        {
             tracing::info!("input required within the promotion budget; answered inline");
             return Err(Halt::Ended);
         }

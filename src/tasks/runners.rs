@@ -1,0 +1,133 @@
+//! The runners on this instance: how each is reached while it runs (wake it, stop it),
+//! whose call it runs, and the callers still waiting within the promotion budget for a
+//! task's first question.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::{Notify, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::store::WAKE_ALL;
+
+/// How long stopping runners waits for them to end.
+const STOP_WAIT: Duration = Duration::from_secs(5);
+
+/// How a runner is reached while it runs.
+pub(super) struct RunnerHandle {
+    pub wake: Arc<Notify>,
+    pub stop: CancellationToken,
+    pub principal: String,
+}
+
+#[derive(Default)]
+pub(super) struct Runners {
+    running: Mutex<HashMap<String, RunnerHandle>>,
+    /// Signalled whenever a runner ends, for draining at shutdown.
+    pub ended: Notify,
+    /// Signalled when a runner here asked for input or ended: a retry waiting on this
+    /// instance for a held call's next round looks again at once instead of at its next
+    /// poll.
+    pub moved_on: Notify,
+    /// Tasks whose creator still waits within the promotion budget: input the upstream
+    /// asks for goes to that caller as the call's answer, and no task is kept.
+    early_input: Mutex<HashMap<String, oneshot::Sender<Value>>>,
+}
+
+impl Runners {
+    pub fn insert(&self, task_id: &str, handle: RunnerHandle) {
+        self.lock().insert(task_id.to_owned(), handle);
+    }
+
+    /// The runner of `task_id` ended.
+    pub fn remove(&self, task_id: &str) {
+        self.lock().remove(task_id);
+        self.ended.notify_waiters();
+    }
+
+    pub fn count(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// The task ids and principals of the runners here.
+    pub fn tasks(&self) -> Vec<(String, String)> {
+        self.lock()
+            .iter()
+            .map(|(id, runner)| (id.clone(), runner.principal.clone()))
+            .collect()
+    }
+
+    /// Wakes the runner of `task_id` (every runner for `WAKE_ALL`) to look at its task.
+    pub fn wake(&self, task_id: &str) {
+        let running = self.lock();
+        if task_id == WAKE_ALL {
+            running.values().for_each(|runner| runner.wake.notify_one());
+        } else if let Some(runner) = running.get(task_id) {
+            runner.wake.notify_one();
+        }
+    }
+
+    /// Stops the runners `which` picks, without recording anything, and waits (briefly)
+    /// for them to end: their tasks are, or are about to be, another instance's.
+    pub async fn stop(&self, which: impl Fn(&str) -> bool) {
+        let stopped: Vec<String> = self
+            .lock()
+            .iter()
+            .filter(|(task_id, _)| which(task_id))
+            .map(|(task_id, runner)| {
+                runner.stop.cancel();
+                task_id.clone()
+            })
+            .collect();
+        let deadline = tokio::time::Instant::now() + STOP_WAIT;
+        loop {
+            let ended = self.ended.notified();
+            let running = {
+                let running = self.lock();
+                stopped
+                    .iter()
+                    .filter(|id| running.contains_key(*id))
+                    .count()
+            };
+            if running == 0 || tokio::time::timeout_at(deadline, ended).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Registers a caller waiting within the promotion budget for `task_id`'s first
+    /// question; set up before the runner starts, so that its first question finds it.
+    pub fn expect_early_input(&self, task_id: &str) -> oneshot::Receiver<Value> {
+        let (tx, rx) = oneshot::channel();
+        self.lock_early_input().insert(task_id.to_owned(), tx);
+        rx
+    }
+
+    /// The waiting caller gave up (or got its answer); `true` if it was still there.
+    pub fn withdraw_early_input(&self, task_id: &str) -> bool {
+        self.lock_early_input().remove(task_id).is_some()
+    }
+
+    /// Gives an `InputRequiredResult` to the caller still waiting within the promotion
+    /// budget; `false` when nobody waits any more (the task was promoted).
+    pub fn hand_over_early_input(&self, task_id: &str, result: &Value) -> bool {
+        self.lock_early_input()
+            .remove(task_id)
+            .is_some_and(|waiting| waiting.send(result.clone()).is_ok())
+    }
+
+    /// Whether the task's creator still waits within the promotion budget.
+    pub fn early_input_waiting(&self, task_id: &str) -> bool {
+        self.lock_early_input().contains_key(task_id)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, RunnerHandle>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_early_input(&self) -> MutexGuard<'_, HashMap<String, oneshot::Sender<Value>>> {
+        self.early_input.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
