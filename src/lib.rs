@@ -101,13 +101,14 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         admin::serve(listener, metrics, api);
     }
     let closing = tokio_util::sync::CancellationToken::new();
+    let edge = server::Edge::from_config(&config, &client)?;
     let gateway = Arc::new(server::Gateway::new(
         &config,
         client,
         upstream.clone(),
         tasks.clone(),
         closing.clone(),
-        server::Edge::from_config(&config)?,
+        edge,
     ));
     let store_kind = match settings::redis_target(&config) {
         None => "memory",

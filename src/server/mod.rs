@@ -11,7 +11,6 @@ mod stateless;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::request::Parts;
 use http::{HeaderMap, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
@@ -35,8 +34,11 @@ use reply::Body;
 use mtg_protocol::names::header::MCP_SESSION_ID as SESSION_HEADER;
 use mtg_protocol::names::{self, SESSION_VERSIONS, STATELESS_VERSION};
 
-/// Everything a request handler needs, built once at start.
+/// Everything a request handler needs, built once at start: the edge every request
+/// passes, and the services behind it.
 pub struct Gateway {
+    /// The checks of every `/mcp` request and what they need (`edge`).
+    pub edge: Edge,
     pub client: HttpClient,
     /// Opens each client connection's [`PinnedConn`] to the upstream.
     pinned_connector: Connector,
@@ -49,18 +51,6 @@ pub struct Gateway {
     pub followers: Followers,
     pub policies: Policies,
     pub upstream_timeout: Option<Duration>,
-    max_body_bytes: usize,
-    strict_headers: bool,
-    identity_header: Option<http::HeaderName>,
-    /// Bearer JWT validation (`--auth-jwt-issuer`), if on.
-    auth: Option<Arc<crate::auth::Authenticator>>,
-    /// What goes upstream as `Authorization` (`--upstream-credential`).
-    upstream_credential: crate::auth::UpstreamCredential,
-    /// `--max-task-requests-per-second`, if set.
-    task_rate: Option<edge::task_rate::TaskRequestRate>,
-    /// The TLS listener's acceptor (`--tls-cert`), if on.
-    tls: Option<edge::tls::Acceptor>,
-    allowed_origins: Vec<String>,
     check_upstream_readiness: bool,
     /// Session clients whose upstream has no sessions to pass them through to.
     sessions: Arc<session::served::GatewaySessions>,
@@ -78,13 +68,8 @@ impl Gateway {
         closing: tokio_util::sync::CancellationToken,
         edge: Edge,
     ) -> Self {
-        let auth = crate::settings::auth(config)
-            .map(|settings| Arc::new(crate::auth::Authenticator::new(settings, client.clone())));
         Self {
-            auth,
-            upstream_credential: edge.upstream_credential,
-            tls: edge.tls,
-            task_rate: edge::task_rate::TaskRequestRate::new(config.max_task_requests_per_second),
+            edge,
             closing,
             client,
             pinned_connector: crate::http_client::pinned_connector(),
@@ -95,40 +80,11 @@ impl Gateway {
             tasks,
             policies: crate::settings::policies(config),
             upstream_timeout: config.upstream_timeout(),
-            max_body_bytes: config.max_body_bytes,
-            strict_headers: !config.lenient_headers,
-            identity_header: config.identity_header.clone(),
-            allowed_origins: config.allowed_origins.clone(),
             check_upstream_readiness: !config.readyz_skip_upstream,
             sessions: session::served::GatewaySessions::start(session::served::SessionLimits {
                 idle_timeout: Duration::from_millis(config.session_idle_timeout_ms),
                 max_sessions: usize::try_from(config.max_sessions).unwrap_or(usize::MAX),
             }),
-        }
-    }
-
-    /// The refusal of a `tasks/*` request over its caller's rate, if any; `principal` is
-    /// asked only then.
-    fn limit_task_request(
-        &self,
-        principal: impl FnOnce() -> String,
-        method: &str,
-        id: &Value,
-    ) -> Option<Response<Body>> {
-        let rate = self.task_rate.as_ref()?;
-        if !method.starts_with("tasks/") {
-            return None;
-        }
-        rate.check(&principal(), Some(id))
-    }
-
-    /// Who is calling (`edge::authn::admit` decided it): the token's subject, the configured
-    /// identity header, else a hash of the credentials. Tasks and gateway-served
-    /// sessions are bound to it.
-    fn principal(&self, parts: &Parts) -> String {
-        match parts.extensions.get::<edge::authn::Caller>() {
-            Some(caller) => caller.principal.clone(),
-            None => edge::principal(&parts.headers, self.identity_header.as_ref()),
         }
     }
 }
@@ -199,7 +155,7 @@ async fn mcp_endpoint(
     method: &mut String,
 ) -> Response<Body> {
     if let Some(origin) = request.headers().get(header::ORIGIN)
-        && !edge::origin_allowed(origin, &gateway.allowed_origins)
+        && !gateway.edge.origin_allowed(origin)
     {
         return reply::error_with_status(
             StatusCode::FORBIDDEN,
@@ -211,7 +167,10 @@ async fn mcp_endpoint(
     if let Some(refusal) = edge::authn::admit(gateway, &mut parts).await {
         return refusal;
     }
-    let body = match Limited::new(body, gateway.max_body_bytes).collect().await {
+    let body = match Limited::new(body, gateway.edge.max_body_bytes)
+        .collect()
+        .await
+    {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             let mut response = reply::error_with_status(
@@ -220,7 +179,7 @@ async fn mcp_endpoint(
                     code::INVALID_REQUEST,
                     format!(
                         "request body exceeds the limit of {} bytes",
-                        gateway.max_body_bytes
+                        gateway.edge.max_body_bytes
                     ),
                 ),
             );
@@ -266,7 +225,10 @@ async fn mcp_endpoint(
         return refusal;
     }
     if let Message::Request { id, method: m, .. } = &message
-        && let Some(refusal) = gateway.limit_task_request(|| gateway.principal(&parts), m, id)
+        && let Some(refusal) =
+            gateway
+                .edge
+                .limit_task_request(|| gateway.edge.principal(&parts), m, id)
     {
         return refusal;
     }

@@ -14,27 +14,43 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderMap, header};
+use http::request::Parts;
+use http::{HeaderMap, Response, header};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
+use serde_json::Value;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
+use crate::http_client::HttpClient;
+use crate::server::reply::Body;
 use crate::server::{Gateway, route};
 use crate::upstream::pinned::{self, PinnedConn};
 
 /// How long in-flight requests may take to finish after shutdown begins.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
-/// What the front needs from files named in the config, read (and checked) at start.
+/// What every `/mcp` request passes before a handler sees it, built at start (the files
+/// the config names are read and checked then).
 pub struct Edge {
+    /// Bearer JWT validation (`--auth-jwt-issuer`), if on.
+    pub auth: Option<Arc<crate::auth::Authenticator>>,
+    /// What goes upstream as `Authorization` (`--upstream-credential`).
     pub upstream_credential: crate::auth::UpstreamCredential,
+    /// The TLS listener's acceptor (`--tls-cert`), if on.
     pub tls: Option<tls::Acceptor>,
+    /// `--max-task-requests-per-second`, if set.
+    task_rate: Option<task_rate::TaskRequestRate>,
+    allowed_origins: Vec<String>,
+    pub max_body_bytes: usize,
+    /// Whether the standard headers must match the body (not `--lenient-headers`).
+    pub strict_headers: bool,
+    identity_header: Option<http::HeaderName>,
 }
 
 impl Edge {
-    pub fn from_config(config: &Config) -> std::io::Result<Self> {
+    pub fn from_config(config: &Config, client: &HttpClient) -> std::io::Result<Self> {
         let tls = match (&config.tls_cert, &config.tls_key) {
             (Some(cert), Some(key)) => Some(
                 tls::Acceptor::start(tls::TlsFiles {
@@ -46,9 +62,47 @@ impl Edge {
             _ => None,
         };
         Ok(Self {
+            auth: crate::settings::auth(config).map(|settings| {
+                Arc::new(crate::auth::Authenticator::new(settings, client.clone()))
+            }),
             upstream_credential: crate::settings::upstream_credential(config)?,
             tls,
+            task_rate: task_rate::TaskRequestRate::new(config.max_task_requests_per_second),
+            allowed_origins: config.allowed_origins.clone(),
+            max_body_bytes: config.max_body_bytes,
+            strict_headers: !config.lenient_headers,
+            identity_header: config.identity_header.clone(),
         })
+    }
+
+    /// The refusal of a `tasks/*` request over its caller's rate, if any; `principal` is
+    /// asked only then.
+    pub fn limit_task_request(
+        &self,
+        principal: impl FnOnce() -> String,
+        method: &str,
+        id: &Value,
+    ) -> Option<Response<Body>> {
+        let rate = self.task_rate.as_ref()?;
+        if !method.starts_with("tasks/") {
+            return None;
+        }
+        rate.check(&principal(), Some(id))
+    }
+
+    /// Who is calling (`edge::authn::admit` decided it): the token's subject, the configured
+    /// identity header, else a hash of the credentials. Tasks and gateway-served
+    /// sessions are bound to it.
+    pub fn principal(&self, parts: &Parts) -> String {
+        match parts.extensions.get::<authn::Caller>() {
+            Some(caller) => caller.principal.clone(),
+            None => principal(&parts.headers, self.identity_header.as_ref()),
+        }
+    }
+
+    /// Whether a browser's `Origin` may call.
+    pub fn origin_allowed(&self, origin: &http::HeaderValue) -> bool {
+        origin_allowed(origin, &self.allowed_origins)
     }
 }
 
@@ -69,7 +123,7 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let tls = gateway.tls.clone();
+        let tls = gateway.edge.tls.clone();
         let gateway = gateway.clone();
         let pinned = Arc::new(PinnedConn::new(
             gateway.pinned_connector.clone(),

@@ -50,7 +50,7 @@ pub async fn serve(gateway: &Gateway, parts: &Parts, message: Message) -> Respon
         &method,
         params.as_ref(),
         STATELESS_VERSION,
-        gateway.strict_headers,
+        gateway.edge.strict_headers,
     ) {
         return reply::error(Some(&id), &error);
     }
@@ -63,7 +63,7 @@ pub async fn serve(gateway: &Gateway, parts: &Parts, message: Message) -> Respon
             )),
         );
     }
-    let principal = gateway.principal(parts);
+    let principal = gateway.edge.principal(parts);
     let request = Request {
         id,
         method,
@@ -170,7 +170,7 @@ async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
             &request.parts.headers,
             &annotations,
             params.and_then(|p| p.get("arguments")),
-            gateway.strict_headers,
+            gateway.edge.strict_headers,
         )?;
     }
     let declared = meta::declares_tasks(params);

@@ -63,7 +63,7 @@ impl GatewaySessions {
     }
 
     pub async fn serve(&self, gateway: &Gateway, parts: &Parts, body: Bytes) -> Response<Body> {
-        let principal = gateway.principal(parts);
+        let principal = gateway.edge.principal(parts);
         let session_id = parts
             .headers
             .get(SESSION_HEADER)

@@ -106,7 +106,7 @@ pub async fn serve(
         None => parts.headers.remove(MCP_SESSION_ID),
     };
     if parts.method == Method::GET {
-        let principal = gateway.principal(&parts);
+        let principal = gateway.edge.principal(&parts);
         let upstream = forward(&gateway.client, pinned, url, parts, body).await;
         let upstream = if push::is_event_stream(&upstream) {
             Some(upstream)
@@ -192,7 +192,7 @@ fn task_session(
         }),
         capabilities: Map::new(),
         auth: parts.headers.get(header::AUTHORIZATION).cloned(),
-        principal: gateway.principal(parts),
+        principal: gateway.edge.principal(parts),
         modes,
     }
 }

@@ -60,7 +60,9 @@ pub async fn handle(gateway: &Gateway, session: &TaskSession, message: &Message)
             params,
         } => {
             if let Some(refusal) =
-                gateway.limit_task_request(|| session.principal.clone(), name, id)
+                gateway
+                    .edge
+                    .limit_task_request(|| session.principal.clone(), name, id)
             {
                 return Handled::Reply(refusal);
             }
