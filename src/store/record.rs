@@ -1,6 +1,6 @@
 //! The task record and the transition rules, written in Rust for the memory store. The
 //! Redis store applies the same rules as Lua scripts (`lua/`); the contract tests
-//! (`contract/`) hold both to them.
+//! (`contract_tests/`) hold both to them.
 
 use std::collections::BTreeMap;
 

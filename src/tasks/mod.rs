@@ -360,7 +360,7 @@ impl TaskService {
         };
         // A 2026 upstream's own round: the client's retry is a new call, so this task
         // goes. A question of a call still open (session or stdio upstream) keeps it:
-        // the retry resumes the call (`held`).
+        // the retry resumes the call (`mrtr_bridge`).
         if !mrtr_bridge::carries_gateway_state(&input)
             && let Err(e) = self.store.delete(task_id).await
         {

@@ -256,11 +256,11 @@ impl RoundTrip for TaskTrip<'_> {
         let mut params = params;
         let held = self.held.take();
         let stops = self.stops();
-        let native = held.is_none()
+        let upstream_task = held.is_none()
             && stops
                 .race(Box::pin(self.own_task_only(&caller, &params)))
                 .await?;
-        if native && let Some(object) = params.as_object_mut() {
+        if upstream_task && let Some(object) = params.as_object_mut() {
             object.insert("task".into(), json!({}));
         }
         let (exchange, pending, later) = match held {
@@ -290,7 +290,7 @@ impl RoundTrip for TaskTrip<'_> {
             exchange,
             pending,
             waiting_since: Instant::now(),
-            native: native.then(NativeTask::default),
+            own_task: upstream_task.then(UpstreamTask::default),
             caller,
             recheck_at: None,
         };
@@ -353,7 +353,7 @@ impl TaskTrip<'_> {
         }
     }
 
-    /// Whether the upstream runs this tool only as a task of its own (`native`).
+    /// Whether the upstream runs this tool only as a task of its own (`upstream_tasks`).
     async fn own_task_only(&self, caller: &Caller<'_>, params: &Value) -> bool {
         let Some(tool) = params.get("name").and_then(Value::as_str) else {
             return false;
@@ -365,10 +365,10 @@ impl TaskTrip<'_> {
     }
 }
 
-/// An upstream task the call created (`native`): the upstream's task id once it
+/// An upstream task the call created (`upstream_tasks`): the upstream's task id once it
 /// answered, and whether its `tasks/result` is the exchange now.
 #[derive(Default)]
-struct NativeTask {
+struct UpstreamTask {
     created: Option<String>,
     following: bool,
 }
@@ -388,8 +388,8 @@ struct Call<'a> {
     /// Binds an early `requestState` to the client's request.
     digest: String,
     /// The upstream's own task behind this call, for tools it runs only as tasks.
-    native: Option<NativeTask>,
-    /// Who the call is made for (the follow-up requests of a native task too).
+    own_task: Option<UpstreamTask>,
+    /// Who the call is made for (the follow-up requests of an upstream task too).
     caller: Caller<'a>,
     /// When to look at the task again because the store failed to answer the last look.
     recheck_at: Option<Instant>,
@@ -411,16 +411,16 @@ impl Call<'_> {
         };
         match event {
             UpstreamEvent::Response { id, outcome } if &id == self.exchange.request_id() => {
-                if let Some(native) = self.native.as_mut()
-                    && !native.following
+                if let Some(own) = self.own_task.as_mut()
+                    && !own.following
                     && let Ok(result) = &outcome
                     && let Some(upstream_task) = super::upstream_tasks::created_task_id(result)
                 {
                     // Not the result yet: the upstream's task, to follow.
-                    native.created = Some(upstream_task.to_owned());
+                    own.created = Some(upstream_task.to_owned());
                     return None;
                 }
-                let outcome = match (&self.native, outcome) {
+                let outcome = match (&self.own_task, outcome) {
                     (Some(_), Ok(result)) => {
                         Ok(super::upstream_tasks::without_upstream_task(result))
                     }
@@ -589,7 +589,7 @@ impl Call<'_> {
         if let Err(e) = self.exchange.cancel(reason).await {
             tracing::warn!(error = %e, "could not send notifications/cancelled upstream");
         }
-        if let Some(upstream_task) = self.native.as_ref().and_then(|n| n.created.as_deref()) {
+        if let Some(upstream_task) = self.own_task.as_ref().and_then(|n| n.created.as_deref()) {
             let params = json!({ "taskId": upstream_task });
             let cancelled = crate::upstream::forward::forward(
                 self.service.upstream.as_ref(),
@@ -608,13 +608,13 @@ impl Call<'_> {
     /// Once the upstream answered with its own task, the call goes on as that task's
     /// `tasks/result`, which delivers its input requests and ends with the result.
     async fn follow_upstream_task(&mut self, stops: &Stops<'_>) -> Result<(), Halt> {
-        let Some(native) = self.native.as_mut() else {
+        let Some(own) = self.own_task.as_mut() else {
             return Ok(());
         };
-        let Some(upstream_task) = native.created.clone().filter(|_| !native.following) else {
+        let Some(upstream_task) = own.created.clone().filter(|_| !own.following) else {
             return Ok(());
         };
-        native.following = true;
+        own.following = true;
         tracing::info!(upstream_task, "following the upstream's own task");
         let opening = self.service.upstream.open_call(
             &self.caller,

@@ -22,7 +22,7 @@ pub(super) struct Held {
 
 /// Where a runner starts the task's call.
 pub(super) enum Start {
-    /// A new task: the call as its client made it, or a call already open (`held`).
+    /// A new task: the call as its client made it, or a call already open (`mrtr_bridge`).
     New(Option<Held>),
     /// A task taken over from an instance that is gone (`takeover`): from the round
     /// it was in on a 2026-07-28 upstream, else from the start.

@@ -112,7 +112,7 @@ pub async fn handle(gateway: &Gateway, request: Request<'_>) -> Response<Body> {
             .await
             .map(Answer::Stream)
         }
-        _ => bridged(gateway, request).await,
+        _ => forward(gateway, request).await,
     };
     match outcome {
         Ok(Answer::Json(body)) => reply::json(http::StatusCode::OK, body),
@@ -155,7 +155,7 @@ async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
     };
     // A retry of a call asked within the promotion budget, or of a held call.
     if crate::tasks::mrtr_bridge::resumes_held_call(params) {
-        return bridged(gateway, request).await;
+        return forward(gateway, request).await;
     }
     // The client must mirror the arguments the tool annotates (SEP-2243); a load
     // balancer may have routed on those headers.
@@ -180,7 +180,7 @@ async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
             format!("tool {tool:?} runs only as a task: declare the io.modelcontextprotocol/tasks extension"),
         )
         .with_data(wire::missing_tasks_capability_data())),
-        CallPlan::Inline => bridged(gateway, request).await,
+        CallPlan::Inline => forward(gateway, request).await,
         CallPlan::Task => {
             let params = upstream_params(request.params.unwrap_or_default());
             let call = ToolCall {
@@ -239,8 +239,8 @@ async fn tasks_method(gateway: &Gateway, request: &Request<'_>) -> Outcome {
     }
 }
 
-/// Forwards a request the gateway does not own to the upstream (`bridged.rs`).
-async fn bridged(gateway: &Gateway, request: Request<'_>) -> Outcome {
+/// Forwards a request the gateway does not own to the upstream (`forwarded.rs`).
+async fn forward(gateway: &Gateway, request: Request<'_>) -> Outcome {
     let (capabilities, auth) = caller_of(&request);
     let route = Route {
         upstream: gateway.upstream.clone(),

@@ -4,8 +4,8 @@
 //! session sends goes on as before (`Handled::PassOn`).
 //!
 //! Both kinds of session come here: those passed through to a 2025-xx HTTP upstream
-//! (`passthrough.rs`: the session id is marked, the call runs in the client's own
-//! upstream session) and those the gateway serves itself (`server/sessions/`).
+//! (`marked.rs`: the session id is marked, the call runs in the client's own
+//! upstream session) and those the gateway serves itself (`server/session/served/`).
 
 pub mod marked;
 pub mod negotiate;

@@ -59,7 +59,7 @@ pub fn annotate_tools(result: &mut Value, policies: &Policies) {
             continue;
         };
         // A tool the upstream runs only as its own task cannot run inline through the
-        // gateway either (the gateway follows the upstream's task, `tasks::native`).
+        // gateway either (the gateway follows the upstream's task, `tasks::upstream_tasks`).
         let upstream_requires = tool
             .pointer("/execution/taskSupport")
             .and_then(Value::as_str)
