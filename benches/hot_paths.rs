@@ -6,7 +6,7 @@
 //!   `serde_json::to_vec`, alone and wrapped in the JSON-RPC envelope),
 //! - validating the `Mcp-*` headers against the body (`protocol::headers::validate`).
 //!
-//! `cargo bench --bench hot_paths`; see BENCHMARKS.md.
+//! `cargo bench --bench hot_paths`; see docs/benchmarks.md.
 
 use mtg_protocol::names::STATELESS_VERSION;
 use std::hint::black_box;

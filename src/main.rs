@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use mcp_task_gateway::config::{Config, ConfigError};
 
 // glibc's malloc slows down once many tasks' allocations interleave with the requests'
-// (BENCHMARKS.md, run 6); jemalloc does not.
+// (docs/benchmarks.md, run 6); jemalloc does not.
 #[cfg(not(target_env = "msvc"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

@@ -12,7 +12,7 @@
 //! `redis-server` on a free port when a scenario needs one, and the gateway binary, each
 //! on 127.0.0.1 only, and kills them (by PID) when done. The load generator is one
 //! single-threaded tokio runtime with one hyper HTTP/1.1 connection per concurrent
-//! client. See BENCHMARKS.md for the scenarios and the figures.
+//! client. See docs/benchmarks.md for the scenarios and the figures.
 
 use std::path::PathBuf;
 use std::time::Duration;

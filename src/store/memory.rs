@@ -45,7 +45,7 @@ struct Tasks {
     by_principal: HashMap<String, BTreeSet<(u64, String)>>,
     /// By expiry (a task's `createdAt + ttlMs` never changes), so the sweep touches only
     /// what expired: scanning every task each second held the lock for milliseconds
-    /// once tens of thousands were kept (BENCHMARKS.md, run 8).
+    /// once tens of thousands were kept (docs/benchmarks.md, run 8).
     by_expiry: BTreeSet<(u64, String)>,
 }
 

@@ -3,7 +3,7 @@
 //! The pooled client pays on every request for the pool: a checkout, and a task spawned
 //! to hand the connection back once the response body has been read (without them, a
 //! pass-through request at one connection made 2 fewer system calls and 1.2 fewer
-//! context switches, and took ~20 % less CPU; BENCHMARKS.md). A client's HTTP/1.1
+//! context switches, and took ~20 % less CPU; docs/benchmarks.md). A client's HTTP/1.1
 //! keep-alive connection sends one request at a time, so it can keep one upstream
 //! connection to itself instead, and hand it back from the response body's last frame.
 //! A request that finds the pinned connection busy (an HTTP/2 client's concurrent streams) is given

@@ -4,7 +4,7 @@
 //! A connection, its requests and their upstream exchanges then stay on one thread: no
 //! work stealing and no waking of another worker between a request and its answer. On
 //! the benchmark VM this took 15–30 % less CPU per proxied request than one
-//! work-stealing runtime over the same cores (BENCHMARKS.md). The first worker is
+//! work-stealing runtime over the same cores (docs/benchmarks.md). The first worker is
 //! the runtime the gateway started on, which also carries the background work (the
 //! store's connections, cluster membership, stdio upstreams); work a request starts
 //! (a task's runner) stays on that request's thread.
