@@ -1,15 +1,15 @@
 //! mcp-task-gateway: a reverse proxy that gives plain MCP servers the Tasks extension.
 //!
 //! Requests flow one way: `server` (HTTP) → `tasks` (task lifecycle) → `store` (task
-//! state) and `upstream` (the plain MCP server). `protocol` (MCP shapes, names and rules)
-//! is a leaf every layer uses.
+//! state) and `upstream` (the plain MCP server). The `mtg_protocol` crate (MCP shapes,
+//! names and rules) is a leaf every layer uses.
 
 // A panic in a request or a runner is a bug; unit tests may unwrap. (unsafe_code is
 // denied in Cargo.toml's [lints].)
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod admin;
-pub mod auth;
+mod auth;
 mod cluster;
 pub mod config;
 mod http_client;

@@ -26,7 +26,7 @@ fn main() -> ExitCode {
         }
     };
     let _tracing = mcp_task_gateway::telemetry::traces::init(&config.log_format);
-    // The first worker thread; `run` starts the others (`server::workers`).
+    // The first worker thread; `run` starts the others (`server::edge::workers`).
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -249,7 +249,7 @@ async fn mcp_endpoint(
     }
 }
 
-/// Which generation of client sent a request (`protocol::names` explains the two).
+/// Which generation of client sent a request (`mtg_protocol::names` explains the two).
 enum Era {
     Session,
     Stateless,

@@ -2,7 +2,7 @@
 //! or in the 2025-11-25 dialect's.
 //!
 //! This lives in the task layer, not in the store (which keeps records and nothing a
-//! client reads) nor in `protocol::wire` (a leaf every layer uses, which must not know
+//! client reads) nor in `mtg_protocol::wire` (a leaf every layer uses, which must not know
 //! the store's record). One record, two dialects.
 
 use serde_json::Value;

@@ -8,7 +8,7 @@
 //!   cancels the call upstream.
 //! - When the upstream asks for input (a session or stdio upstream's elicitation,
 //!   sampling or roots request) in `tools/call`, `prompts/get` or `resources/read`, the
-//!   call is held (`tasks::held`) and the client gets an `InputRequiredResult`; its retry
+//!   call is held (`tasks::mrtr_bridge`) and the client gets an `InputRequiredResult`; its retry
 //!   resumes the held call.
 
 use std::sync::Arc;

@@ -1,5 +1,5 @@
 //! MRTR rounds of a task on a 2026-07-28 upstream, as answered through the task (the
-//! rounds themselves are driven by `upstream::rounds`). The upstream's
+//! rounds themselves are driven by `driver`). The upstream's
 //! `InputRequiredResult` becomes the task's `inputRequests`, under task keys
 //! (`input-<n>`) that stay unique over the task's lifetime; once every key of the round
 //! is answered, the answers go back under the upstream's keys.

@@ -5,7 +5,7 @@
 //! notifications and requests on the call's stream go to the client as they come (under
 //! ids of the session's own, mapped back when the client POSTs its answer), and a
 //! 2026-07-28 upstream's MRTR rounds become such requests too, driven by
-//! `upstream::rounds`. Every other request gets its answer as JSON.
+//! `tasks::upstream_mrtr::driver`. Every other request gets its answer as JSON.
 
 use mtg_protocol::names::method;
 use std::future::Future;
