@@ -126,7 +126,8 @@ fn main() -> ExitCode {
 
 async fn run(args: Args) -> Result<bool, String> {
     let gateway_bin = PathBuf::from(env!("CARGO_BIN_EXE_mcp-task-gateway"));
-    let (mut upstream, upstream_url) = test_support::bench::example(&gateway_bin, "plain_server");
+    let (mut upstream, upstream_url) =
+        test_support::bench::fixture_server(&gateway_bin, "plain_server");
     let log = log_path()?;
     let (mut gateway, url) = start_gateway(&gateway_bin, &upstream_url, &args, &log)?;
     let addr = socket_addr(&url)?;

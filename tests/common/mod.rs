@@ -35,60 +35,27 @@ pub fn wait_for_port(port: u16) {
     test_support::wait_for_port(port, DEADLINE).unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// The fixture binary. `cargo test` and `cargo nextest run` build examples with the
-/// tests; building it from here only when it is missing avoids rebuilding the
-/// dependencies with another feature set on every run.
+/// The fixture upstream `plain_server` (`crates/fixture-servers`), once per process.
 fn plain_server_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| example_binary("plain_server"))
+    BIN.get_or_init(|| fixture_binary("plain_server"))
 }
 
-/// Builds `examples/<name>.rs` if needed; returns the binary's path.
-fn example_binary(name: &str) -> PathBuf {
+/// The fixture server `name` of `crates/fixture-servers`, built in the tests' profile when
+/// missing or stale (cargo builds only this package's targets for its tests); its path.
+fn fixture_binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<test binary>
     let profile_dir = exe.parent().unwrap().parent().unwrap();
-    let bin = profile_dir.join("examples").join(name);
-    // `cargo test` and `cargo nextest run` build examples with the tests.
-    if bin.exists() {
-        return bin;
-    }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut command = Command::new(cargo);
-    // Cargo gives tests the package's CARGO_PKG_*/CARGO_MANIFEST_* variables; ring's
-    // build script tracks some, so passing them on would rebuild half the dependency
-    // tree twice per test run (here, then again in the next plain `cargo build`).
-    for (key, _) in std::env::vars_os() {
-        let key = key.to_string_lossy();
-        if [
-            "CARGO_PKG_",
-            "CARGO_MANIFEST_",
-            "CARGO_CRATE_",
-            "CARGO_BIN_",
-            "CARGO_PRIMARY_",
-            "CARGO_TARGET_TMPDIR",
-        ]
-        .iter()
-        .any(|prefix| key.starts_with(prefix))
-        {
-            command.env_remove(key.as_ref());
-        }
-    }
-    let status = command
-        .args(["build", "--example", name])
-        .current_dir(repo_root())
-        .status()
-        .unwrap_or_else(|e| panic!("cargo build --example {name}: {e}"));
-    assert!(status.success(), "building the fixture {name} failed");
-    assert!(bin.exists(), "fixture not found at {}", bin.display());
-    bin
+    test_support::build::fixture(profile_dir, name)
 }
 
-/// Starts `examples/plain_server`; returns it and its `/mcp` URL.
+/// Starts the fixture `plain_server`; returns it and its `/mcp` URL.
 pub fn start_plain_server() -> (Proc, String) {
     start_plain_server_at("127.0.0.1:0")
 }
 
-/// Starts `examples/plain_server` on `listen` (e.g. again on the port of one stopped).
+/// Starts the fixture `plain_server` on `listen` (e.g. again on the port of one stopped).
 pub fn start_plain_server_at(listen: &str) -> (Proc, String) {
     let mut command = Command::new(plain_server_binary());
     command.args(["--listen", listen]);
@@ -404,7 +371,7 @@ pub fn first_text(result: &Value) -> &str {
         .unwrap_or_else(|| panic!("no text content: {result}"))
 }
 
-/// The fixture upstream's counters (`examples/plain_server`, `GET /stats`).
+/// The fixture upstream's counters (`plain_server`, `GET /stats`).
 pub async fn upstream_stats(upstream_url: &str) -> Value {
     let url = upstream_url.replace("/mcp", "/stats");
     reqwest::get(url).await.unwrap().json().await.unwrap()

@@ -1,6 +1,7 @@
 //! 2026-07-28 upstreams that ask for input with MRTR: the Python `mcp` SDK server
-//! (`tests/fixtures/mrtr_server.py`) and the rmcp one (`examples/mrtr_server.rs`). Both
-//! have the same tools and a `GET /stats` counting the tool calls they received.
+//! (`tests/fixtures/mrtr_server.py`) and the rmcp one (`mrtr_server` of
+//! `crates/fixture-servers`). Both have the same tools and a `GET /stats` counting the
+//! tool calls they received.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -8,7 +9,7 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-use super::{Proc, example_binary, repo_root, spawn_announcing};
+use super::{Proc, fixture_binary, repo_root, spawn_announcing};
 
 /// Which SDK the upstream is written with.
 #[derive(Debug, Clone, Copy)]
@@ -35,7 +36,7 @@ impl MrtrUpstream {
             }
             Self::Rmcp => {
                 static BIN: OnceLock<PathBuf> = OnceLock::new();
-                let bin = BIN.get_or_init(|| example_binary("mrtr_server"));
+                let bin = BIN.get_or_init(|| fixture_binary("mrtr_server"));
                 let mut command = Command::new(bin);
                 command.args(["--listen", &format!("127.0.0.1:{port}")]);
                 spawn_announcing("mrtr_server", command)

@@ -3,7 +3,7 @@
 //! sessions, no tasks of its own.
 //!
 //! ```text
-//! cargo run --example mrtr_server -- [--listen 127.0.0.1:0]
+//! cargo run --release -p fixture-servers --bin mrtr_server -- [--listen 127.0.0.1:0]
 //! ```
 //!
 //! Prints `listening on http://127.0.0.1:PORT/mcp` once it accepts connections.

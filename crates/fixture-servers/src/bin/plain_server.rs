@@ -5,7 +5,7 @@
 //! `StreamableHTTPServerTransport`. The gateway under test proxies it.
 //!
 //! ```text
-//! cargo run --example plain_server -- --listen 127.0.0.1:0 [--request-timeout-secs 60]
+//! cargo run --release -p fixture-servers --bin plain_server -- --listen 127.0.0.1:9000 [--request-timeout-secs 60]
 //! ```
 //!
 //! On start it prints exactly one line to stdout,
