@@ -1,4 +1,4 @@
-//! Every task flow through the gateway binary against `examples/plain_server`, a real
+//! Every task flow through the gateway binary against `plain_server`, a real
 //! 2025-11-25 stateful Streamable HTTP server without task support.
 
 mod common;

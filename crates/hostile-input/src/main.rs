@@ -1,5 +1,5 @@
-//! The hostile-input campaign (issue #20, `harness = false`): the gateway in front of the
-//! 2025-11-25 fixture (`examples/plain_server`) on loopback gets `--requests` malformed
+//! The hostile-input campaign (issue #20): the gateway in front of the 2025-11-25 fixture
+//! (`plain_server` of `crates/fixture-servers`) on loopback gets `--requests` malformed
 //! or mutated requests from `--concurrency` connections, and every answer is checked.
 //!
 //! What it sends, by class (weights per 10,000 in `CLASSES`):
@@ -24,8 +24,12 @@
 //! with an `Authorization` each leave behind (docs/security.md, "Findings").
 //!
 //! ```text
-//! cargo bench --bench hostile_input -- --requests 1000000
+//! cargo run --release -p hostile-input -- --requests 1000000
 //! ```
+//!
+//! The gateway binary and the fixture are built with cargo in this program's profile
+//! (release above); the gateway's log and the failing requests go to
+//! `target/tmp/hostile_input/`.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -61,7 +65,7 @@ const KEPT_FAILURES: usize = 20;
 
 #[derive(Parser, Debug)]
 #[command(
-    name = "hostile_input",
+    name = "hostile-input",
     about = "Malformed and mutated requests against the gateway"
 )]
 struct Args {
@@ -94,15 +98,10 @@ struct Args {
     /// probe shows whether the gateway ever lets them go.
     #[arg(long, default_value_t = 0)]
     spray: u64,
-    /// Optional name filter, as `cargo bench NAME` passes it.
-    filter: Option<String>,
 }
 
 fn main() -> ExitCode {
-    let Some(raw) = test_support::bench::bench_args() else {
-        return ExitCode::SUCCESS;
-    };
-    let args = Args::parse_from(raw);
+    let args = Args::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -118,14 +117,14 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
-            eprintln!("hostile_input: {e}");
+            eprintln!("hostile-input: {e}");
             ExitCode::FAILURE
         }
     }
 }
 
 async fn run(args: Args) -> Result<bool, String> {
-    let gateway_bin = PathBuf::from(env!("CARGO_BIN_EXE_mcp-task-gateway"));
+    let gateway_bin = gateway_binary()?;
     let (mut upstream, upstream_url) =
         test_support::bench::fixture_server(&gateway_bin, "plain_server");
     let log = log_path()?;
@@ -224,8 +223,27 @@ async fn final_checks(
 /// Warm-up requests are drawn from their own part of the index space.
 const WARMUP_BASE: u64 = 1 << 62;
 
+/// The gateway binary, built by cargo in this program's profile directory
+/// (`target/<profile>`, where cargo put this program).
+fn gateway_binary() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
+    let profile_dir = exe.parent().ok_or("own path has no directory")?;
+    Ok(test_support::build::cargo_build(
+        profile_dir,
+        "mcp-task-gateway",
+        "mcp-task-gateway",
+    ))
+}
+
+/// `target/tmp/hostile_input/gateway.log`: cargo's scratch directory for tests and
+/// benches (`CARGO_TARGET_TMPDIR`), where the campaign wrote when it was a bench.
 fn log_path() -> Result<PathBuf, String> {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("hostile_input");
+    let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
+    let target = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("own path is not target/<profile>/hostile-input")?;
+    let dir = target.join("tmp").join("hostile_input");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     Ok(dir.join("gateway.log"))
 }
