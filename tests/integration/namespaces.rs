@@ -3,12 +3,11 @@
 //! so X never sweeps, takes over, fails, shows, lists or cancels Y's tasks, even for a
 //! caller with the same Authorization, while X's own takeover works as before.
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use common::*;
+use crate::common;
+use crate::common::*;
 use serde_json::{Value, json};
 use test_support::RedisServer;
 

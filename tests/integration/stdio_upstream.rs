@@ -2,13 +2,11 @@
 //! `@modelcontextprotocol/server-everything` (a 2025-11-25 server) and
 //! `tests/fixtures/junk_stdio_server.py` (garbage on stdout; legacy or 2026-07-28).
 
-mod common;
-
 use std::time::Instant;
 
-use common::session::*;
-use common::stdio::*;
-use common::*;
+use crate::common::session::*;
+use crate::common::stdio::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 fn everything(extra: &[&str]) -> (StdioGateway, Client) {

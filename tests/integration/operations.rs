@@ -1,12 +1,10 @@
 //! Operations: Prometheus metrics for one task lifecycle, /readyz, SIGTERM draining,
 //! and the config file.
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 #[tokio::test]

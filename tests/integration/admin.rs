@@ -3,13 +3,12 @@
 //! cancelled through another). Calls without the token are refused, and the client port
 //! never serves the API.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use common::admin::listed_ids;
-use common::*;
+use crate::common;
+use crate::common::admin::listed_ids;
+use crate::common::*;
 use serde_json::{Value, json};
 use test_support::RedisServer;
 

@@ -7,10 +7,9 @@
 //! Each flow takes the gateway's extra arguments, so the same flows can run against
 //! other gateway setups (e.g. a shared store) by adding one line to the macro below.
 
-mod common;
-
-use common::mrtr::{LegacySession, MrtrUpstream, upstream_calls};
-use common::*;
+use crate::common::mrtr::{LegacySession, MrtrUpstream, upstream_calls};
+use crate::common::*;
+use crate::over_both_upstreams;
 use serde_json::{Value, json};
 
 /// The gateway in front of a fresh MRTR upstream, and a 2026-07-28 client of it.

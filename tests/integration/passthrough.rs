@@ -1,10 +1,8 @@
 //! Legacy (2025-11-25 session) clients pass through the gateway unchanged: initialize,
 //! SSE responses, server-to-client requests with the client's answers, GET and DELETE.
 
-mod common;
-
-use common::session::*;
-use common::*;
+use crate::common::session::*;
+use crate::common::*;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use sse_stream::SseStream;

@@ -2,11 +2,9 @@
 //! client that does not trust the CA fails, a task flows over it, and a renewed
 //! certificate (files replaced, as cert-manager does) is served without a restart.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use test_support::tls::{Issued, TestCa};
 

@@ -4,10 +4,9 @@
 //! `InputRequiredResult` through and rmcp retries itself) and as a 2025-11-25 session
 //! client (the gateway serves the session and turns the rounds into server requests).
 
-mod common;
-
-use common::mrtr::{MrtrUpstream, upstream_calls};
-use common::*;
+use crate::common::mrtr::{MrtrUpstream, upstream_calls};
+use crate::common::*;
+use crate::over_both_upstreams;
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
     ElicitationAction, ElicitationCapability, FormElicitationCapability, Implementation,

@@ -1,11 +1,9 @@
 //! The rmcp crate (3.x), an independent SEP-2663 client, drives tasks through the
 //! gateway: create → input_required → update → completed, and a cancel.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities,
     ClientConfig, ElicitResult, ElicitationAction, ElicitationCapability,

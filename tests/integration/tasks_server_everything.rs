@@ -2,10 +2,8 @@
 //! tests/package-lock.json), a 2025-11-25 server: every scenario written once and run
 //! over both of its transports, Streamable HTTP and stdio (the gateway starts it).
 
-mod common;
-
-use common::stdio::{everything_cmd, start_stdio_gateway};
-use common::*;
+use crate::common::stdio::{everything_cmd, start_stdio_gateway};
+use crate::common::*;
 use serde_json::json;
 
 #[derive(Clone, Copy)]

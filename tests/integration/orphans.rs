@@ -3,11 +3,9 @@
 //! the request cut short), on the memory store and on Redis. And a 2026-07-28 client's
 //! 2025-11-25 task markers never reach the upstream.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 use test_support::RedisServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

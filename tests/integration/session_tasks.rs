@@ -3,12 +3,11 @@
 //! code (tests/fixtures/ts_tasks_client.mjs), in front of plain upstreams that have no
 //! tasks of their own.
 
-mod common;
-
 use std::process::Command;
 
-use common::session::{SessionClient, read_messages};
-use common::*;
+use crate::common;
+use crate::common::session::{SessionClient, read_messages};
+use crate::common::*;
 use serde_json::{Value, json};
 
 /// Runs the TypeScript client with `steps` against `url`; every line it printed.
@@ -592,8 +591,8 @@ macro_rules! over_both_everything_transports {
         mod stdio {
             $(#[test]
             fn $scenario() {
-                let gateway = super::common::stdio::start_stdio_gateway(
-                    &super::common::stdio::everything_cmd(),
+                let gateway = crate::common::stdio::start_stdio_gateway(
+                    &crate::common::stdio::everything_cmd(),
                     &[],
                 );
                 super::$scenario(&gateway.url);

@@ -1,10 +1,9 @@
 //! `subscriptions/listen` for 2026-07-28 clients: `notifications/tasks` for the caller's
 //! tasks, each the task as `tasks/get` shows it, from whichever instance changed it.
 
-mod common;
-
-use common::mrtr::SseMessages;
-use common::*;
+use crate::common;
+use crate::common::mrtr::SseMessages;
+use crate::common::*;
 use serde_json::{Value, json};
 use test_support::RedisServer;
 

@@ -3,12 +3,10 @@
 //! does not answer (SIGSTOP). Every request during a failure either succeeds or gets
 //! -32603 "task store unavailable" within the store's time limit; nothing hangs.
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 use test_support::redis::SENTINEL_MASTER;
 use test_support::tls::TestCa;

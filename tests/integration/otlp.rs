@@ -1,12 +1,10 @@
 //! OpenTelemetry: spans reach an OTLP/HTTP receiver; the request span continues the
 //! client's W3C trace, and the task span links back to the request that created it.
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 
+use crate::common::*;
 use bytes::Bytes;
-use common::*;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};

@@ -1,9 +1,7 @@
 //! Bad input gets a clear JSON-RPC error with the right code (and HTTP status), and
 //! never takes the gateway down.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 fn setup(extra: &[&str]) -> (Proc, Proc, Client) {

@@ -1,13 +1,11 @@
 //! The 2025-xx client sessions the gateway serves itself (here in front of
 //! server-everything over stdio): idle expiry, the size limit, credential binding.
 
-mod common;
-
 use std::time::Duration;
 
-use common::session::*;
-use common::stdio::*;
-use common::*;
+use crate::common::session::*;
+use crate::common::stdio::*;
+use crate::common::*;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 

@@ -7,14 +7,12 @@
 //! principal's one running slot (`--max-running-tasks-per-principal 1`) must be free
 //! for the next call.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::session::{SessionClient, read_messages};
-use common::*;
+use crate::common::session::{SessionClient, read_messages};
+use crate::common::*;
 use serde_json::{Value, json};
 
 /// How soon after a stop the upstream must have heard of it.

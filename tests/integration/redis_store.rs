@@ -2,11 +2,9 @@
 //! any instance serves any follow-up, answers reach the upstream once, a lost owner's
 //! tasks fail within the lease timeout, and Redis outages are survived.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 use test_support::{RedisCluster, RedisServer};
 

@@ -1,9 +1,7 @@
 //! Every task flow through the gateway binary against `plain_server`, a real
 //! 2025-11-25 stateful Streamable HTTP server without task support.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 struct Setup {

@@ -4,14 +4,12 @@
 //! are taken over by a live instance and complete; the others fail as before; a call
 //! that loses every instance that runs it fails after `--max-takeovers`.
 
-mod common;
-
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::mrtr::{MrtrUpstream, upstream_calls};
-use common::*;
+use crate::common::mrtr::{MrtrUpstream, upstream_calls};
+use crate::common::*;
 use serde_json::{Value, json};
 use test_support::RedisServer;
 

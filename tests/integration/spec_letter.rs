@@ -2,9 +2,8 @@
 //! HTTP status of each refusal, TTLs no client could use, results that name the gateway,
 //! and work nobody can read any more stopped upstream.
 
-mod common;
-
-use common::*;
+use crate::common;
+use crate::common::*;
 use serde_json::{Value, json};
 
 fn setup(extra: &[&str]) -> (Proc, String, Proc, Client) {

@@ -2,9 +2,7 @@
 //! certificates of a test CA named by `--redis-ca-file`; without it the server's
 //! certificate is not trusted and the store reads as unavailable.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use test_support::RedisServer;
 use test_support::tls::TestCa;

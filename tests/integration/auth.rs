@@ -3,13 +3,11 @@
 //! `WWW-Authenticate`, RFC 9728 metadata, tasks bound to (issuer, subject), scopes per
 //! method, and what goes upstream as `Authorization`.
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 
+use crate::common::*;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use common::*;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use ring::rand::SystemRandom;
 use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, Ed25519KeyPair, KeyPair};

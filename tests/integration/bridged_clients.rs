@@ -3,14 +3,13 @@
 //! stream before the result, and closing that stream cancels the call upstream. The
 //! independent client is the Python SDK's (`mcp` 2.x, tests/requirements.txt).
 
-mod common;
-
 use std::process::Command;
 
-use common::mrtr::python;
-use common::session::read_messages;
-use common::stdio::{everything_cmd, start_stdio_gateway};
-use common::*;
+use crate::common;
+use crate::common::mrtr::python;
+use crate::common::session::read_messages;
+use crate::common::stdio::{everything_cmd, start_stdio_gateway};
+use crate::common::*;
 use serde_json::{Value, json};
 
 /// Runs tests/fixtures/python_client.py against `url`; what it saw, as JSON.
