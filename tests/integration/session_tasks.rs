@@ -10,6 +10,25 @@ use crate::common::session::{SessionClient, read_messages};
 use crate::common::*;
 use serde_json::{Value, json};
 
+/// What a test here runs against: a gateway with `flags` in front of `upstream` (a
+/// started server and its URL). Both stop when the guard is dropped, the gateway first.
+struct Running {
+    gateway: Proc,
+    _upstream: Proc,
+}
+
+/// Starts the gateway in front of `upstream`; the guard, the upstream's URL and the
+/// gateway's.
+fn in_front_of(upstream: (Proc, String), flags: &[&str]) -> (Running, String, String) {
+    let (upstream, upstream_url) = upstream;
+    let (gateway, url) = start_gateway(&upstream_url, flags);
+    let running = Running {
+        gateway,
+        _upstream: upstream,
+    };
+    (running, upstream_url, url)
+}
+
 /// Runs the TypeScript client with `steps` against `url`; every line it printed.
 fn ts_client(url: &str, steps: Value) -> Vec<Value> {
     ts_client_with(json!({"url": url, "steps": steps}))
@@ -57,9 +76,8 @@ fn all<'a>(lines: &'a [Value], key: &str) -> Vec<&'a Value> {
 
 #[test]
 fn the_client_learns_of_task_support_at_initialize_and_per_tool() {
-    let (_upstream, upstream_url) = start_plain_server();
-    let (_gateway, url) = start_gateway(
-        &upstream_url,
+    let (_running, _, url) = in_front_of(
+        start_plain_server(),
         &["--tool-policy", "sleep=required,echo=forbidden"],
     );
     let lines = ts_client(&url, json!([{"do": "listTools"}]));
@@ -75,8 +93,7 @@ fn the_client_learns_of_task_support_at_initialize_and_per_tool() {
 
 #[test]
 fn an_instant_tool_runs_as_a_task_and_its_result_comes_from_tasks_result() {
-    let (_upstream, upstream_url) = start_plain_server();
-    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let (_running, _, url) = in_front_of(start_plain_server(), &[]);
     let lines = ts_client(
         &url,
         json!([{"do": "callToolStream", "name": "echo", "arguments": {"text": "hi"}, "task": {"ttl": 60000}}]),
@@ -96,8 +113,7 @@ fn an_instant_tool_runs_as_a_task_and_its_result_comes_from_tasks_result() {
 
 #[test]
 fn a_slow_tool_reports_progress_in_the_task_status() {
-    let (_upstream, upstream_url) = start_plain_server();
-    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let (_running, _, url) = in_front_of(start_plain_server(), &[]);
     let lines = ts_client(
         &url,
         // Runs past the client's first poll (pollInterval 1 s): a completed task keeps no
@@ -120,8 +136,7 @@ fn a_slow_tool_reports_progress_in_the_task_status() {
 
 #[test]
 fn progress_reaches_the_clients_handler_under_its_own_token() {
-    let (_upstream, upstream_url) = start_plain_server();
-    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let (_running, _, url) = in_front_of(start_plain_server(), &[]);
     let lines = ts_client(
         &url,
         json!([{"do": "callToolStream", "name": "sleep", "arguments": {"ms": 1500, "steps": 3}, "task": {}, "progress": true}]),
@@ -138,8 +153,7 @@ fn progress_reaches_the_clients_handler_under_its_own_token() {
 
 #[test]
 fn an_elicitation_reaches_the_clients_handler_on_the_tasks_result_stream() {
-    let (_upstream, upstream_url) = start_plain_server();
-    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let (_running, _, url) = in_front_of(start_plain_server(), &[]);
     let lines = ts_client(
         &url,
         json!([{"do": "callToolStream", "name": "ask_name", "task": {}}]),
@@ -163,8 +177,7 @@ fn an_elicitation_reaches_the_clients_handler_on_the_tasks_result_stream() {
 
 #[test]
 fn sampling_reaches_the_client_too() {
-    let (_upstream, upstream_url) = start_plain_server();
-    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let (_running, _, url) = in_front_of(start_plain_server(), &[]);
     let lines = ts_client(
         &url,
         json!([{"do": "callToolStream", "name": "sample", "arguments": {"prompt": "hi"}, "task": {}}]),
@@ -176,8 +189,7 @@ fn sampling_reaches_the_client_too() {
 
 #[test]
 fn failing_tools_fail_their_tasks() {
-    let (_upstream, upstream_url) = start_plain_server();
-    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let (_running, _, url) = in_front_of(start_plain_server(), &[]);
     let lines = ts_client(
         &url,
         json!([
@@ -219,8 +231,7 @@ fn failing_tools_fail_their_tasks() {
 
 #[test]
 fn list_tasks_shows_the_callers_tasks_newest_first_and_no_one_elses() {
-    let (_upstream, upstream_url) = start_plain_server();
-    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let (_running, _, url) = in_front_of(start_plain_server(), &[]);
     let lines = ts_client(
         &url,
         json!([
@@ -256,8 +267,7 @@ fn list_tasks_shows_the_callers_tasks_newest_first_and_no_one_elses() {
 
 #[tokio::test]
 async fn tasks_list_pages_and_other_principals_see_nothing() {
-    let (_upstream, upstream_url) = start_plain_server();
-    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let (_running, _, url) = in_front_of(start_plain_server(), &[]);
     let mut alice = SessionClient::new(&url).with_authorization("Bearer alice");
     alice
         .initialize("2025-11-25", json!({"tasks": {"list": {}, "cancel": {}}}))
@@ -339,8 +349,7 @@ async fn post_one(client: &SessionClient, body: Value) -> Value {
 
 #[tokio::test]
 async fn cancelling_a_running_task_stops_the_call_upstream() {
-    let (_upstream, upstream_url) = start_plain_server();
-    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let (_running, upstream_url, url) = in_front_of(start_plain_server(), &[]);
     let url_for_client = url.clone();
     let stats = upstream_url.replace("/mcp", "/stats");
     let lines = tokio::task::spawn_blocking(move || {
@@ -367,8 +376,8 @@ async fn cancelling_a_running_task_stops_the_call_upstream() {
 
 #[tokio::test]
 async fn bad_input_gets_the_2025_codes_and_never_reaches_the_upstream() {
-    let (_upstream, upstream_url) = start_plain_server();
-    let (_gateway, url) = start_gateway(&upstream_url, &["--tool-policy", "echo=forbidden"]);
+    let (_running, upstream_url, url) =
+        in_front_of(start_plain_server(), &["--tool-policy", "echo=forbidden"]);
     let mut client = SessionClient::new(&url);
     client
         .initialize("2025-11-25", json!({"tasks": {"list": {}, "cancel": {}}}))
@@ -488,8 +497,7 @@ async fn bad_input_gets_the_2025_codes_and_never_reaches_the_upstream() {
 
 #[tokio::test]
 async fn a_client_without_the_tasks_capability_is_passed_through_unchanged() {
-    let (_upstream, upstream_url) = start_plain_server();
-    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let (_running, upstream_url, url) = in_front_of(start_plain_server(), &[]);
     let mut direct = SessionClient::new(&upstream_url);
     let mut through = SessionClient::new(&url);
     let capabilities = json!({"elicitation": {}});
@@ -583,8 +591,7 @@ macro_rules! over_both_everything_transports {
         mod http {
             $(#[test]
             fn $scenario() {
-                let (_upstream, upstream_url) = super::start_everything();
-                let (_gateway, url) = super::start_gateway(&upstream_url, &[]);
+                let (_running, _, url) = super::in_front_of(super::start_everything(), &[]);
                 super::$scenario(&url);
             })*
         }
@@ -606,8 +613,7 @@ over_both_everything_transports!(everything_flows, upstream_native_task);
 /// A 2026-07-28 upstream asks by MRTR; the session client answers on its tasks/result
 /// stream, as it would any server.
 fn mrtr_upstream(upstream: common::mrtr::MrtrUpstream) {
-    let (_upstream, upstream_url) = upstream.start();
-    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let (_running, _, url) = in_front_of(upstream.start(), &[]);
     let plan = json!({"url": url, "elicitAnswer": {"confirm": true}, "steps": [
         {"do": "callToolStream", "name": "confirm_delete", "arguments": {"path": "/tmp/x"}, "task": {}},
         {"do": "listTasks"},
@@ -638,8 +644,7 @@ fn a_2026_upstream_rmcp() {
 
 #[test]
 fn status_changes_are_pushed_on_the_sessions_get_stream() {
-    let (_upstream, upstream_url) = start_plain_server();
-    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let (_running, _, url) = in_front_of(start_plain_server(), &[]);
     let lines = ts_client(
         &url,
         json!([
@@ -685,9 +690,8 @@ async fn next_message_where<E: std::fmt::Debug>(
 #[tokio::test]
 async fn two_instances_on_redis_share_the_sessions_tasks() {
     let redis = test_support::RedisServer::start();
-    let (_upstream, upstream_url) = start_plain_server();
     let flags = ["--redis", &redis.url()];
-    let (_a, url_a) = start_gateway(&upstream_url, &flags);
+    let (_a, upstream_url, url_a) = in_front_of(start_plain_server(), &flags);
     let (_b, url_b) = start_gateway(&upstream_url, &flags);
     let mut on_a = SessionClient::new(&url_a);
     on_a.initialize(
@@ -747,8 +751,7 @@ async fn two_instances_on_redis_share_the_sessions_tasks() {
 /// streams no partial content), becomes a task.
 #[tokio::test]
 async fn response_modes_give_immediate_results_within_the_promotion_budget() {
-    let (_upstream, upstream_url) = start_plain_server();
-    let (_gateway, url) = start_gateway(&upstream_url, &["--promote-after-ms", "1000"]);
+    let (_running, _, url) = in_front_of(start_plain_server(), &["--promote-after-ms", "1000"]);
     let mut client = SessionClient::new(&url);
     let init = client
         .initialize(
@@ -827,9 +830,8 @@ async fn response_modes_give_immediate_results_within_the_promotion_budget() {
 #[tokio::test]
 async fn a_lost_owner_fails_the_session_task_within_the_lease() {
     let redis = test_support::RedisServer::start();
-    let (_upstream, upstream_url) = start_plain_server();
     let flags = ["--redis", &redis.url(), "--lease-timeout-ms", "1000"];
-    let (mut a, url_a) = start_gateway(&upstream_url, &flags);
+    let (mut a, upstream_url, url_a) = in_front_of(start_plain_server(), &flags);
     let (_b, url_b) = start_gateway(&upstream_url, &flags);
     let mut on_a = SessionClient::new(&url_a);
     on_a.initialize("2025-11-25", json!({"tasks": {"list": {}, "cancel": {}}}))
@@ -848,7 +850,7 @@ async fn a_lost_owner_fails_the_session_task_within_the_lease() {
         json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/result", "params": {"taskId": task_id}});
     let waiting = tokio::spawn(async move { read_messages(waiter.post(request).await).await });
     let killed_at = std::time::Instant::now();
-    a.kill();
+    a.gateway.kill();
     let outcome = waiting.await.unwrap().pop().expect("an answer");
     assert_eq!(outcome["error"]["code"], -32603, "{outcome}");
     assert!(
@@ -874,8 +876,7 @@ async fn a_lost_owner_fails_the_session_task_within_the_lease() {
 /// upstream that has no tasks.
 #[tokio::test]
 async fn a_client_that_declared_no_tasks_capability_gets_a_task_when_it_asks() {
-    let (_upstream, upstream_url) = start_plain_server();
-    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let (_running, upstream_url, url) = in_front_of(start_plain_server(), &[]);
     let stats = upstream_url.replace("/mcp", "/stats");
     let plan = json!({"url": url, "noTasks": true, "steps": [
         {"do": "callToolStream", "name": "sleep", "arguments": {"ms": 300}, "task": {}},
