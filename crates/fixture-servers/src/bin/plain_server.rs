@@ -31,6 +31,7 @@ use std::convert::Infallible;
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -328,13 +329,6 @@ impl Session {
         true
     }
 
-    fn release_standalone_if_gone(&self) {
-        let mut slot = lock(&self.standalone);
-        if slot.as_ref().is_some_and(mpsc::UnboundedSender::is_closed) {
-            *slot = None;
-        }
-    }
-
     /// Ends everything: in-flight calls stop without a response, all streams end.
     fn close(&self) {
         self.closed.cancel();
@@ -394,9 +388,30 @@ impl SseSink {
     }
 }
 
+/// An SSE body fed by the returned sender, with a `: keepalive` comment every
+/// `KEEP_ALIVE_EVERY`; it ends once every sender is dropped.
+///
+/// The keep-alive timer lives in the body, so it goes with the stream. It used to be a
+/// task per stream that slept 15 s before it noticed the stream had ended: each short
+/// POST left ~4 KB behind for those 15 s (its task, its timer and the channel it held),
+/// and a benchmark's session grew by hundreds of MB.
 fn sse_channel() -> (mpsc::UnboundedSender<SseFrame>, Body) {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let stream = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    let mut keep_alive = tokio::time::interval_at(
+        tokio::time::Instant::now() + KEEP_ALIVE_EVERY,
+        KEEP_ALIVE_EVERY,
+    );
+    // After a stall (a client not reading), one comment, not one per missed period.
+    keep_alive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let stream = futures_util::stream::poll_fn(move |cx| {
+        // Messages first; `None` (every sender gone) ends the stream.
+        if let Poll::Ready(frame) = rx.poll_recv(cx) {
+            return Poll::Ready(frame);
+        }
+        keep_alive
+            .poll_tick(cx)
+            .map(|_| Some(Ok(Frame::data(Bytes::from_static(b": keepalive\n\n")))))
+    });
     (tx, StreamBody::new(stream).boxed_unsync())
 }
 
@@ -416,24 +431,6 @@ fn sse_response(body: Body, session_id: &str) -> Response<Body> {
         headers.insert(SESSION_HEADER, value);
     }
     response
-}
-
-/// Sends `: keepalive` comments until the stream ends or the session closes.
-/// Holds only a weak sender so it never keeps a finished stream open.
-async fn keep_alive(tx: mpsc::WeakUnboundedSender<SseFrame>, closed: CancellationToken) {
-    loop {
-        tokio::select! {
-            () = closed.cancelled() => return,
-            () = tokio::time::sleep(KEEP_ALIVE_EVERY) => {}
-        }
-        let Some(tx) = tx.upgrade() else { return };
-        if tx
-            .send(Ok(Frame::data(Bytes::from_static(b": keepalive\n\n"))))
-            .is_err()
-        {
-            return;
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -828,7 +825,6 @@ async fn handle_post(app: &Arc<App>, req: Request<Incoming>) -> HttpResult {
     }
 
     let (sink, body) = SseSink::open(&session);
-    tokio::spawn(keep_alive(sink.tx.downgrade(), session.closed.clone()));
     for (id, method, params) in requests {
         start_request(app, &sink, id, method, params);
     }
@@ -931,9 +927,8 @@ fn handle_get(app: &App, headers: &HeaderMap) -> HttpResult {
     let session = app.session_for(headers)?;
     check_protocol_version(headers)?;
 
-    // The slot holds the only strong sender: closing the session ends the stream.
+    // The slot holds the only sender: closing the session ends the stream.
     let (tx, body) = sse_channel();
-    let weak = tx.downgrade();
     if !session.claim_standalone(tx) {
         return Err(HttpError::new(
             StatusCode::CONFLICT,
@@ -941,11 +936,6 @@ fn handle_get(app: &App, headers: &HeaderMap) -> HttpResult {
             "Conflict: Only one SSE stream is allowed per session",
         ));
     }
-    let watched = session.clone();
-    tokio::spawn(async move {
-        keep_alive(weak, watched.closed.clone()).await;
-        watched.release_standalone_if_gone();
-    });
     Ok(sse_response(body, &session.id))
 }
 
