@@ -56,7 +56,8 @@ fn main() {
 async fn run(args: &Args) {
     let gateway_bin = Path::new(env!("CARGO_BIN_EXE_mcp-task-gateway"));
     let redis = RedisServer::start();
-    let (_upstream, upstream_url) = test_support::bench::example(gateway_bin, "plain_server");
+    let (_upstream, upstream_url) =
+        test_support::bench::fixture_server(gateway_bin, "plain_server");
     let flags = |id: &str| {
         vec![
             "--redis".to_owned(),

@@ -3,9 +3,9 @@
 //!
 //! - **native**: a 2026-07-28 server asks and answers the round itself
 //!   (`confirm_delete`): the Python SDK fixture (`tests/fixtures/mrtr_server.py`) and the
-//!   rmcp one (`examples/mrtr_server.rs`);
+//!   rmcp one (`mrtr_server` of `crates/fixture-servers`);
 //! - **gateway, held call**: the gateway in front of the 2025-11-25 fixture
-//!   (`examples/plain_server`): the fixture's elicitation is held as a hidden task and the
+//!   (`plain_server`): the fixture's elicitation is held as a hidden task and the
 //!   retry resumes it (`ask_name`);
 //! - **gateway, 2026 upstream**: the gateway in front of the Python fixture, which passes
 //!   the upstream's own round through.
@@ -59,8 +59,8 @@ fn main() {
 async fn run(args: &Args) {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let (_python, python_url) = python_fixture(&root);
-    let (_rmcp, rmcp_url) = example("mrtr_server");
-    let (_plain, plain_url) = example("plain_server");
+    let (_rmcp, rmcp_url) = fixture_server("mrtr_server");
+    let (_plain, plain_url) = fixture_server("plain_server");
     let (_held_gateway, held_url) = gateway(&plain_url);
     let (_pass_gateway, pass_url) = gateway(&python_url);
     let client = reqwest::Client::new();
@@ -209,8 +209,8 @@ fn python_fixture(root: &Path) -> (Proc, String) {
     spawn_announcing("mrtr_server.py", command, DEADLINE)
 }
 
-fn example(name: &str) -> (Proc, String) {
-    test_support::bench::example(Path::new(env!("CARGO_BIN_EXE_mcp-task-gateway")), name)
+fn fixture_server(name: &str) -> (Proc, String) {
+    test_support::bench::fixture_server(Path::new(env!("CARGO_BIN_EXE_mcp-task-gateway")), name)
 }
 
 fn gateway(upstream: &str) -> (Proc, String) {

@@ -17,22 +17,12 @@ use test_support::{RedisServer, spawn_announcing};
 const DEADLINE: Duration = Duration::from_secs(60);
 const POLLS: usize = 10;
 
+/// `plain_server` of `crates/fixture-servers`, in this bench's profile.
 fn fixture_binary() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    let release = profile_dir.ends_with("release");
-    let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    build
-        .args(["build", "--quiet", "--example", "plain_server"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    if release {
-        build.arg("--release");
-    }
-    assert!(
-        build.status().unwrap().success(),
-        "building the fixture failed"
-    );
-    profile_dir.join("examples").join("plain_server")
+    // target/<profile>/deps/<bench binary>
+    let profile_dir = exe.parent().unwrap().parent().unwrap();
+    test_support::build::fixture(profile_dir, "plain_server")
 }
 
 struct Gateway {

@@ -1,8 +1,8 @@
 //! A soak with faults (`harness = false`), not a timed test: Redis behind Sentinel (a
 //! primary, a replica, three sentinels), three gateway instances with
-//! `--redis-wait-replicas 1` in front of `examples/plain_server`, and many callers (each
-//! its own `Authorization`) creating, polling, answering and cancelling tasks for the
-//! whole run. Every `--kill-every-secs` a random instance is killed (-9) and started
+//! `--redis-wait-replicas 1` in front of `plain_server` (`crates/fixture-servers`), and
+//! many callers (each its own `Authorization`) creating, polling, answering and
+//! cancelling tasks for the whole run. Every `--kill-every-secs` a random instance is killed (-9) and started
 //! again under a new instance id (as a Deployment's pod would be); once, mid-run, the
 //! Redis primary is killed (-9), the sentinels promote the replica, and the old primary
 //! comes back empty on its port (the sentinels make it the new primary's replica).
@@ -553,7 +553,7 @@ async fn run(args: &Args) -> Vec<String> {
         gateway.display()
     );
     let mut redis = tokio::task::block_in_place(|| RedisSentinel::start(1));
-    let (_upstream_proc, upstream) = test_support::bench::example(&gateway, "plain_server");
+    let (_upstream_proc, upstream) = test_support::bench::fixture_server(&gateway, "plain_server");
     let dir = std::env::temp_dir().join(format!("mtg-soak-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let token = "soak-admin-token-0123456789abcdef".to_owned();

@@ -1,7 +1,7 @@
 //! What a takeover costs (`harness = false`): instance A owns `--tasks` tasks, each in an
-//! MRTR round of a 2026-07-28 upstream (`two_rounds` of `examples/mrtr_server.rs`,
-//! waiting for the client's answers, so no upstream call is open); A is killed (-9) and
-//! instance B takes them all over. Side by side, the same with B failing every task
+//! MRTR round of a 2026-07-28 upstream (`two_rounds` of `mrtr_server`, a fixture server
+//! of `crates/fixture-servers`, waiting for the client's answers, so no upstream call is
+//! open); A is killed (-9) and instance B takes them all over. Side by side, the same with B failing every task
 //! instead (`--max-takeovers 0`: each is found, moved by the same script and failed), the
 //! cost of the sweep without takeover.
 //!
@@ -115,7 +115,7 @@ struct Measured {
 
 async fn sweep(gateway: &Path, args: &Args, extra: &[String]) -> Measured {
     let redis = RedisServer::start();
-    let (_upstream, upstream) = test_support::bench::example(gateway, "mrtr_server");
+    let (_upstream, upstream) = test_support::bench::fixture_server(gateway, "mrtr_server");
     let lease = LEASE_TIMEOUT_MS.to_string();
     let flags = |id: &str| {
         vec![

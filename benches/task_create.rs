@@ -2,7 +2,7 @@
 //! (`tools/call` with the tasks extension → `CreateTaskResult`) against the 2025-11-25
 //! one (a session that declared `capabilities.tasks` sends `tools/call` with
 //! `params.task`), on the same gateway, the same store and the same upstream
-//! (`examples/plain_server`, tool `echo`), once with the memory store and once with Redis.
+//! (`plain_server` of `crates/fixture-servers`, tool `echo`), once with the memory store and once with Redis.
 //!
 //! For each path, on a gateway of its own: `--requests` creates one after another on one
 //! keep-alive connection (p50/p90/p99), then `--concurrency` connections creating at once
@@ -222,7 +222,7 @@ async fn measure(args: &Args, url: &str, path: Path) -> Reading {
 }
 
 async fn run(args: &Args) {
-    let (_upstream, upstream_url) = example("plain_server");
+    let (_upstream, upstream_url) = fixture_server("plain_server");
     let redis = RedisServer::start();
     let stores: [(&str, Vec<String>); 2] = [
         ("memory", vec![]),
@@ -292,8 +292,8 @@ async fn run(args: &Args) {
     }
 }
 
-fn example(name: &str) -> (Proc, String) {
-    test_support::bench::example(
+fn fixture_server(name: &str) -> (Proc, String) {
+    test_support::bench::fixture_server(
         std::path::Path::new(env!("CARGO_BIN_EXE_mcp-task-gateway")),
         name,
     )

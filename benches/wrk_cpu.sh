@@ -10,8 +10,8 @@
 #   benches/wrk_cpu.sh socat [CONNS]   # a byte relay that parses nothing: the floor
 #
 # Needs wrk, perf, and haproxy or socat for those: `apt-get install wrk linux-perf haproxy socat`,
-# and `cargo build --release --examples --bins`. Everything binds to 127.0.0.1 and is
-# stopped by PID at the end.
+# and `cargo build --release -p mcp-task-gateway -p fixture-servers --bins`. Everything
+# binds to 127.0.0.1 and is stopped by PID at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -18,7 +18,7 @@ wait_for_line() { # FILE PATTERN
 
 # Starts the fixture; sets `upstream` to its /mcp URL.
 start_fixture() {
-  target/release/examples/plain_server --listen 127.0.0.1:0 >"$work/fixture.out" 2>&1 &
+  target/release/plain_server --listen 127.0.0.1:0 >"$work/fixture.out" 2>&1 &
   pids+=($!)
   wait_for_line "$work/fixture.out" listening
   upstream=$(grep -o 'http://[^ ]*' "$work/fixture.out")

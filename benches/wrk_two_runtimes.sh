@@ -8,7 +8,8 @@
 #
 #   benches/wrk_two_runtimes.sh one2w|two1w
 #
-# Needs wrk and `cargo build --release --examples --bins`; see benches/wrk_lib.sh.
+# Needs wrk and `cargo build --release -p mcp-task-gateway -p fixture-servers --bins`;
+# see benches/wrk_lib.sh.
 set -euo pipefail
 mode=${1:?one2w or two1w}
 cd "$(dirname "$0")/.."

@@ -118,11 +118,12 @@ wait_until() {
 }
 
 echo "building (release)..."
-cargo build --release --quiet --bin mcp-task-gateway --example plain_server
+cargo build --release --quiet -p mcp-task-gateway -p fixture-servers \
+  --bin mcp-task-gateway --bin plain_server
 target_dir="$(cargo metadata --format-version 1 --no-deps \
   | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
 gateway_bin="$target_dir/release/mcp-task-gateway"
-upstream_bin="$target_dir/release/examples/plain_server"
+upstream_bin="$target_dir/release/plain_server"
 
 # Redis: nothing on disk, loopback only.
 redis_port="$(free_port)"

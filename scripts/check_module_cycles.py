@@ -7,7 +7,8 @@ parent its children's, is not an edge: that is how a Rust module exposes its par
 Paths are read from `crate::`, `super::` and `self::` references, `use` trees included.
 Items a parent re-exports from a child count as the parent's (a known blind spot).
 
-Usage: scripts/check_module_cycles.py SRC_DIR [SRC_DIR ...]   (each a crate's src/)
+Usage: scripts/check_module_cycles.py SRC_DIR [SRC_DIR ...]   (each a crate's src/; every
+target in it: lib.rs, main.rs, src/bin/*)
 """
 
 import re
@@ -19,21 +20,27 @@ USE_STMT = re.compile(r"\buse\s+((?:crate|super|self)\b[^;]*);", re.S)
 INLINE_PATH = re.compile(r"\b((?:crate|super|self)(?:::[A-Za-z_][A-Za-z0-9_]*)+)")
 
 
-def module_files(src: Path):
+def crate_roots(src: Path):
+    """The root files of a crate's targets in `src`: lib.rs, main.rs, each src/bin one."""
+    roots = [src / name for name in ("lib.rs", "main.rs") if (src / name).exists()]
+    roots += sorted((src / "bin").glob("*.rs")) + sorted((src / "bin").glob("*/main.rs"))
+    return roots
+
+
+def module_files(root: Path):
     """Maps each module path (tuple of names) to its file, walking `mod x;` lines."""
     modules = {}
 
     def walk(path: tuple, file: Path):
         modules[path] = file
         text = file.read_text()
-        base = file.parent if file.name in ("lib.rs", "main.rs", "mod.rs") else file.with_suffix("")
+        base = file.parent if file == root or file.name == "mod.rs" else file.with_suffix("")
         for name in MOD_DECL.findall(text):
             for candidate in (base / f"{name}.rs", base / name / "mod.rs"):
                 if candidate.exists():
                     walk(path + (name,), candidate)
                     break
 
-    root = src / "lib.rs" if (src / "lib.rs").exists() else src / "main.rs"
     walk((), root)
     return modules
 
@@ -151,8 +158,9 @@ def cycles(graph: dict):
 
 def main(srcs):
     failed = False
-    for src in srcs:
-        modules = module_files(Path(src))
+    for root in (root for src in srcs for root in crate_roots(Path(src))):
+        src = root
+        modules = module_files(root)
         edges = edges_of(modules)
         graphs = {}
         for parent, a, b in edges:

@@ -41,4 +41,8 @@ fi
 # that the timed test does not spend its time on pip.
 tests/helm/validate.sh --setup
 
+# The fixture servers the tests start (crates/fixture-servers), built before the timed
+# tests; a test builds one itself only when it is missing or older than its sources.
+cargo build -p fixture-servers --bins
+
 cargo nextest run --no-fail-fast "$@"

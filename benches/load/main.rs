@@ -3,14 +3,14 @@
 //! per second and the CPU time the gateway spends per request.
 //!
 //! ```text
-//! cargo build --release --examples --bins
+//! cargo build --release -p mcp-task-gateway -p fixture-servers --bins
 //! cargo bench --bench load -- --help
 //! cargo bench --bench load -- --scenarios a,b --duration 10 --concurrency 32
 //! ```
 //!
-//! It starts the fixture upstream (`examples/plain_server`, release build), its own
-//! `redis-server` on a free port when a scenario needs one, and the gateway binary, each
-//! on 127.0.0.1 only, and kills them (by PID) when done. The load generator is one
+//! It starts the fixture upstream (`plain_server` of `crates/fixture-servers`, release
+//! build), its own `redis-server` on a free port when a scenario needs one, and the
+//! gateway binary, each on 127.0.0.1 only, and kills them (by PID) when done. The load generator is one
 //! single-threaded tokio runtime with one hyper HTTP/1.1 connection per concurrent
 //! client. See docs/benchmarks.md for the scenarios and the figures.
 

@@ -18,46 +18,14 @@ pub(crate) struct Binaries {
 }
 
 impl Binaries {
-    /// The gateway is the bench profile's own build of the binary; the fixture is built
-    /// with `cargo build --release --example plain_server` if needed.
+    /// The gateway is the bench profile's own build of the binary; the fixture is
+    /// `plain_server` of `crates/fixture-servers`, built in the same profile if needed.
     pub(crate) fn locate(args: &Args) -> Self {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
         let built = PathBuf::from(env!("CARGO_BIN_EXE_mcp-task-gateway"));
         let profile_dir = built.parent().expect("target/<profile>").to_path_buf();
         let gateway = args.gateway_bin.clone().unwrap_or(built);
-        let fixture = profile_dir.join("examples").join("plain_server");
-        let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-        let fresh = match (
-            modified(&fixture),
-            modified(&root.join("examples/plain_server.rs")),
-        ) {
-            (Some(built), Some(source)) => built >= source,
-            _ => false,
-        };
-        if !fresh {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let mut command = Command::new(cargo);
-            // The variables `cargo bench` sets for the bench would change build-script
-            // fingerprints and rebuild half the tree.
-            for (name, _) in std::env::vars_os() {
-                let name = name.to_string_lossy().into_owned();
-                if name.starts_with("CARGO_") && name != "CARGO_HOME" && name != "CARGO_TARGET_DIR"
-                {
-                    command.env_remove(&name);
-                }
-            }
-            let status = command
-                .args(["build", "--release", "--example", "plain_server"])
-                .current_dir(&root)
-                .status()
-                .expect("cargo build --release --example plain_server");
-            assert!(status.success(), "building the fixture failed");
-        }
-        assert!(
-            fixture.exists(),
-            "fixture not found at {}",
-            fixture.display()
-        );
+        let fixture = test_support::build::fixture(&profile_dir, "plain_server");
         let wrap = args
             .gateway_wrap
             .as_deref()

@@ -1,6 +1,6 @@
-//! Processes the benchmarks start: the release build of an example, and the gateway
-//! binary with its logs quiet. The benches pass the gateway's path (`CARGO_BIN_EXE_…`
-//! exists only in their own crate).
+//! Processes the benchmarks start: a fixture server of `crates/fixture-servers` in the
+//! benchmark's profile, and the gateway binary with its logs quiet. The benches pass the
+//! gateway's path (`CARGO_BIN_EXE_…` exists only in their own crate).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -11,24 +11,11 @@ use crate::{Proc, spawn_announcing};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
-/// `examples/<name>.rs` built in the profile next to `gateway` (built if missing),
-/// started on a free port; it and its URL.
-pub fn example(gateway: &Path, name: &str) -> (Proc, String) {
-    let fixture = gateway
-        .parent()
-        .expect("target/<profile>")
-        .join("examples")
-        .join(name);
-    if !fixture.exists() {
-        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "--release", "--example", name])
-            .current_dir(manifest)
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building the example {name} failed");
-    }
-    let mut command = Command::new(fixture);
+/// The fixture server `name` (`plain_server`, `mrtr_server`) built in the profile next to
+/// `gateway` (rebuilt if stale), started on a free port; it and its URL.
+pub fn fixture_server(gateway: &Path, name: &str) -> (Proc, String) {
+    let profile_dir = gateway.parent().expect("target/<profile>");
+    let mut command = Command::new(crate::build::fixture(profile_dir, name));
     command
         .args(["--listen", "127.0.0.1:0"])
         .env("RUST_LOG", "error");

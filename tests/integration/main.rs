@@ -1,0 +1,37 @@
+//! The integration tests, one binary: each module was a test file of its own, and linking
+//! each of them with `common` again cost more than running them. Every test starts real
+//! processes (the gateway binary, fixture servers, Redis, Node and Python peers); the
+//! shared helpers are in `common`.
+
+mod common;
+
+mod admin;
+mod auth;
+mod bad_input;
+mod bridged_clients;
+mod chart;
+mod conformance;
+mod fixture_servers;
+mod gateway_sessions;
+mod hostile_props;
+mod listen;
+mod mrtr_upstream;
+mod namespaces;
+mod operations;
+mod orphans;
+mod otlp;
+mod passthrough;
+mod redis_sentinel;
+mod redis_store;
+mod redis_tls;
+mod rmcp_client;
+mod rmcp_client_mrtr;
+mod session_tasks;
+mod spec_letter;
+mod stdio_upstream;
+mod stops;
+mod takeover;
+mod task_rate;
+mod tasks_plain_server;
+mod tasks_server_everything;
+mod tls;
