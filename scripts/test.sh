@@ -45,4 +45,5 @@ tests/helm/validate.sh --setup
 # tests; a test builds one itself only when it is missing or older than its sources.
 cargo build -p fixture-servers --bins
 
-cargo nextest run --no-fail-fast "$@"
+# Every crate of the workspace: the protocol crate has its own unit tests.
+cargo nextest run --workspace --no-fail-fast "$@"
