@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
-use cluster::{ClusterSettings, Membership};
+use cluster::Membership;
 use config::Config;
 use store::Store;
 use store::memory::MemoryStore;
@@ -79,11 +79,7 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     let membership = Membership::start(
         store.membership.clone(),
         takeovers.clone(),
-        ClusterSettings {
-            instance_id: config.instance_id.clone(),
-            advertise_url: config.advertise_url.as_ref().map(ToString::to_string),
-            lease_timeout: Duration::from_millis(config.lease_timeout_ms),
-        },
+        settings::cluster(&config),
     )
     .await;
     if let Some((listener, metrics)) = operators {
@@ -101,9 +97,9 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         admin::serve(listener, metrics, api);
     }
     let closing = tokio_util::sync::CancellationToken::new();
-    let edge = server::Edge::from_config(&config, &client)?;
+    let edge = server::Edge::start(settings::edge(&config)?, &client)?;
     let gateway = Arc::new(server::Gateway::new(
-        &config,
+        settings::gateway(&config),
         client,
         upstream.clone(),
         tasks.clone(),

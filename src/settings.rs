@@ -9,12 +9,56 @@ use crate::store::redis::{RedisSettings, StoreNamespace, Target};
 use crate::tasks::TaskSettings;
 use crate::tasks::policy::Policies;
 
+/// The edge's settings (reads `--upstream-credential-file`).
+pub fn edge(config: &Config) -> std::io::Result<crate::server::EdgeSettings> {
+    let tls = match (&config.tls_cert, &config.tls_key) {
+        (Some(cert), Some(key)) => Some(crate::server::edge::tls::TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        }),
+        _ => None,
+    };
+    Ok(crate::server::EdgeSettings {
+        tls,
+        auth: auth(config),
+        upstream_credential: upstream_credential(config)?,
+        max_task_requests_per_second: config.max_task_requests_per_second,
+        allowed_origins: config.allowed_origins.clone(),
+        max_body_bytes: config.max_body_bytes,
+        strict_headers: !config.lenient_headers,
+        identity_header: config.identity_header.clone(),
+    })
+}
+
+/// The settings of the services behind the edge.
+pub fn gateway(config: &Config) -> crate::server::GatewaySettings {
+    crate::server::GatewaySettings {
+        policies: policies(config),
+        upstream_timeout: config.upstream_timeout(),
+        check_upstream_readiness: !config.readyz_skip_upstream,
+        session_limits: crate::server::session::served::SessionLimits {
+            idle_timeout: Duration::from_millis(config.session_idle_timeout_ms),
+            max_sessions: usize::try_from(config.max_sessions).unwrap_or(usize::MAX),
+        },
+    }
+}
+
+/// This instance's part in the cluster: its lease and how others reach it.
+pub fn cluster(config: &Config) -> crate::cluster::ClusterSettings {
+    crate::cluster::ClusterSettings {
+        instance_id: config.instance_id.clone(),
+        advertise_url: config.advertise_url.as_ref().map(ToString::to_string),
+        lease_timeout: Duration::from_millis(config.lease_timeout_ms),
+    }
+}
+
 /// The task service's settings.
 pub fn tasks(config: &Config) -> TaskSettings {
     TaskSettings {
         instance_id: config.instance_id.clone(),
         ttl_ms: config.task_ttl_ms(),
         max_ttl_ms: config.max_ttl_ms,
+        min_ttl_ms: crate::config::MIN_TTL_MS,
         poll_interval_ms: config.poll_interval_ms,
         upstream_timeout: config.upstream_timeout(),
         promote_after: Duration::from_millis(config.promote_after_ms),

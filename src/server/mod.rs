@@ -4,7 +4,7 @@
 
 pub mod edge;
 mod reply;
-mod session;
+pub(crate) mod session;
 mod sse;
 mod stateless;
 
@@ -17,7 +17,6 @@ use hyper::body::Incoming;
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use crate::config::Config;
 use crate::http_client::{Connector, HttpClient};
 use crate::tasks::TaskService;
 use crate::tasks::dialect_2025::SessionDialect;
@@ -59,9 +58,18 @@ pub struct Gateway {
     pub closing: tokio_util::sync::CancellationToken,
 }
 
+/// What the services behind the edge are built from (`settings::gateway`).
+pub struct GatewaySettings {
+    pub policies: Policies,
+    pub upstream_timeout: Option<Duration>,
+    /// Whether `/readyz` asks the upstream too (not `--readyz-skip-upstream`).
+    pub check_upstream_readiness: bool,
+    pub session_limits: session::served::SessionLimits,
+}
+
 impl Gateway {
     pub fn new(
-        config: &Config,
+        settings: GatewaySettings,
         client: HttpClient,
         upstream: Arc<dyn Upstream>,
         tasks: Arc<TaskService>,
@@ -78,18 +86,15 @@ impl Gateway {
             dialect: SessionDialect::new(tasks.clone()),
             followers: Followers::new(tasks.clone()),
             tasks,
-            policies: crate::settings::policies(config),
-            upstream_timeout: config.upstream_timeout(),
-            check_upstream_readiness: !config.readyz_skip_upstream,
-            sessions: session::served::GatewaySessions::start(session::served::SessionLimits {
-                idle_timeout: Duration::from_millis(config.session_idle_timeout_ms),
-                max_sessions: usize::try_from(config.max_sessions).unwrap_or(usize::MAX),
-            }),
+            policies: settings.policies,
+            upstream_timeout: settings.upstream_timeout,
+            check_upstream_readiness: settings.check_upstream_readiness,
+            sessions: session::served::GatewaySessions::start(settings.session_limits),
         }
     }
 }
 
-pub use edge::Edge;
+pub use edge::{Edge, EdgeSettings};
 
 /// `pinned` is the client connection's own connection to the upstream, for pass-through.
 pub(crate) async fn route(

@@ -42,6 +42,8 @@ pub struct TaskSettings {
     pub ttl_ms: u64,
     /// The longest TTL a client may ask for (`--max-ttl-ms`).
     pub max_ttl_ms: u64,
+    /// The shortest: a client needs time to read what it asked for.
+    pub min_ttl_ms: u64,
     pub poll_interval_ms: u64,
     pub upstream_timeout: Option<Duration>,
     pub promote_after: Duration,
@@ -155,7 +157,7 @@ impl TaskService {
     /// The TTL a task gets when its client asks for `requested` ms: within the maximum,
     /// and never so short that it expires before the client's first poll.
     pub fn clamp_ttl_ms(&self, requested: u64) -> u64 {
-        let shortest = crate::config::MIN_TTL_MS.max(self.settings.poll_interval_ms);
+        let shortest = self.settings.min_ttl_ms.max(self.settings.poll_interval_ms);
         requested.min(self.settings.max_ttl_ms).max(shortest)
     }
 

@@ -22,7 +22,6 @@ use hyper_util::server::graceful::GracefulShutdown;
 use serde_json::Value;
 use tokio::net::TcpListener;
 
-use crate::config::Config;
 use crate::http_client::HttpClient;
 use crate::server::reply::Body;
 use crate::server::{Gateway, route};
@@ -49,29 +48,38 @@ pub struct Edge {
     identity_header: Option<http::HeaderName>,
 }
 
+/// What the edge is built from (`settings::edge`).
+pub struct EdgeSettings {
+    pub tls: Option<tls::TlsFiles>,
+    pub auth: Option<crate::auth::AuthSettings>,
+    pub upstream_credential: crate::auth::UpstreamCredential,
+    pub max_task_requests_per_second: u32,
+    pub allowed_origins: Vec<String>,
+    pub max_body_bytes: usize,
+    pub strict_headers: bool,
+    pub identity_header: Option<http::HeaderName>,
+}
+
 impl Edge {
-    pub fn from_config(config: &Config, client: &HttpClient) -> std::io::Result<Self> {
-        let tls = match (&config.tls_cert, &config.tls_key) {
-            (Some(cert), Some(key)) => Some(
-                tls::Acceptor::start(tls::TlsFiles {
-                    cert: cert.clone(),
-                    key: key.clone(),
-                })
-                .map_err(std::io::Error::other)?,
-            ),
-            _ => None,
-        };
+    /// Loads the TLS files (refusing a pair that does not load) and starts the JWT
+    /// checks, which fetch the issuer's keys with `client`.
+    pub fn start(settings: EdgeSettings, client: &HttpClient) -> std::io::Result<Self> {
+        let tls = settings
+            .tls
+            .map(tls::Acceptor::start)
+            .transpose()
+            .map_err(std::io::Error::other)?;
         Ok(Self {
-            auth: crate::settings::auth(config).map(|settings| {
-                Arc::new(crate::auth::Authenticator::new(settings, client.clone()))
-            }),
-            upstream_credential: crate::settings::upstream_credential(config)?,
+            auth: settings
+                .auth
+                .map(|auth| Arc::new(crate::auth::Authenticator::new(auth, client.clone()))),
+            upstream_credential: settings.upstream_credential,
             tls,
-            task_rate: task_rate::TaskRequestRate::new(config.max_task_requests_per_second),
-            allowed_origins: config.allowed_origins.clone(),
-            max_body_bytes: config.max_body_bytes,
-            strict_headers: !config.lenient_headers,
-            identity_header: config.identity_header.clone(),
+            task_rate: task_rate::TaskRequestRate::new(settings.max_task_requests_per_second),
+            allowed_origins: settings.allowed_origins,
+            max_body_bytes: settings.max_body_bytes,
+            strict_headers: settings.strict_headers,
+            identity_header: settings.identity_header,
         })
     }
 
