@@ -177,5 +177,28 @@ def main(srcs):
     return 1 if failed else 0
 
 
+def self_test() -> int:
+    """Shows the check can fail: a crate with a cycle fails, the same without it passes."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "src"
+        (src / "a").mkdir(parents=True)
+        (src / "lib.rs").write_text("mod a;\nmod b;\n")
+        (src / "a" / "mod.rs").write_text("mod inner;\npub use inner::X;\n")
+        (src / "a" / "inner.rs").write_text("use crate::b::{Y, self as bee};\npub struct X;\n")
+        (src / "b.rs").write_text("use super::a::X;\npub struct Y;\n")
+        with_cycle = main([str(src)])
+        (src / "b.rs").write_text("pub struct Y;\n")
+        without = main([str(src)])
+    if (with_cycle, without) != (1, 0):
+        print(f"self-test failed: {with_cycle=} {without=}")
+        return 1
+    print("self-test: a cycle fails the check, its removal passes")
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--self-test"]:
+        sys.exit(self_test())
     sys.exit(main(sys.argv[1:] or ["src"]))
