@@ -62,6 +62,8 @@ pub fn tasks(config: &Config) -> TaskSettings {
         poll_interval_ms: config.poll_interval_ms,
         upstream_timeout: config.upstream_timeout(),
         promote_after: Duration::from_millis(config.promote_after_ms),
+        defer_after: (config.defer_after_ms > 0)
+            .then(|| Duration::from_millis(config.defer_after_ms)),
         max_running_per_principal: config.max_running_tasks_per_principal,
         input_wait: Duration::from_millis(config.input_wait_timeout_ms),
         state_keys: state_keys(config),

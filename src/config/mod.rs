@@ -110,6 +110,14 @@ pub struct Config {
     #[arg(long, env = "MTG_PROMOTE_AFTER_MS", default_value_t = 0)]
     pub promote_after_ms: u64,
 
+    /// With N > 0, a `tools/call` of a 2026-07-28 client without the tasks extension
+    /// that has not finished after N ms is answered with a deferred result (a taskId and
+    /// words telling a model to call `get_task_result`), and goes on as a task of its
+    /// caller; the gateway adds `get_task_result` and `cancel_task` to `tools/list`.
+    /// For hosts that give up on a call after a fixed time. 0 is off.
+    #[arg(long, env = "MTG_DEFER_AFTER_MS", default_value_t = 0)]
+    pub defer_after_ms: u64,
+
     /// With N > 0, one caller (principal) may have at most N tasks running on this
     /// instance; a `tools/call` that would start one more gets error -31429. 0 means no
     /// limit. Each instance counts the tasks it runs.

@@ -19,6 +19,7 @@ use tracing::Instrument;
 
 use crate::http_client::{Connector, HttpClient};
 use crate::tasks::TaskService;
+use crate::tasks::deferral::Deferrals;
 use crate::tasks::dialect_2025::SessionDialect;
 use crate::tasks::listen::Followers;
 use crate::tasks::mrtr_bridge::MrtrBridge;
@@ -48,6 +49,7 @@ pub struct Gateway {
     pub bridge: MrtrBridge,
     pub dialect: SessionDialect,
     pub followers: Followers,
+    pub deferrals: Deferrals,
     pub policies: Policies,
     pub upstream_timeout: Option<Duration>,
     check_upstream_readiness: bool,
@@ -85,6 +87,7 @@ impl Gateway {
             bridge: MrtrBridge::new(tasks.clone()),
             dialect: SessionDialect::new(tasks.clone()),
             followers: Followers::new(tasks.clone()),
+            deferrals: Deferrals::new(tasks.clone()),
             tasks,
             policies: settings.policies,
             upstream_timeout: settings.upstream_timeout,

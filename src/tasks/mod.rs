@@ -2,6 +2,7 @@
 //! and the `tasks/get`, `tasks/update` and `tasks/cancel` handlers.
 
 mod credential;
+pub mod deferral;
 pub mod dialect_2025;
 mod halt;
 mod limits;
@@ -47,6 +48,9 @@ pub struct TaskSettings {
     pub poll_interval_ms: u64,
     pub upstream_timeout: Option<Duration>,
     pub promote_after: Duration,
+    /// `--defer-after-ms`: how long a call of a client that cannot take a task runs
+    /// before it is answered with a deferred result instead; `None` is off.
+    pub defer_after: Option<Duration>,
     /// Tasks one principal may have running on this instance; 0 = no limit.
     pub max_running_per_principal: u32,
     /// How long a held call waits for its client's answers (`--input-wait-timeout-ms`).
@@ -173,6 +177,27 @@ impl TaskService {
 
     /// Creates the task (durably) and starts its runner.
     pub async fn start_task(self: &Arc<Self>, call: ToolCall) -> Result<Started, ErrorObject> {
+        self.start_task_within(call, self.settings.promote_after)
+            .await
+    }
+
+    /// Starts a call of a client that cannot take a task as a task whose promotion budget
+    /// is `--defer-after-ms`: within it the client gets the result (or, for a 2026-07-28
+    /// client, the upstream's question as MRTR) as if the call were forwarded; past it,
+    /// `Started::Task`, which the caller answers with a deferred result.
+    pub async fn start_deferrable(
+        self: &Arc<Self>,
+        call: ToolCall,
+        defer_after: Duration,
+    ) -> Result<Started, ErrorObject> {
+        self.start_task_within(call, defer_after).await
+    }
+
+    async fn start_task_within(
+        self: &Arc<Self>,
+        call: ToolCall,
+        promote_after: Duration,
+    ) -> Result<Started, ErrorObject> {
         // Held by the runner; released if the task is never stored.
         let slot = self.running_limit.reserve(&call.principal)?;
         let mut record = self.new_record(&call);
@@ -185,8 +210,8 @@ impl TaskService {
         // A session client answers no MRTR round: within the budget it can only get
         // the final result, and only if its response mode allows (SEP-1905).
         let (budget, early_input) = match &call.session {
-            None => (self.settings.promote_after, true),
-            Some(link) if link.immediate => (self.settings.promote_after, false),
+            None => (promote_after, true),
+            Some(link) if link.immediate => (promote_after, false),
             Some(_) => (Duration::ZERO, false),
         };
         // Set up before the runner starts, so that its first question finds them.
@@ -219,7 +244,7 @@ impl TaskService {
                 principal: principal.clone(),
             };
             let inline = self
-                .within_budget(&task_id, &principal, launched.done, early_input)
+                .within_budget(&task_id, &principal, budget, launched.done, early_input)
                 .await;
             unclaimed.task_id = None;
             if let Some(inline) = inline {
@@ -326,16 +351,17 @@ impl TaskService {
         &self,
         task_id: &str,
         principal: &str,
+        budget: Duration,
         done: oneshot::Receiver<()>,
         early_input: Option<oneshot::Receiver<Value>>,
     ) -> Option<Result<Box<RawValue>, ErrorObject>> {
         let Some(mut early_input) = early_input else {
-            return match tokio::time::timeout(self.settings.promote_after, done).await {
+            return match tokio::time::timeout(budget, done).await {
                 Ok(_) => self.take_inline(task_id, principal).await,
                 Err(_) => None,
             };
         };
-        let first = tokio::time::timeout(self.settings.promote_after, async {
+        let first = tokio::time::timeout(budget, async {
             tokio::select! {
                 // The runner hands input over before it ends, so input wins a tie.
                 biased;

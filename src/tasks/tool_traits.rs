@@ -25,6 +25,8 @@ pub struct ToolTraits {
 
 #[derive(Default, Clone)]
 struct Listed {
+    /// Every tool's name.
+    names: HashSet<String>,
     own_task_only: HashSet<String>,
     safe_to_run_again: HashSet<String>,
 }
@@ -55,6 +57,11 @@ impl ToolTraits {
             .await
             .safe_to_run_again
             .contains(tool)
+    }
+
+    /// Whether the upstream has a tool called `tool`.
+    pub async fn has(&self, upstream: &dyn Upstream, caller: &Caller<'_>, tool: &str) -> bool {
+        self.listed(upstream, caller).await.names.contains(tool)
     }
 
     async fn listed(&self, upstream: &dyn Upstream, caller: &Caller<'_>) -> Listed {
@@ -93,6 +100,7 @@ async fn list(upstream: &dyn Upstream, caller: &Caller<'_>) -> Listed {
             let Some(name) = tool["name"].as_str() else {
                 continue;
             };
+            listed.names.insert(name.to_owned());
             if tool
                 .pointer("/execution/taskSupport")
                 .and_then(Value::as_str)

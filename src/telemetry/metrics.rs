@@ -59,6 +59,16 @@ pub fn held_call_started() {
     counter!("mtg_held_calls_total").increment(1);
 }
 
+/// A call outlived `--defer-after-ms` and was answered with a deferred result.
+pub fn call_deferred() {
+    counter!("mtg_deferred_calls_total").increment(1);
+}
+
+/// A call of one of the gateway's own tools (`get_task_result`, `cancel_task`).
+pub fn gateway_tool_called(tool: &'static str) {
+    counter!("mtg_gateway_tool_calls_total", "tool" => tool).increment(1);
+}
+
 pub fn task_created() {
     counter!("mtg_tasks_created_total").increment(1);
 }

@@ -16,18 +16,22 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::Response;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::server::reply::Body;
 use crate::server::sse::{sse_event, sse_response};
-use crate::tasks::mrtr_bridge::{self, BridgedCall, MrtrBridge};
+use crate::store::TaskRecord;
+use crate::tasks::deferral::Deferrals;
+use crate::tasks::mrtr_bridge::{self, BridgedCall, MrtrBridge, Resumed};
 use crate::upstream::forward::{self, Forwarded, How};
 use crate::upstream::{Caller, Upstream, UpstreamEvent};
 use mtg_protocol::jsonrpc::{self, ErrorObject};
 use mtg_protocol::meta;
 use mtg_protocol::names::method;
 use mtg_protocol::upgrade;
+use mtg_protocol::wire::ResultType;
+use mtg_protocol::wire::deferred;
 
 /// Where a bridged request goes and how long it may take.
 #[derive(Clone)]
@@ -35,6 +39,9 @@ pub struct Route {
     pub upstream: Arc<dyn Upstream>,
     pub bridge: MrtrBridge,
     pub timeout: Option<Duration>,
+    /// With `--defer-after-ms`, for a client without the tasks extension: its budget,
+    /// and where the gateway's tool names come from.
+    pub deferral: Option<(Duration, Deferrals)>,
 }
 
 /// The answer: a JSON-RPC body, or a response streaming one.
@@ -47,10 +54,15 @@ pub enum Answered {
 pub async fn serve(route: Route, id: Value, call: BridgedCall) -> Answered {
     if mrtr_bridge::resumes_held_call(call.client_params.as_ref()) {
         let params = call.client_params.clone().unwrap_or_default();
-        let resumed = route
+        let resumed = match route
             .bridge
             .resume(&call.principal, &call.method, &params)
-            .await;
+            .await
+        {
+            Ok(Resumed::Reply(result)) => Ok(result),
+            Ok(Resumed::StillRunning(task)) => Ok(still_running(&route, &call, &task).await),
+            Err(e) => Err(e),
+        };
         return Answered::Json(resumed.map(|mut result| {
             // A further round or a task keeps its own shape.
             let complete = !matches!(
@@ -97,6 +109,12 @@ async fn answer(
         Forwarded::Answer(answer) => {
             let mut result = answer?;
             upgrade::complete_result(&call.method, &mut result);
+            if call.method == method::TOOLS_LIST
+                && let Some((after, deferrals)) = &route.deferral
+            {
+                let names = deferrals.tool_names(&caller).await;
+                deferred::advertise(&mut result, &names, after.as_secs().max(1));
+            }
             Ok(result)
         }
         Forwarded::AsksForInput {
@@ -105,6 +123,20 @@ async fn answer(
             later,
         } => route.bridge.hold(call, exchange, asked, later).await,
     }
+}
+
+/// A deferred call's answer to a retry that found it still running.
+async fn still_running(route: &Route, call: &BridgedCall, task: &TaskRecord) -> Value {
+    let Some((after, deferrals)) = &route.deferral else {
+        return json!(crate::tasks::render::task_result(task, ResultType::Task));
+    };
+    let caller = Caller {
+        capabilities: &call.capabilities,
+        auth: call.auth.as_ref(),
+        session: None,
+    };
+    let names = deferrals.tool_names(&caller).await;
+    super::deferred::deferred_of(task, &super::deferred::tool_of(task), &names, *after)
 }
 
 /// What the client asked to hear about while the call runs.

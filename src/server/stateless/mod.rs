@@ -1,6 +1,7 @@
 //! 2026-07-28 (stateless) requests: the methods the gateway owns, and the bridge to the
 //! 2025-xx session upstream for everything else.
 
+mod deferred;
 pub mod forwarded;
 pub mod listen;
 
@@ -157,6 +158,16 @@ async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
     if crate::tasks::mrtr_bridge::resumes_held_call(params) {
         return forward(gateway, request).await;
     }
+    let defer_after = gateway
+        .deferrals
+        .after()
+        .filter(|_| !meta::declares_tasks(params));
+    if let Some(after) = defer_after
+        && deferred::may_be_gateway_tool(tool)
+        && let Some(answered) = deferred::gateway_tool(gateway, &request, tool, after).await
+    {
+        return answered;
+    }
     // The client must mirror the arguments the tool annotates (SEP-2243); a load
     // balancer may have routed on those headers.
     let (capabilities, auth) = caller_of(&request);
@@ -180,7 +191,14 @@ async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
             format!("tool {tool:?} runs only as a task: declare the io.modelcontextprotocol/tasks extension"),
         )
         .with_data(wire::missing_tasks_capability_data())),
-        CallPlan::Inline => forward(gateway, request).await,
+        // A call that streams its progress or log messages is forwarded as it is.
+        CallPlan::Inline => match defer_after {
+            Some(after) if forwarded::Wanted::of(params).is_none() => {
+                let tool = tool.to_owned();
+                deferred::call(gateway, request, &tool, after).await
+            }
+            _ => forward(gateway, request).await,
+        },
         CallPlan::Task => {
             let params = upstream_params(request.params.unwrap_or_default());
             let call = ToolCall {
@@ -246,6 +264,11 @@ async fn forward(gateway: &Gateway, request: Request<'_>) -> Outcome {
         upstream: gateway.upstream.clone(),
         bridge: gateway.bridge.clone(),
         timeout: gateway.upstream_timeout,
+        deferral: gateway
+            .deferrals
+            .after()
+            .filter(|_| !meta::declares_tasks(request.params.as_ref()))
+            .map(|after| (after, gateway.deferrals.clone())),
     };
     let call = BridgedCall {
         upstream_params: request.params.clone().map(upstream_params),

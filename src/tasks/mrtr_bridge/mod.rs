@@ -39,6 +39,14 @@ pub struct BridgedCall {
     pub principal: String,
 }
 
+/// What a retry of a held call or task's round gets.
+pub enum Resumed {
+    /// The result, or the next `InputRequiredResult`.
+    Reply(Value),
+    /// A deferred call still running past its budget.
+    StillRunning(Arc<TaskRecord>),
+}
+
 /// Held calls live apart from tasks: a client's `tasks/get` never finds one.
 fn held_principal(principal: &str) -> String {
     format!("held:{principal}")
@@ -138,13 +146,15 @@ impl MrtrBridge {
     }
 
     /// Answers a held call from the client's retry and returns what comes next: the
-    /// call's result, its error, or the next `InputRequiredResult`.
+    /// call's result, its error, or the next `InputRequiredResult`; for a deferred call
+    /// (a 2026-07-28 client without the tasks extension, `--defer-after-ms`), the task
+    /// when it still runs after that budget.
     pub async fn resume(
         &self,
         principal: &str,
         method: &str,
         params: &Value,
-    ) -> Result<Value, ErrorObject> {
+    ) -> Result<Resumed, ErrorObject> {
         let sealed = params
             .get("requestState")
             .and_then(Value::as_str)
@@ -166,7 +176,7 @@ impl MrtrBridge {
         };
         let record = self.held_record(&claims.task_id, &owner).await?;
         if let Some(ended) = ended(&record) {
-            return ended;
+            return ended.map(Resumed::Reply);
         }
         if claims
             .keys
@@ -191,27 +201,44 @@ impl MrtrBridge {
         self.tasks
             .update(&claims.task_id, &owner, responses)
             .await?;
-        // A task's call answers within the promotion budget, or becomes the task.
-        let budget = claims.visible.then_some(self.tasks.settings.promote_after);
+        // A task's call answers within the promotion budget, or becomes the task; a
+        // deferred call's within the deferral budget, or is deferred again.
+        let deferred_after = self
+            .tasks
+            .settings
+            .defer_after
+            .filter(|_| claims.visible && !mtg_protocol::meta::declares_tasks(Some(params)));
+        let budget = deferred_after.or(claims.visible.then_some(self.tasks.settings.promote_after));
         let Some(record) = self
             .next_round_or_end(&claims.task_id, &owner, budget)
             .await?
         else {
             let record = self.held_record(&claims.task_id, &owner).await?;
+            if deferred_after.is_some() {
+                return Ok(Resumed::StillRunning(record));
+            }
             tracing::info!(
                 task_id = record.task_id,
                 "answered past the promotion budget: now a task"
             );
-            return Ok(json!(render::task_result(&record, ResultType::Task)));
+            return Ok(Resumed::Reply(json!(render::task_result(
+                &record,
+                ResultType::Task
+            ))));
         };
         if let Some(ended) = ended(&record) {
             // The client never saw an id: nobody else will ask for the record.
             if let Err(e) = self.tasks.store.delete(&record.task_id).await {
                 tracing::warn!(task_id = record.task_id, error = %e, "could not forget a held call");
             }
-            return ended;
+            return ended.map(Resumed::Reply);
         }
-        Ok(self.input_required(&record, principal, &digest, claims.visible))
+        Ok(Resumed::Reply(self.input_required(
+            &record,
+            principal,
+            &digest,
+            claims.visible,
+        )))
     }
 
     /// For a task's runner, while its creator still waits within the promotion budget:
@@ -270,6 +297,20 @@ impl MrtrBridge {
     }
 
     /// The `InputRequiredResult` for the record's outstanding requests.
+    /// The `InputRequiredResult` of a task's pending input for a request of the caller's
+    /// (a deferred call's `get_task_result`): the client's retry of that request, with
+    /// the answers, resumes the task.
+    pub fn ask(
+        &self,
+        task: &TaskRecord,
+        principal: &str,
+        method: &str,
+        params: Option<&Value>,
+    ) -> Value {
+        let digest = state::request_digest(method, params);
+        self.input_required(task, principal, &digest, true)
+    }
+
     fn input_required(
         &self,
         record: &TaskRecord,

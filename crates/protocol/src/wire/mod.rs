@@ -1,6 +1,7 @@
 //! The task shapes of SEP-2663 as they go on the wire, and (in `session`) those of the
 //! 2025-11-25 task dialect. All task JSON the gateway writes is built here.
 
+pub mod deferred;
 pub mod dialect_2025;
 pub mod listen;
 

@@ -1,0 +1,229 @@
+//! Deferred results for 2026-07-28 clients without the tasks extension
+//! (`--defer-after-ms`): their `tools/call` runs as a task of the caller, answered as if
+//! forwarded when it ends within the budget and with a deferred result otherwise; and
+//! the gateway's `get_task_result` and `cancel_task`, which never reach the upstream.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{Outcome, Request, caller_of, upstream_params};
+use crate::server::Gateway;
+use crate::store::TaskRecord;
+use crate::tasks::{Started, ToolCall};
+use crate::telemetry;
+use crate::upstream::Caller;
+use mtg_protocol::jsonrpc::{self, ErrorObject};
+use mtg_protocol::names::method;
+use mtg_protocol::upgrade;
+use mtg_protocol::wire::TaskStatus;
+use mtg_protocol::wire::deferred::{
+    self, CANCEL_TASK, COLLISION_PREFIX, GET_TASK_RESULT, ToolNames,
+};
+
+/// A `waitSeconds` above this is refused rather than cut to the budget: it is a mistake,
+/// not a wish to wait long.
+const MAX_WAIT_SECONDS: u64 = 86_400;
+
+/// Whether `tool` may name one of the gateway's tools (then the upstream's list decides).
+pub(super) fn may_be_gateway_tool(tool: &str) -> bool {
+    [GET_TASK_RESULT, CANCEL_TASK]
+        .iter()
+        .any(|name| tool == *name || tool.strip_prefix(COLLISION_PREFIX) == Some(name))
+}
+
+/// Serves a call of one of the gateway's tools; `None` when `tool` is the upstream's.
+pub(super) async fn gateway_tool(
+    gateway: &Gateway,
+    request: &Request<'_>,
+    tool: &str,
+    after: Duration,
+) -> Option<Outcome> {
+    let names = tool_names(gateway, request).await;
+    let result = if tool == names.get_result {
+        get_result(gateway, request, &names, after).await
+    } else if tool == names.cancel {
+        cancel(gateway, request).await
+    } else {
+        return None;
+    };
+    Some(result.map(|mut result| {
+        upgrade::complete_result(method::TOOLS_CALL, &mut result);
+        jsonrpc::success_body_of(&request.id, &result).into()
+    }))
+}
+
+/// Runs the call as a task with `after` as its promotion budget.
+pub(super) async fn call(
+    gateway: &Gateway,
+    request: Request<'_>,
+    tool: &str,
+    after: Duration,
+) -> Outcome {
+    let names = tool_names(gateway, &request).await;
+    let (capabilities, auth) = caller_of(&request);
+    let params = upstream_params(request.params.clone().unwrap_or_default());
+    let call = ToolCall {
+        params: serde_json::value::to_raw_value(&params)
+            .map_err(|e| ErrorObject::internal(format!("tool call params: {e}")))?,
+        capabilities,
+        auth,
+        principal: request.principal.clone(),
+        session: None,
+        ttl_ms: None,
+    };
+    let mut result = match gateway.tasks.start_deferrable(call, after).await? {
+        Started::Inline(answer) => serde_json::from_str::<Value>(answer?.get())
+            .map_err(|e| ErrorObject::internal(format!("the upstream's result: {e}")))?,
+        Started::Task(task) => {
+            telemetry::call_deferred();
+            deferred_of(&task, tool, &names, after)
+        }
+    };
+    // An MRTR round keeps its own shape, as a forwarded call's does.
+    if result.get("resultType").and_then(Value::as_str) != Some("input_required") {
+        upgrade::complete_result(method::TOOLS_CALL, &mut result);
+    }
+    Ok(jsonrpc::success_body_of(&request.id, &result).into())
+}
+
+/// The deferred result of a task still running.
+pub(super) fn deferred_of(
+    task: &TaskRecord,
+    tool: &str,
+    names: &ToolNames,
+    after: Duration,
+) -> Value {
+    deferred::deferred_result(
+        tool,
+        &task.task_id,
+        task.status.as_str(),
+        task.status_message.as_deref(),
+        names,
+        after.as_secs().max(1),
+    )
+}
+
+/// The tool a task's call is of, from its stored params.
+pub(super) fn tool_of(task: &TaskRecord) -> String {
+    serde_json::from_str::<Value>(task.request.get())
+        .ok()
+        .and_then(|params| params.get("name")?.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "tool".to_owned())
+}
+
+async fn tool_names(gateway: &Gateway, request: &Request<'_>) -> ToolNames {
+    let (capabilities, auth) = caller_of(request);
+    let caller = Caller {
+        capabilities: &capabilities,
+        auth: auth.as_ref(),
+        session: None,
+    };
+    gateway.deferrals.tool_names(&caller).await
+}
+
+/// `get_task_result`: waits up to `min(waitSeconds, budget)` for the task, then answers
+/// with its result, its failure, its question (MRTR) or another deferred result.
+async fn get_result(
+    gateway: &Gateway,
+    request: &Request<'_>,
+    names: &ToolNames,
+    after: Duration,
+) -> Result<Value, ErrorObject> {
+    let arguments = arguments_of(request);
+    let task_id = match task_id_of(arguments, &names.get_result) {
+        Ok(task_id) => task_id,
+        Err(refusal) => return Ok(refusal),
+    };
+    let limit = match arguments.and_then(|a| a.get("waitSeconds")) {
+        None | Some(Value::Null) => after,
+        Some(wait) => match wait.as_u64().filter(|s| *s <= MAX_WAIT_SECONDS) {
+            Some(seconds) => after.min(Duration::from_secs(seconds)),
+            None => {
+                return Ok(deferred::error_result(&format!(
+                    "waitSeconds must be a whole number of seconds from 0 to {MAX_WAIT_SECONDS}; got {wait}"
+                )));
+            }
+        },
+    };
+    telemetry::gateway_tool_called(GET_TASK_RESULT);
+    let Ok(task) = gateway
+        .deferrals
+        .wait(task_id, &request.principal, limit)
+        .await
+    else {
+        return Ok(unknown(task_id));
+    };
+    Ok(match task.status {
+        TaskStatus::Completed => match &task.result {
+            Some(result) => serde_json::from_str(result.get())
+                .map_err(|e| ErrorObject::internal(format!("the stored result: {e}")))?,
+            None => deferred::error_result("The call completed without a result."),
+        },
+        TaskStatus::Failed => {
+            deferred::error_result(&format!("The tool call failed: {}", failure_of(&task)))
+        }
+        TaskStatus::Cancelled => deferred::error_result(&format!(
+            "The tool call was cancelled: {}",
+            task.status_message.as_deref().unwrap_or("cancelled")
+        )),
+        // The upstream asks something: the client answers it as an MRTR round of this
+        // very request, and its retry carries the answer to the task.
+        TaskStatus::InputRequired => gateway.bridge.ask(
+            &task,
+            &request.principal,
+            method::TOOLS_CALL,
+            request.params.as_ref(),
+        ),
+        TaskStatus::Working => deferred_of(&task, &tool_of(&task), names, after),
+    })
+}
+
+/// `cancel_task`: cancels the task; the upstream hears `notifications/cancelled`.
+async fn cancel(gateway: &Gateway, request: &Request<'_>) -> Result<Value, ErrorObject> {
+    let task_id = match task_id_of(arguments_of(request), CANCEL_TASK) {
+        Ok(task_id) => task_id,
+        Err(refusal) => return Ok(refusal),
+    };
+    telemetry::gateway_tool_called(CANCEL_TASK);
+    Ok(
+        match gateway.tasks.cancel(task_id, &request.principal).await {
+            Ok(()) => deferred::text_result(&format!(
+                "Task {task_id} is cancelled (or had already ended); its tool call stops."
+            )),
+            Err(_) => unknown(task_id),
+        },
+    )
+}
+
+fn arguments_of<'a>(request: &'a Request<'_>) -> Option<&'a Value> {
+    request.params.as_ref()?.get("arguments")
+}
+
+/// The `taskId` argument, or the result that refuses the call.
+fn task_id_of<'a>(arguments: Option<&'a Value>, tool: &str) -> Result<&'a str, Value> {
+    match arguments.and_then(|a| a.get("taskId")) {
+        Some(Value::String(id)) if !id.is_empty() && id.len() <= 200 => Ok(id),
+        Some(other) => Err(deferred::error_result(&format!(
+            "{tool} needs arguments.taskId, the taskId of an earlier answer (a string); got {other}"
+        ))),
+        None => Err(deferred::error_result(&format!(
+            "{tool} needs arguments.taskId, the taskId of an earlier answer"
+        ))),
+    }
+}
+
+fn unknown(task_id: &str) -> Value {
+    deferred::error_result(&format!(
+        "There is no task {task_id:?} for you: the id is unknown, its result has expired, or it \
+         belongs to someone else."
+    ))
+}
+
+fn failure_of(task: &TaskRecord) -> String {
+    task.error
+        .as_ref()
+        .map(|error| error.message.clone())
+        .or_else(|| task.status_message.clone())
+        .unwrap_or_else(|| "no reason given".to_owned())
+}

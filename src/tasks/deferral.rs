@@ -1,0 +1,67 @@
+//! Deferred results (`--defer-after-ms`): a call of a client that cannot take a task runs
+//! as a task of its caller, and a model fetches or stops it with two tools the gateway
+//! adds (`mtg_protocol::wire::deferred`). Waiting for a deferred call, and which names
+//! those tools go by.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::TaskService;
+use super::halt::sleep_until;
+use crate::store::TaskRecord;
+use crate::upstream::Caller;
+use mtg_protocol::jsonrpc::ErrorObject;
+use mtg_protocol::wire::TaskStatus;
+use mtg_protocol::wire::deferred::{CANCEL_TASK, GET_TASK_RESULT, ToolNames};
+
+/// Deferred calls: waiting for one, and the gateway's tool names.
+#[derive(Clone)]
+pub struct Deferrals {
+    tasks: Arc<TaskService>,
+}
+
+impl Deferrals {
+    pub fn new(tasks: Arc<TaskService>) -> Self {
+        Self { tasks }
+    }
+
+    /// `--defer-after-ms`, if deferral is on.
+    pub fn after(&self) -> Option<Duration> {
+        self.tasks.settings.defer_after
+    }
+
+    /// The names of the gateway's tools for this upstream: `gateway_`-prefixed where the
+    /// upstream has a tool of the name, which is then the upstream's to answer.
+    pub async fn tool_names(&self, caller: &Caller<'_>) -> ToolNames {
+        let traits = &self.tasks.tool_traits;
+        let upstream = self.tasks.upstream.as_ref();
+        let get = traits.has(upstream, caller, GET_TASK_RESULT).await;
+        let cancel = traits.has(upstream, caller, CANCEL_TASK).await;
+        ToolNames::choose(|name| {
+            (name == GET_TASK_RESULT && get) || (name == CANCEL_TASK && cancel)
+        })
+    }
+
+    /// The task once it ended or asks for input, or as it is when `limit` passed.
+    pub async fn wait(
+        &self,
+        task_id: &str,
+        principal: &str,
+        limit: Duration,
+    ) -> Result<Arc<TaskRecord>, ErrorObject> {
+        let deadline = tokio::time::Instant::now() + limit;
+        let watch = self.tasks.watchers.watch_task(task_id);
+        loop {
+            // Registered before the read, so a change in between is not missed.
+            let changed = watch.changed();
+            let task = self.tasks.get(task_id, principal).await?;
+            if task.status.is_terminal() || task.status == TaskStatus::InputRequired {
+                return Ok(task);
+            }
+            tokio::select! {
+                () = changed => {}
+                () = sleep_until(Some(deadline)) => return self.tasks.get(task_id, principal).await,
+            }
+        }
+    }
+}
