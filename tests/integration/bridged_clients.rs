@@ -13,7 +13,7 @@ use crate::common::*;
 use serde_json::{Value, json};
 
 /// Runs tests/fixtures/python_client.py against `url`; what it saw, as JSON.
-fn python_client(url: &str, tool: &str, arguments: Value, flags: &[&str]) -> Value {
+pub(crate) fn python_client(url: &str, tool: &str, arguments: Value, flags: &[&str]) -> Value {
     let script =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/python_client.py");
     let output = Command::new(python())

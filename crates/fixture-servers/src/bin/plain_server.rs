@@ -1136,6 +1136,20 @@ fn tool_definitions() -> Value {
             },
         },
         {
+            "name": "slow_echo",
+            "description": "Waits `ms` milliseconds without a word, then answers as echo does (a tool with an outputSchema that takes long).",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"text": {"type": "string"}, "ms": {"type": "integer", "minimum": 0}},
+                "required": ["text", "ms"],
+            },
+            "outputSchema": {
+                "type": "object",
+                "properties": {"echo": {"type": "object"}},
+                "required": ["echo"],
+            },
+        },
+        {
             "name": "sleep",
             "description": "Sleeps `ms` milliseconds, sending `steps` (default 5) progress notifications; with `log: true` also a log message (info) per step and one (warning) at the end.",
             "inputSchema": {
@@ -1255,6 +1269,13 @@ async fn call_tool(ctx: &RequestCtx, params: &Value) -> Outcome {
     let _counted = ctx.app.call_started();
     match name {
         "echo" => echo(&args),
+        "slow_echo" => {
+            let ms = args.get("ms").and_then(Value::as_u64).ok_or_else(|| {
+                invalid_params("slow_echo needs arguments.ms (a non-negative integer)")
+            })?;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            echo(&args)
+        }
         "sleep" => sleep(ctx, &args).await,
         "lookup" => lookup(ctx, &args).await,
         "ask_name" => ask_name(ctx).await,

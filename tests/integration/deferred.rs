@@ -1,0 +1,292 @@
+//! Deferred results (`--defer-after-ms`) for 2026-07-28 clients without the tasks
+//! extension: a call that outlives the budget is answered with a taskId and words for a
+//! model, goes on as a task of its caller, and `get_task_result` / `cancel_task` (the
+//! gateway's own tools, never sent upstream) fetch or stop it. Against the fixture
+//! upstream (a 2025-11-25 session server), with our 2026-07-28 client and the Python SDK
+//! 2.x client, which validates results against the listed outputSchema.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use test_support::RedisServer;
+
+use crate::bridged_clients::python_client;
+use crate::common::*;
+
+const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
+/// A 2026-07-28 client with elicitation, sampling and roots, without the tasks extension.
+fn plain_client(url: &str) -> Client {
+    Client::new(
+        url,
+        json!({"elicitation": {"form": {}}, "sampling": {}, "roots": {}}),
+    )
+}
+
+/// The deferred result's task id, asserting the shape a client and a model see.
+fn deferred_task(result: &Value) -> String {
+    assert_eq!(result["isError"], false, "{result}");
+    let task_id = result["structuredContent"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not a deferred result: {result}"))
+        .to_owned();
+    assert_eq!(result["_meta"][RELATED_TASK]["taskId"], task_id.as_str());
+    assert!(
+        first_text(result).contains("get_task_result") && first_text(result).contains(&task_id),
+        "{result}"
+    );
+    task_id
+}
+
+/// How many `notifications/cancelled` the fixture upstream received.
+fn cancels_heard(stats: &Value) -> usize {
+    stats["cancelledReceived"].as_array().map_or(0, Vec::len)
+}
+
+fn is_deferred(result: &Value) -> bool {
+    result["structuredContent"]["taskId"].is_string() && result["_meta"][RELATED_TASK].is_object()
+}
+
+async fn get_task_result(client: &Client, arguments: Value) -> Value {
+    client
+        .call_tool("get_task_result", arguments)
+        .await
+        .result()
+        .clone()
+}
+
+/// Calls `get_task_result` until the answer is not deferred.
+async fn fetch(client: &Client, task_id: &str) -> Value {
+    let started = Instant::now();
+    loop {
+        let result = get_task_result(client, json!({"taskId": task_id, "waitSeconds": 5})).await;
+        if !is_deferred(&result) {
+            return result;
+        }
+        assert!(started.elapsed() < DEADLINE, "still deferred: {result}");
+    }
+}
+
+#[tokio::test]
+async fn a_long_call_is_deferred_and_get_task_result_returns_the_upstreams_result() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &["--defer-after-ms", "1000"]);
+    let client = plain_client(&url);
+
+    let listed = client.request("tools/list", json!({})).await;
+    let tools = listed.result()["tools"].as_array().expect("tools").clone();
+    let named = |name: &str| tools.iter().find(|t| t["name"] == name).cloned();
+    assert!(named("get_task_result").is_some() && named("cancel_task").is_some());
+    let schema = &named("echo").expect("echo")["outputSchema"];
+    assert_eq!(schema["type"], "object");
+    assert_eq!(schema["anyOf"][0]["required"], json!(["echo"]), "{schema}");
+
+    // Quick: answered as before, the upstream's own result.
+    let quick = client.call_tool("echo", json!({"text": "hi"})).await;
+    assert_eq!(quick.result()["structuredContent"]["echo"]["text"], "hi");
+
+    let started = Instant::now();
+    let first = client
+        .call_tool("sleep", json!({"ms": 4000, "steps": 0}))
+        .await;
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_millis(3500),
+        "deferred after {waited:?}"
+    );
+    let task_id = deferred_task(first.result());
+    assert_eq!(first.result()["structuredContent"]["status"], "working");
+
+    // Waiting less than the call needs gets another deferred result.
+    let again = get_task_result(&client, json!({"taskId": task_id, "waitSeconds": 0})).await;
+    assert_eq!(deferred_task(&again), task_id);
+
+    let result = fetch(&client, &task_id).await;
+    assert_eq!(result["isError"], json!(null), "{result}");
+    assert!(first_text(&result).contains("slept"), "{result}");
+    let stats = upstream_stats(&upstream_url).await;
+    assert_eq!(
+        stats["callsStarted"], 2,
+        "echo and sleep, nothing else: {stats}"
+    );
+}
+
+#[tokio::test]
+async fn without_the_flag_the_same_call_waits_for_its_result() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let client = plain_client(&url);
+    let listed = client.request("tools/list", json!({})).await;
+    let names: Vec<_> = listed.result()["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["name"].clone())
+        .collect();
+    assert!(!names.contains(&json!("get_task_result")), "{names:?}");
+    let result = client
+        .call_tool("sleep", json!({"ms": 2000, "steps": 0}))
+        .await;
+    assert!(!is_deferred(result.result()));
+    assert!(first_text(result.result()).contains("slept"));
+}
+
+#[tokio::test]
+async fn cancel_task_stops_the_upstream_call() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &["--defer-after-ms", "500"]);
+    let client = plain_client(&url);
+    let first = client
+        .call_tool("sleep", json!({"ms": 60_000, "steps": 0}))
+        .await;
+    let task_id = deferred_task(first.result());
+    let cancelled = client
+        .call_tool("cancel_task", json!({"taskId": task_id}))
+        .await;
+    assert_eq!(cancelled.result()["isError"], false);
+    eventually("the upstream hears the cancel", || async {
+        let stats = upstream_stats(&upstream_url).await;
+        (cancels_heard(&stats) == 1 && stats["callsInFlight"] == 0).then_some(())
+    })
+    .await;
+    let after = get_task_result(&client, json!({"taskId": task_id})).await;
+    assert_eq!(after["isError"], true, "{after}");
+    assert!(first_text(&after).contains("cancelled"), "{after}");
+}
+
+#[tokio::test]
+async fn bad_arguments_and_other_callers_get_a_clear_tool_error_and_nothing_upstream() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &["--defer-after-ms", "500"]);
+    let mut client = plain_client(&url);
+    client.authorization = Some("Bearer alice".into());
+    let first = client
+        .call_tool("sleep", json!({"ms": 3000, "steps": 0}))
+        .await;
+    let task_id = deferred_task(first.result());
+    let mut other = plain_client(&url);
+    other.authorization = Some("Bearer mallory".into());
+
+    for (who, tool, arguments, says) in [
+        (
+            &client,
+            "get_task_result",
+            json!({}),
+            "needs arguments.taskId",
+        ),
+        (
+            &client,
+            "get_task_result",
+            json!({"taskId": 42}),
+            "needs arguments.taskId",
+        ),
+        (
+            &client,
+            "get_task_result",
+            json!({"taskId": "no-such-task"}),
+            "no task",
+        ),
+        (
+            &other,
+            "get_task_result",
+            json!({"taskId": task_id}),
+            "no task",
+        ),
+        (
+            &client,
+            "get_task_result",
+            json!({"taskId": task_id, "waitSeconds": -1}),
+            "waitSeconds",
+        ),
+        (
+            &client,
+            "get_task_result",
+            json!({"taskId": task_id, "waitSeconds": 1e12}),
+            "waitSeconds",
+        ),
+        (
+            &client,
+            "get_task_result",
+            json!({"taskId": task_id, "waitSeconds": "soon"}),
+            "waitSeconds",
+        ),
+        (&client, "cancel_task", json!({}), "needs arguments.taskId"),
+        (&other, "cancel_task", json!({"taskId": task_id}), "no task"),
+    ] {
+        let reply = who.call_tool(tool, arguments.clone()).await;
+        let result = reply.result();
+        assert_eq!(result["isError"], true, "{tool} {arguments}: {result}");
+        assert!(
+            first_text(result)
+                .to_lowercase()
+                .contains(&says.to_lowercase()),
+            "{tool} {arguments}: {result}"
+        );
+    }
+    // The foreign cancel changed nothing: the call still completes for its caller.
+    let result = fetch(&client, &task_id).await;
+    assert!(first_text(&result).contains("slept"), "{result}");
+    let stats = upstream_stats(&upstream_url).await;
+    assert_eq!(
+        stats["callsStarted"], 1,
+        "only the sleep reached the upstream: {stats}"
+    );
+}
+
+#[tokio::test]
+async fn the_python_sdk_takes_a_deferred_result_of_a_tool_with_an_output_schema() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &["--defer-after-ms", "1000"]);
+    let seen = tokio::task::spawn_blocking(move || {
+        python_client(
+            &url,
+            "slow_echo",
+            json!({"text": "later", "ms": 3000}),
+            &["--fetch-deferred"],
+        )
+    })
+    .await
+    .expect("client ran");
+    let tools = seen["tools"].as_array().expect("tools listed");
+    assert!(tools.contains(&json!("get_task_result")) && tools.contains(&json!("cancel_task")));
+    let deferred = seen["deferred"].as_array().expect("deferred results");
+    assert!(!deferred.is_empty(), "the call was not deferred: {seen}");
+    deferred_task(&deferred[0]);
+    // The SDK validated both against the listed schema; the last is the tool's own.
+    assert_eq!(
+        seen["result"]["structuredContent"]["echo"]["text"], "later",
+        "{seen}"
+    );
+}
+
+#[tokio::test]
+async fn a_call_deferred_on_one_instance_is_fetched_and_cancelled_on_another() {
+    let redis = RedisServer::start();
+    let (_upstream, upstream_url) = start_plain_server();
+    let shared = ["--defer-after-ms", "500", "--redis", &redis.url()];
+    let (_a, url_a) = start_gateway(&upstream_url, &shared);
+    let (_b, url_b) = start_gateway(&upstream_url, &shared);
+    let on_a = plain_client(&url_a);
+    let on_b = plain_client(&url_b);
+
+    let first = on_a
+        .call_tool("sleep", json!({"ms": 2500, "steps": 0}))
+        .await;
+    let task_id = deferred_task(first.result());
+    let result = fetch(&on_b, &task_id).await;
+    assert!(first_text(&result).contains("slept"), "{result}");
+
+    let long = on_a
+        .call_tool("sleep", json!({"ms": 60_000, "steps": 0}))
+        .await;
+    let long_id = deferred_task(long.result());
+    let cancelled = on_b
+        .call_tool("cancel_task", json!({"taskId": long_id}))
+        .await;
+    assert_eq!(cancelled.result()["isError"], false);
+    eventually("the upstream hears the cancel from the owner", || async {
+        let stats = upstream_stats(&upstream_url).await;
+        (cancels_heard(&stats) == 1 && stats["callsInFlight"] == 0).then_some(())
+    })
+    .await;
+}
