@@ -234,6 +234,75 @@ async fn bad_arguments_and_other_callers_get_a_clear_tool_error_and_nothing_upst
 }
 
 #[tokio::test]
+async fn a_question_asked_while_deferred_is_answered_through_get_task_result_once() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &["--defer-after-ms", "500"]);
+    let client = plain_client(&url);
+    let first = client.call_tool("wait_then_ask", json!({"ms": 1500})).await;
+    let task_id = deferred_task(first.result());
+
+    let arguments = json!({"taskId": task_id, "waitSeconds": 5});
+    let started = Instant::now();
+    let asked = loop {
+        let result = get_task_result(&client, arguments.clone()).await;
+        if result["resultType"] == "input_required" {
+            break result;
+        }
+        assert_eq!(deferred_task(&result), task_id);
+        assert!(started.elapsed() < DEADLINE, "never asked: {result}");
+    };
+    let (key, request) = asked["inputRequests"]
+        .as_object()
+        .and_then(|requests| requests.iter().next())
+        .expect("one input request");
+    assert_eq!(request["method"], "elicitation/create");
+    let answered = client
+        .retry_tool(
+            "get_task_result",
+            arguments.clone(),
+            json!({key: {"action": "accept", "content": {"name": "Ada"}}}),
+            &asked["requestState"],
+        )
+        .await;
+    let mut result = answered.result().clone();
+    if is_deferred(&result) {
+        result = fetch(&client, &task_id).await;
+    }
+    assert_eq!(first_text(&result), "Hello, Ada!", "{result}");
+    let stats = upstream_stats(&upstream_url).await;
+    assert_eq!(
+        responses_received(&stats),
+        [1],
+        "the answer reached the upstream once: {stats}"
+    );
+}
+
+#[tokio::test]
+async fn a_question_asked_within_the_budget_is_the_calls_mrtr_round() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &["--defer-after-ms", "2000"]);
+    let client = plain_client(&url);
+    let asked = client.call_tool("ask_name", json!({})).await;
+    let asked = asked.result();
+    assert_eq!(asked["resultType"], "input_required", "{asked}");
+    let key = asked["inputRequests"]
+        .as_object()
+        .and_then(|requests| requests.keys().next().cloned())
+        .expect("one input request");
+    let answered = client
+        .retry_tool(
+            "ask_name",
+            json!({}),
+            json!({key: {"action": "accept", "content": {"name": "Ada"}}}),
+            &asked["requestState"],
+        )
+        .await;
+    assert_eq!(first_text(answered.result()), "Hello, Ada!");
+    let stats = upstream_stats(&upstream_url).await;
+    assert_eq!(responses_received(&stats), [1], "{stats}");
+}
+
+#[tokio::test]
 async fn the_python_sdk_takes_a_deferred_result_of_a_tool_with_an_output_schema() {
     let (_upstream, upstream_url) = start_plain_server();
     let (_gateway, url) = start_gateway(&upstream_url, &["--defer-after-ms", "1000"]);

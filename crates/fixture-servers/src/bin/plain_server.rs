@@ -1136,6 +1136,15 @@ fn tool_definitions() -> Value {
             },
         },
         {
+            "name": "wait_then_ask",
+            "description": "Waits `ms` milliseconds, then asks the client's name (elicitation) and greets it.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"ms": {"type": "integer", "minimum": 0}},
+                "required": ["ms"],
+            },
+        },
+        {
             "name": "slow_echo",
             "description": "Waits `ms` milliseconds without a word, then answers as echo does (a tool with an outputSchema that takes long).",
             "inputSchema": {
@@ -1269,6 +1278,13 @@ async fn call_tool(ctx: &RequestCtx, params: &Value) -> Outcome {
     let _counted = ctx.app.call_started();
     match name {
         "echo" => echo(&args),
+        "wait_then_ask" => {
+            let ms = args.get("ms").and_then(Value::as_u64).ok_or_else(|| {
+                invalid_params("wait_then_ask needs arguments.ms (a non-negative integer)")
+            })?;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            ask_name(ctx).await
+        }
         "slow_echo" => {
             let ms = args.get("ms").and_then(Value::as_u64).ok_or_else(|| {
                 invalid_params("slow_echo needs arguments.ms (a non-negative integer)")
