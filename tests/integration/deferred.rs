@@ -134,8 +134,8 @@ async fn a_long_call_is_deferred_and_get_task_result_returns_the_upstreams_resul
     assert!(first_text(&result).contains("slept"), "{result}");
     let stats = upstream_stats(&upstream_url).await;
     assert_eq!(
-        stats["callsStarted"], 2,
-        "echo and sleep, nothing else: {stats}"
+        stats["callsStarted"], 3,
+        "two echoes and the sleep, nothing else: {stats}"
     );
 }
 
