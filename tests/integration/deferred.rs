@@ -387,3 +387,43 @@ async fn a_call_deferred_on_one_instance_is_fetched_and_cancelled_on_another() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_deferred_call_of_a_killed_instance_is_run_again_elsewhere_if_it_may_be() {
+    let redis = RedisServer::start();
+    let (_upstream, upstream_url) = start_plain_server();
+    let shared = [
+        "--defer-after-ms",
+        "500",
+        "--redis",
+        &redis.url(),
+        "--lease-timeout-ms",
+        "2000",
+    ];
+    let (mut a, url_a) = start_gateway(&upstream_url, &shared);
+    let (_b, url_b) = start_gateway(&upstream_url, &shared);
+    let on_a = plain_client(&url_a);
+    let on_b = plain_client(&url_b);
+
+    // `lookup` is annotated read-only by the upstream, so it may run again; `sleep` not.
+    let lookup = on_a
+        .call_tool("lookup", json!({"key": "k1", "ms": 3000}))
+        .await;
+    let lookup_id = deferred_task(lookup.result());
+    let sleep = on_a
+        .call_tool("sleep", json!({"ms": 60_000, "steps": 0}))
+        .await;
+    let sleep_id = deferred_task(sleep.result());
+    eventually("both calls to run upstream", || async {
+        let stats = upstream_stats(&upstream_url).await;
+        (stats["callsInFlight"] == 2).then_some(())
+    })
+    .await;
+    a.kill();
+
+    let result = fetch(&on_b, &lookup_id).await;
+    assert_eq!(first_text(&result), "found k1", "{result}");
+    let failed = fetch(&on_b, &sleep_id).await;
+    assert_eq!(failed["isError"], true, "{failed}");
+    assert!(first_text(&failed).contains("failed"), "{failed}");
+}
