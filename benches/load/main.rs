@@ -24,7 +24,7 @@ use crate::processes::{Binaries, raise_fd_limit};
 use crate::readings::machine_description;
 use crate::report::Report;
 use crate::scenarios::{
-    scenario_a, scenario_b, scenario_c, scenario_d, scenario_e, scenario_f, sweep,
+    scenario_a, scenario_b, scenario_c, scenario_d, scenario_e, scenario_f, scenario_g, sweep,
 };
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -44,8 +44,9 @@ pub(crate) const ANNOUNCE_DEADLINE: Duration = Duration::from_secs(30);
 pub(crate) struct Args {
     /// Scenarios, comma-separated: a (pass-through overhead), b (CreateTaskResult),
     /// c (tasks/get), d (create -> poll -> completed), e (10k tasks in flight),
-    /// f (another proxy in front of a stdio server), sweep (latency vs concurrency plot).
-    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d,e,f,sweep")]
+    /// f (another proxy in front of a stdio server), g (deferred calls in flight against
+    /// tasks), sweep (latency vs concurrency plot).
+    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d,e,f,g,sweep")]
     scenarios: Vec<String>,
     /// Measured seconds of each run.
     #[arg(long, default_value_t = 5.0)]
@@ -171,6 +172,9 @@ async fn run(args: &Args, report: &mut Report) {
     }
     if wanted(args, "f") {
         scenario_f(args, &bins, report).await;
+    }
+    if wanted(args, "g") {
+        scenario_g(args, &bins, report).await;
     }
     if wanted(args, "sweep") {
         sweep(args, &bins, report).await;

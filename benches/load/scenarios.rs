@@ -370,3 +370,60 @@ pub(crate) async fn sweep(args: &Args, bins: &Binaries, report: &mut Report) {
         Err(e) => report.note(&format!("no plot: {e}")),
     }
 }
+
+/// g. `--in-flight` calls of a 2026-07-28 client without the tasks extension, deferred
+/// (`--defer-after-ms 100`) while the upstream works 120 s, against as many tasks of a
+/// client with the extension: the gateway's RSS per call in flight, side by side. A
+/// deferred call is a task of its caller, so the two should cost the same.
+pub(crate) async fn scenario_g(args: &Args, bins: &Binaries, report: &mut Report) {
+    report.section(&format!(
+        "g. {} deferred calls in flight against as many tasks (sleep 120 s upstream)",
+        args.in_flight
+    ));
+    const WARM: usize = 100;
+    let sleeping = json!({"name": "sleep", "arguments": {"ms": 120_000, "steps": 0}});
+    let sides: [(&str, bool, Vec<String>); 2] = [
+        ("tasks (tasks extension)", true, Vec::new()),
+        (
+            "deferred calls (no extension, --defer-after-ms 100)",
+            false,
+            vec!["--defer-after-ms".into(), "100".into()],
+        ),
+    ];
+    let mut per_call = Vec::new();
+    for (label, extension, flags) in sides {
+        let (fixture, fixture_url) = bins.fixture();
+        let (gateway, gateway_url) = bins.gateway(&fixture_url, &flags);
+        let target = Target::parse(&gateway_url);
+        let upstream = Target::parse(&fixture_url);
+        let request = modern_request("tools/call", sleeping.clone(), extension);
+        // The first calls grow pools and caches that every later call shares.
+        create_many(&target, &request, WARM, 16).await;
+        wait_in_flight(&upstream, WARM as u64, Duration::from_secs(30)).await;
+        let rss_before = rss_kib(gateway.pid());
+        let started = Instant::now();
+        create_many(&target, &request, args.in_flight, 64).await;
+        let total = (WARM + args.in_flight) as u64;
+        let waiting = wait_in_flight(&upstream, total, Duration::from_secs(90))
+            .await
+            .saturating_sub(WARM as u64);
+        let rss_after = rss_kib(gateway.pid());
+        let per = rss_after.saturating_sub(rss_before) as f64 * 1024.0 / waiting.max(1) as f64;
+        report.note(&format!(
+            "{label}: {waiting} in flight after {:.1} s; gateway VmRSS {rss_before} -> {rss_after} KiB: \
+             {:.1} KB ({:.2} KiB) per call in flight",
+            started.elapsed().as_secs_f64(),
+            per / 1000.0,
+            per / 1024.0
+        ));
+        per_call.push(per);
+        drop(gateway);
+        drop(fixture);
+    }
+    if let [task, deferred] = per_call[..] {
+        report.note(&format!(
+            "memory per deferred call / per task: ×{:.2}",
+            deferred / task.max(1.0)
+        ));
+    }
+}
