@@ -85,7 +85,14 @@ pub struct ToolCall {
     pub session: Option<dialect_2025::SessionLink>,
     /// The TTL the client asked for, already capped; the default otherwise.
     pub ttl_ms: Option<u64>,
+    /// Where the runner also sends the upstream's notifications of the call, while its
+    /// caller streams them (a deferrable call within its budget).
+    pub relay: Option<NotificationRelay>,
 }
+
+/// The upstream's notifications of one call (method, params), for a caller that streams
+/// them; a send that finds the channel full or closed is dropped.
+pub type NotificationRelay = tokio::sync::mpsc::Sender<(String, Option<Value>)>;
 
 impl ToolCall {
     /// The params as a tree, to change them for one upstream request.

@@ -293,6 +293,7 @@ impl RoundTrip for TaskTrip<'_> {
             own_task: upstream_task.then(UpstreamTask::default),
             caller,
             recheck_at: None,
+            relay: self.call.relay.as_ref(),
         };
         for event in later {
             if let Some(reply) = Box::pin(attempt.on_event(Some(Ok(event)))).await {
@@ -393,6 +394,8 @@ struct Call<'a> {
     caller: Caller<'a>,
     /// When to look at the task again because the store failed to answer the last look.
     recheck_at: Option<Instant>,
+    /// Who else hears the upstream's notifications of the call (`ToolCall::relay`).
+    relay: Option<&'a super::NotificationRelay>,
 }
 
 impl Call<'_> {
@@ -438,52 +441,61 @@ impl Call<'_> {
                 });
             }
             UpstreamEvent::Response { .. } => {}
-            UpstreamEvent::Notification { method, params } => match method.as_str() {
-                method::PROGRESS => {
-                    if let Some(message) = progress_message(params.as_ref())
-                        && let Err(e) = self
-                            .service
-                            .store
-                            .set_status_message(self.task_id, &message)
-                            .await
-                    {
-                        tracing::warn!(error = %e, "could not record progress");
-                    }
-                    // A session client hears it too, under its own progress token.
-                    if self.session.is_some() {
-                        self.service
-                            .announce_change(self.task_id, self.session, params)
-                            .await;
-                    }
+            UpstreamEvent::Notification { method, params } => {
+                if let Some(relay) = self.relay {
+                    let _ = relay.try_send((method.clone(), params.clone()));
                 }
-                // The upstream gave up on one of its requests (e.g. its own timeout).
-                method::CANCELLED => {
-                    let request_id = params.as_ref().and_then(|p| p.get("requestId"));
-                    let key = self
-                        .pending
-                        .iter()
-                        .find(|(_, id)| Some(*id) == request_id)
-                        .map(|(k, _)| k.clone());
-                    if let Some(key) = key {
-                        self.pending.remove(&key);
-                        if let Err(e) = self
-                            .service
-                            .store
-                            .withdraw_input_request(self.task_id, &key)
-                            .await
-                        {
-                            tracing::warn!(error = %e, "could not withdraw an input request");
-                        }
-                        self.service.announce(self.task_id, self.session).await;
-                    }
-                }
-                _ => {}
-            },
+                self.on_notification(method, params).await;
+            }
             UpstreamEvent::Request { id, method, params } => {
                 self.on_request(id, method, params).await
             }
         }
         None
+    }
+
+    async fn on_notification(&mut self, method: String, params: Option<Value>) {
+        match method.as_str() {
+            method::PROGRESS => {
+                if let Some(message) = progress_message(params.as_ref())
+                    && let Err(e) = self
+                        .service
+                        .store
+                        .set_status_message(self.task_id, &message)
+                        .await
+                {
+                    tracing::warn!(error = %e, "could not record progress");
+                }
+                // A session client hears it too, under its own progress token.
+                if self.session.is_some() {
+                    self.service
+                        .announce_change(self.task_id, self.session, params)
+                        .await;
+                }
+            }
+            // The upstream gave up on one of its requests (e.g. its own timeout).
+            method::CANCELLED => {
+                let request_id = params.as_ref().and_then(|p| p.get("requestId"));
+                let key = self
+                    .pending
+                    .iter()
+                    .find(|(_, id)| Some(*id) == request_id)
+                    .map(|(k, _)| k.clone());
+                if let Some(key) = key {
+                    self.pending.remove(&key);
+                    if let Err(e) = self
+                        .service
+                        .store
+                        .withdraw_input_request(self.task_id, &key)
+                        .await
+                    {
+                        tracing::warn!(error = %e, "could not withdraw an input request");
+                    }
+                    self.service.announce(self.task_id, self.session).await;
+                }
+            }
+            _ => {}
+        }
     }
 
     async fn on_request(&mut self, id: Value, method: String, params: Option<Value>) {

@@ -235,6 +235,7 @@ impl Takeovers {
             principal: task.principal.clone(),
             session: None,
             ttl_ms: Some(task.ttl_ms),
+            relay: None,
         };
         let start = Start::TakenOver {
             round: RoundState::from_upstream_state(task.upstream_state.as_ref()),

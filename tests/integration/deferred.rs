@@ -69,13 +69,17 @@ async fn fetch(client: &Client, task_id: &str) -> Value {
 
 /// The raw body of a quick `echo` call.
 async fn quick_echo_body(url: &str) -> String {
+    raw_call(url, "echo", json!({"text": "hi"}), None).await
+}
+
+/// The raw body of a `tools/call`, with a progress token when given.
+async fn raw_call(url: &str, tool: &str, arguments: Value, progress: Option<&str>) -> String {
     let client = plain_client(url);
-    let body = json!({
-        "jsonrpc": "2.0",
-        "id": 7,
-        "method": "tools/call",
-        "params": client.params(json!({"name": "echo", "arguments": {"text": "hi"}})),
-    });
+    let mut params = client.params(json!({"name": tool, "arguments": arguments}));
+    if let Some(token) = progress {
+        params["_meta"]["progressToken"] = json!(token);
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params});
     client
         .http
         .post(url)
@@ -83,7 +87,7 @@ async fn quick_echo_body(url: &str) -> String {
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2026-07-28")
         .header("mcp-method", "tools/call")
-        .header("mcp-name", "echo")
+        .header("mcp-name", tool)
         .body(body.to_string())
         .send()
         .await
@@ -112,6 +116,16 @@ async fn a_long_call_is_deferred_and_get_task_result_returns_the_upstreams_resul
     let (_plain_gateway, plain_url) = start_gateway(&upstream_url, &[]);
     assert_eq!(quick, quick_echo_body(&plain_url).await);
     assert!(quick.contains(r#""echo":{"text":"hi"}"#), "{quick}");
+    // The same for a quick call that asks for progress: the same events, to the byte.
+    let arguments = json!({"ms": 300, "steps": 3});
+    let streamed = raw_call(&url, "sleep", arguments.clone(), Some("p-7")).await;
+    let plain = raw_call(&plain_url, "sleep", arguments, Some("p-7")).await;
+    assert_eq!(streamed, plain);
+    assert_eq!(
+        streamed.matches(r#""progressToken":"p-7""#).count(),
+        3,
+        "{streamed}"
+    );
 
     let started = Instant::now();
     let first = client
@@ -134,8 +148,8 @@ async fn a_long_call_is_deferred_and_get_task_result_returns_the_upstreams_resul
     assert!(first_text(&result).contains("slept"), "{result}");
     let stats = upstream_stats(&upstream_url).await;
     assert_eq!(
-        stats["callsStarted"], 3,
-        "two echoes and the sleep, nothing else: {stats}"
+        stats["callsStarted"], 5,
+        "two echoes, two quick sleeps and the long one, nothing else: {stats}"
     );
 }
 
@@ -426,4 +440,72 @@ async fn a_deferred_call_of_a_killed_instance_is_run_again_elsewhere_if_it_may_b
     let failed = fetch(&on_b, &sleep_id).await;
     assert_eq!(failed["isError"], true, "{failed}");
     assert!(first_text(&failed).contains("failed"), "{failed}");
+}
+
+/// rmcp 3.x as a 2026-07-28 client (an independent implementation, which puts a
+/// `progressToken` on every request, so the call is answered on SSE): lists the tools,
+/// gets a deferred result for a slow tool with an outputSchema, then its result through
+/// `get_task_result`.
+#[tokio::test]
+async fn the_rmcp_client_gets_a_deferred_result_and_then_the_tools_own() {
+    use rmcp::model::{CallToolRequestParams, JsonObject};
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &["--defer-after-ms", "500"]);
+    let client = crate::rmcp_client_mrtr::modern_client(&url).await;
+    let tools = tokio::time::timeout(DEADLINE, client.list_all_tools())
+        .await
+        .expect("listed in time")
+        .expect("tools/list");
+    assert!(tools.iter().any(|tool| tool.name == "get_task_result"));
+    let call = |name: &'static str, arguments: Value| {
+        let arguments: JsonObject = serde_json::from_value(arguments).unwrap();
+        let params = CallToolRequestParams::new(name).with_arguments(arguments);
+        let client = &client;
+        async move {
+            let result = tokio::time::timeout(DEADLINE, client.call_tool(params))
+                .await
+                .expect("answered in time")
+                .expect("tools/call");
+            serde_json::to_value(result).unwrap()
+        }
+    };
+    let first = call("slow_echo", json!({"text": "rmcp", "ms": 2000})).await;
+    let task_id = deferred_task(&first);
+    let wait = json!({"taskId": task_id, "waitSeconds": 10});
+    let mut result = call("get_task_result", wait.clone()).await;
+    while is_deferred(&result) {
+        result = call("get_task_result", wait.clone()).await;
+    }
+    assert_eq!(
+        result["structuredContent"]["echo"]["text"], "rmcp",
+        "{result}"
+    );
+}
+
+/// A client that asks for progress hears the upstream's progress under its own token
+/// while the call runs within the budget, then gets the deferred result on the same
+/// stream (the Python SDK 2.x).
+#[tokio::test]
+async fn a_call_that_asks_for_progress_hears_it_before_its_deferred_result() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &["--defer-after-ms", "1500"]);
+    let seen = tokio::task::spawn_blocking(move || {
+        python_client(
+            &url,
+            "sleep",
+            json!({"ms": 4000, "steps": 8}),
+            &["--progress", "--fetch-deferred"],
+        )
+    })
+    .await
+    .expect("client ran");
+    let deferred = seen["deferred"].as_array().expect("deferred results");
+    assert!(!deferred.is_empty(), "the call was not deferred: {seen}");
+    deferred_task(&deferred[0]);
+    let progress = seen["progress"].as_array().expect("progress");
+    assert!(
+        !progress.is_empty(),
+        "no progress before the deferral: {seen}"
+    );
+    assert!(first_text(&seen["result"]).contains("slept"), "{seen}");
 }

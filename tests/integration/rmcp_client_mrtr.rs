@@ -31,7 +31,7 @@ fn transport(
 
 /// Answers the fixtures' questions like a user would.
 #[derive(Clone)]
-struct User {
+pub(crate) struct User {
     config: ClientConfig,
 }
 
@@ -83,7 +83,7 @@ async fn call_two_rounds(client: &RunningService<RoleClient, User>) -> String {
 }
 
 /// rmcp as a 2026-07-28 client of `url` (it starts with `server/discover`).
-async fn modern_client(url: &str) -> RunningService<RoleClient, User> {
+pub(crate) async fn modern_client(url: &str) -> RunningService<RoleClient, User> {
     let lifecycle = ClientLifecycleMode::Discover {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
     };

@@ -7,9 +7,16 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{Outcome, Request, caller_of, upstream_params};
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use super::forwarded::Wanted;
+use super::{Answer, Outcome, Request, caller_of, upstream_params};
 use crate::server::Gateway;
+use crate::server::sse::{sse_event, sse_response};
 use crate::store::TaskRecord;
+use crate::tasks::NotificationRelay;
+use crate::tasks::deferral::Deferrals;
 use crate::tasks::{Started, ToolCall};
 use crate::telemetry;
 use crate::upstream::Caller;
@@ -60,10 +67,86 @@ pub(super) async fn call(
     tool: &str,
     after: Duration,
 ) -> Outcome {
-    let names = tool_names(gateway, &request).await;
+    let call = tool_call(&request, None)?;
+    let started = gateway.tasks.start_deferrable(call, after).await;
     let (capabilities, auth) = caller_of(&request);
+    let caller = Caller {
+        capabilities: &capabilities,
+        auth: auth.as_ref(),
+        session: None,
+    };
+    let result = answer_of(started, tool, &gateway.deferrals, &caller, after).await?;
+    Ok(jsonrpc::success_body_of(&request.id, &result).into())
+}
+
+/// The same, answered on SSE because the client asked for progress or log messages: the
+/// runner relays the upstream's notifications while the caller waits, as a forwarded
+/// call's stream carries them, and the stream ends with the result, the MRTR round or
+/// the deferred result. A client that closes the stream within the budget cancels the
+/// call.
+pub(super) fn call_streamed(
+    gateway: &Gateway,
+    request: Request<'_>,
+    tool: &str,
+    after: Duration,
+    wanted: Wanted,
+) -> Outcome {
+    let (relay, mut heard) = mpsc::channel(RELAYED);
+    let (capabilities, auth) = caller_of(&request);
+    let call = tool_call(&request, Some(relay))?;
+    let tasks = gateway.tasks.clone();
+    let deferrals = gateway.deferrals.clone();
+    let (id, tool) = (request.id.clone(), tool.to_owned());
+    let (events, stream) = mpsc::channel::<Bytes>(RELAYED);
+    tokio::spawn(async move {
+        let started = tasks.start_deferrable(call, after);
+        tokio::pin!(started);
+        let started = loop {
+            tokio::select! {
+                // Notifications are queued before the end: they go first.
+                biased;
+                Some((method, params)) = heard.recv() => {
+                    if let Some(frame) = wanted.relayed_frame(&method, params) {
+                        let _ = events.send(frame).await;
+                    }
+                }
+                started = &mut started => {
+                    while let Ok((method, params)) = heard.try_recv() {
+                        if let Some(frame) = wanted.relayed_frame(&method, params) {
+                            let _ = events.send(frame).await;
+                        }
+                    }
+                    break started;
+                }
+                // Dropping the start within the budget cancels the task (`Unclaimed`).
+                () = events.closed() => return,
+            }
+        };
+        let caller = Caller {
+            capabilities: &capabilities,
+            auth: auth.as_ref(),
+            session: None,
+        };
+        let last = match answer_of(started, &tool, &deferrals, &caller, after).await {
+            Ok(result) => jsonrpc::success_body_of(&id, &result),
+            Err(error) => jsonrpc::error_body(Some(&id), &error),
+        };
+        let _ = events.send(sse_event(&last)).await;
+    });
+    Ok(Answer::Stream(sse_response(stream)))
+}
+
+/// Room for relayed notifications the client has not read yet.
+const RELAYED: usize = 16;
+
+/// The call as its task's runner gets it; `relay` hears the upstream's notifications.
+fn tool_call(
+    request: &Request<'_>,
+    relay: Option<NotificationRelay>,
+) -> Result<ToolCall, ErrorObject> {
+    let (capabilities, auth) = caller_of(request);
     let params = upstream_params(request.params.clone().unwrap_or_default());
-    let call = ToolCall {
+    Ok(ToolCall {
         params: serde_json::value::to_raw_value(&params)
             .map_err(|e| ErrorObject::internal(format!("tool call params: {e}")))?,
         capabilities,
@@ -71,12 +154,25 @@ pub(super) async fn call(
         principal: request.principal.clone(),
         session: None,
         ttl_ms: None,
-    };
-    let mut result = match gateway.tasks.start_deferrable(call, after).await? {
+        relay,
+    })
+}
+
+/// What the client gets once the deferrable start returned: the call's result or its
+/// MRTR round (within the budget), else the deferred result.
+async fn answer_of(
+    started: Result<Started, ErrorObject>,
+    tool: &str,
+    deferrals: &Deferrals,
+    caller: &Caller<'_>,
+    after: Duration,
+) -> Result<Value, ErrorObject> {
+    let mut result = match started? {
         Started::Inline(answer) => serde_json::from_str::<Value>(answer?.get())
             .map_err(|e| ErrorObject::internal(format!("the upstream's result: {e}")))?,
         Started::Task(task) => {
             telemetry::call_deferred();
+            let names = deferrals.tool_names(caller).await;
             deferred_of(&task, tool, &names, after)
         }
     };
@@ -84,7 +180,7 @@ pub(super) async fn call(
     if result.get("resultType").and_then(Value::as_str) != Some("input_required") {
         upgrade::complete_result(method::TOOLS_CALL, &mut result);
     }
-    Ok(jsonrpc::success_body_of(&request.id, &result).into())
+    Ok(result)
 }
 
 /// The deferred result of a task still running.

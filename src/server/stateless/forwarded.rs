@@ -156,6 +156,24 @@ impl Wanted {
         (wanted.progress_token.is_some() || wanted.log_level.is_some()).then_some(wanted)
     }
 
+    /// A notification a task's runner relayed (`ToolCall::relay`) as the client's SSE
+    /// frame, if it asked for it: the runner's progress token is the task's, so progress
+    /// is put back under the client's own token first.
+    pub fn relayed_frame(&self, method_name: &str, mut params: Option<Value>) -> Option<Bytes> {
+        if method_name == method::PROGRESS
+            && let (Some(token), Some(object)) = (
+                &self.progress_token,
+                params.as_mut().and_then(Value::as_object_mut),
+            )
+        {
+            object.insert("progressToken".into(), token.clone());
+        }
+        self.passes(method_name, params.as_ref()).then(|| {
+            let message = jsonrpc::notification_value(method_name, params);
+            sse_event(&serde_json::to_vec(&message).expect("JSON values serialize"))
+        })
+    }
+
     /// Notifications must relate to the client's request: progress under its own token,
     /// log messages at or above its level; anything else stays here.
     fn passes(&self, method_name: &str, params: Option<&Value>) -> bool {

@@ -193,11 +193,14 @@ async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
         .with_data(wire::missing_tasks_capability_data())),
         // A call that streams its progress or log messages is forwarded as it is.
         CallPlan::Inline => match defer_after {
-            Some(after) if forwarded::Wanted::of(params).is_none() => {
+            Some(after) => {
                 let tool = tool.to_owned();
-                deferred::call(gateway, request, &tool, after).await
+                match forwarded::Wanted::of(params) {
+                    None => deferred::call(gateway, request, &tool, after).await,
+                    Some(wanted) => deferred::call_streamed(gateway, request, &tool, after, wanted),
+                }
             }
-            _ => forward(gateway, request).await,
+            None => forward(gateway, request).await,
         },
         CallPlan::Task => {
             let params = upstream_params(request.params.unwrap_or_default());
@@ -209,6 +212,7 @@ async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
                 principal: request.principal,
                 session: None,
                 ttl_ms: None,
+                relay: None,
             };
             match gateway.tasks.start_task(call).await? {
                 Started::Task(task) => Ok(jsonrpc::success_body_of(

@@ -98,6 +98,7 @@ impl MrtrBridge {
             principal: held_principal(&call.principal),
             session: None,
             ttl_ms: None,
+            relay: None,
         };
         let slot = match self.tasks.running_limit.reserve(&task.principal) {
             Ok(slot) => slot,

@@ -222,6 +222,7 @@ async fn create(gateway: &Gateway, session: &TaskSession, params: &Value, task: 
             immediate: choice.immediate,
         }),
         ttl_ms,
+        relay: None,
     };
     match gateway.tasks.start_task(call).await? {
         Started::Task(record) => {
