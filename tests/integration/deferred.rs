@@ -488,7 +488,8 @@ async fn the_rmcp_client_gets_a_deferred_result_and_then_the_tools_own() {
 #[tokio::test]
 async fn a_call_that_asks_for_progress_hears_it_before_its_deferred_result() {
     let (_upstream, upstream_url) = start_plain_server();
-    let (_gateway, url) = start_gateway(&upstream_url, &["--defer-after-ms", "1500"]);
+    let (_gateway, gateway_url) = start_gateway(&upstream_url, &["--defer-after-ms", "1500"]);
+    let url = gateway_url.clone();
     let seen = tokio::task::spawn_blocking(move || {
         python_client(
             &url,
@@ -508,4 +509,18 @@ async fn a_call_that_asks_for_progress_hears_it_before_its_deferred_result() {
         "no progress before the deferral: {seen}"
     );
     assert!(first_text(&seen["result"]).contains("slept"), "{seen}");
+
+    // Log messages at or above the client's level reach it the same way.
+    let url = gateway_url.clone();
+    let seen = tokio::task::spawn_blocking(move || {
+        python_client(
+            &url,
+            "sleep",
+            json!({"ms": 300, "steps": 2, "log": true}),
+            &["--log-level", "warning"],
+        )
+    })
+    .await
+    .expect("client ran");
+    assert_eq!(seen["logs"], json!([["warning", "woke up"]]), "{seen}");
 }
