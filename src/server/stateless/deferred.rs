@@ -10,7 +10,7 @@ use serde_json::Value;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::forwarded::Wanted;
+use super::wanted::Wanted;
 use super::{Answer, Outcome, Request, caller_of, upstream_params};
 use crate::server::Gateway;
 use crate::server::sse::{sse_event, sse_response};

@@ -19,6 +19,7 @@ use http::Response;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use super::wanted::Wanted;
 use crate::server::reply::Body;
 use crate::server::sse::{sse_event, sse_response};
 use crate::store::TaskRecord;
@@ -27,7 +28,6 @@ use crate::tasks::mrtr_bridge::{self, BridgedCall, MrtrBridge, Resumed};
 use crate::upstream::forward::{self, Forwarded, How};
 use crate::upstream::{Caller, Upstream, UpstreamEvent};
 use mtg_protocol::jsonrpc::{self, ErrorObject};
-use mtg_protocol::meta;
 use mtg_protocol::names::method;
 use mtg_protocol::upgrade;
 use mtg_protocol::wire::ResultType;
@@ -139,61 +139,6 @@ async fn still_running(route: &Route, call: &BridgedCall, task: &TaskRecord) -> 
     super::deferred::deferred_of(task, &super::deferred::tool_of(task), &names, *after)
 }
 
-/// What the client asked to hear about while the call runs.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Wanted {
-    progress_token: Option<Value>,
-    log_level: Option<String>,
-}
-
-impl Wanted {
-    /// `None` when the client asked for neither: a plain JSON answer will do.
-    pub fn of(params: Option<&Value>) -> Option<Self> {
-        let wanted = Self {
-            progress_token: meta::progress_token(params).cloned(),
-            log_level: meta::log_level(params).map(str::to_owned),
-        };
-        (wanted.progress_token.is_some() || wanted.log_level.is_some()).then_some(wanted)
-    }
-
-    /// A notification a task's runner relayed (`ToolCall::relay`) as the client's SSE
-    /// frame, if it asked for it: the runner's progress token is the task's, so progress
-    /// is put back under the client's own token first.
-    pub fn relayed_frame(&self, method_name: &str, mut params: Option<Value>) -> Option<Bytes> {
-        if method_name == method::PROGRESS
-            && let (Some(token), Some(object)) = (
-                &self.progress_token,
-                params.as_mut().and_then(Value::as_object_mut),
-            )
-        {
-            object.insert("progressToken".into(), token.clone());
-        }
-        self.passes(method_name, params.as_ref()).then(|| {
-            let message = jsonrpc::notification_value(method_name, params);
-            sse_event(&serde_json::to_vec(&message).expect("JSON values serialize"))
-        })
-    }
-
-    /// Notifications must relate to the client's request: progress under its own token,
-    /// log messages at or above its level; anything else stays here.
-    fn passes(&self, method_name: &str, params: Option<&Value>) -> bool {
-        match method_name {
-            method::PROGRESS => {
-                self.progress_token.is_some()
-                    && params.and_then(|p| p.get("progressToken")) == self.progress_token.as_ref()
-            }
-            "notifications/message" => {
-                let level = params.and_then(|p| p.get("level")).and_then(Value::as_str);
-                match (level, &self.log_level) {
-                    (Some(level), Some(minimum)) => meta::log_level_reaches(level, minimum),
-                    _ => false,
-                }
-            }
-            _ => false,
-        }
-    }
-}
-
 /// The answer on SSE: the call's notifications the client asked for, then the result.
 fn streamed(route: Route, id: Value, call: BridgedCall, wanted: Wanted) -> Response<Body> {
     let (events, stream) = mpsc::channel::<Bytes>(16);
@@ -244,38 +189,4 @@ fn streamed(route: Route, id: Value, call: BridgedCall, wanted: Wanted) -> Respo
         let _ = events.send(sse_event(&last)).await;
     });
     sse_response(stream)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn only_what_the_client_asked_for_passes() {
-        let wanted = Wanted::of(Some(&json!({"_meta": {
-            "progressToken": "p1",
-            "io.modelcontextprotocol/logLevel": "warning"
-        }})))
-        .expect("asked for both");
-        let progress = |token: &str| json!({"progressToken": token, "progress": 1});
-        assert!(wanted.passes(method::PROGRESS, Some(&progress("p1"))));
-        assert!(!wanted.passes(method::PROGRESS, Some(&progress("other"))));
-        let log = |level: &str| json!({"level": level, "data": "x"});
-        assert!(wanted.passes("notifications/message", Some(&log("error"))));
-        assert!(!wanted.passes("notifications/message", Some(&log("info"))));
-        assert!(!wanted.passes("notifications/tools/list_changed", None));
-    }
-
-    #[test]
-    fn without_a_token_or_level_the_answer_stays_json() {
-        assert_eq!(Wanted::of(Some(&json!({"_meta": {}}))), None);
-        assert_eq!(Wanted::of(None), None);
-        let progress_only =
-            Wanted::of(Some(&json!({"_meta": {"progressToken": 1}}))).expect("progress");
-        assert!(!progress_only.passes(
-            "notifications/message",
-            Some(&json!({"level": "emergency"}))
-        ));
-    }
 }

@@ -4,6 +4,7 @@
 mod deferred;
 pub mod forwarded;
 pub mod listen;
+mod wanted;
 
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Response, header};
@@ -195,7 +196,7 @@ async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
         CallPlan::Inline => match defer_after {
             Some(after) => {
                 let tool = tool.to_owned();
-                match forwarded::Wanted::of(params) {
+                match wanted::Wanted::of(params) {
                     None => deferred::call(gateway, request, &tool, after).await,
                     Some(wanted) => deferred::call_streamed(gateway, request, &tool, after, wanted),
                 }
