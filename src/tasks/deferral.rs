@@ -12,7 +12,8 @@ use crate::store::TaskRecord;
 use crate::upstream::Caller;
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_protocol::wire::TaskStatus;
-use mtg_protocol::wire::deferred::{CANCEL_TASK, GET_TASK_RESULT, ToolNames};
+use mtg_protocol::wire::deferred::{self, CANCEL_TASK, GET_TASK_RESULT, ToolNames};
+use serde_json::Value;
 
 /// Deferred calls: waiting for one, and the gateway's tool names.
 #[derive(Clone)]
@@ -64,4 +65,33 @@ impl Deferrals {
             }
         }
     }
+}
+
+/// The deferred result of a task still running.
+pub fn deferred_of(task: &TaskRecord, tool: &str, names: &ToolNames, after: Duration) -> Value {
+    deferred::deferred_result(
+        tool,
+        &task.task_id,
+        task.status.as_str(),
+        task.status_message.as_deref(),
+        names,
+        after.as_secs().max(1),
+    )
+}
+
+/// The tool a task's call is of, from its stored params.
+pub fn tool_of(task: &TaskRecord) -> String {
+    serde_json::from_str::<Value>(task.request.get())
+        .ok()
+        .and_then(|params| params.get("name")?.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "tool".to_owned())
+}
+
+/// Why a failed task failed, in words.
+pub fn failure_of(task: &TaskRecord) -> String {
+    task.error
+        .as_ref()
+        .map(|error| error.message.clone())
+        .or_else(|| task.status_message.clone())
+        .unwrap_or_else(|| "no reason given".to_owned())
 }

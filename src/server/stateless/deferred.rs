@@ -14,9 +14,8 @@ use super::wanted::Wanted;
 use super::{Answer, Outcome, Request, caller_of, upstream_params};
 use crate::server::Gateway;
 use crate::server::sse::{sse_event, sse_response};
-use crate::store::TaskRecord;
 use crate::tasks::NotificationRelay;
-use crate::tasks::deferral::Deferrals;
+use crate::tasks::deferral::{Deferrals, deferred_of, failure_of, tool_of};
 use crate::tasks::{Started, ToolCall};
 use crate::telemetry;
 use crate::upstream::Caller;
@@ -24,20 +23,7 @@ use mtg_protocol::jsonrpc::{self, ErrorObject};
 use mtg_protocol::names::method;
 use mtg_protocol::upgrade;
 use mtg_protocol::wire::TaskStatus;
-use mtg_protocol::wire::deferred::{
-    self, CANCEL_TASK, COLLISION_PREFIX, GET_TASK_RESULT, ToolNames,
-};
-
-/// A `waitSeconds` above this is refused rather than cut to the budget: it is a mistake,
-/// not a wish to wait long.
-const MAX_WAIT_SECONDS: u64 = 86_400;
-
-/// Whether `tool` may name one of the gateway's tools (then the upstream's list decides).
-pub(super) fn may_be_gateway_tool(tool: &str) -> bool {
-    [GET_TASK_RESULT, CANCEL_TASK]
-        .iter()
-        .any(|name| tool == *name || tool.strip_prefix(COLLISION_PREFIX) == Some(name))
-}
+use mtg_protocol::wire::deferred::{self, CANCEL_TASK, GET_TASK_RESULT, ToolNames};
 
 /// Serves a call of one of the gateway's tools; `None` when `tool` is the upstream's.
 pub(super) async fn gateway_tool(
@@ -183,31 +169,6 @@ async fn answer_of(
     Ok(result)
 }
 
-/// The deferred result of a task still running.
-pub(super) fn deferred_of(
-    task: &TaskRecord,
-    tool: &str,
-    names: &ToolNames,
-    after: Duration,
-) -> Value {
-    deferred::deferred_result(
-        tool,
-        &task.task_id,
-        task.status.as_str(),
-        task.status_message.as_deref(),
-        names,
-        after.as_secs().max(1),
-    )
-}
-
-/// The tool a task's call is of, from its stored params.
-pub(super) fn tool_of(task: &TaskRecord) -> String {
-    serde_json::from_str::<Value>(task.request.get())
-        .ok()
-        .and_then(|params| params.get("name")?.as_str().map(str::to_owned))
-        .unwrap_or_else(|| "tool".to_owned())
-}
-
 async fn tool_names(gateway: &Gateway, request: &Request<'_>) -> ToolNames {
     let (capabilities, auth) = caller_of(request);
     let caller = Caller {
@@ -227,20 +188,13 @@ async fn get_result(
     after: Duration,
 ) -> Result<Value, ErrorObject> {
     let arguments = arguments_of(request);
-    let task_id = match task_id_of(arguments, &names.get_result) {
+    let task_id = match deferred::task_id_argument(arguments, &names.get_result) {
         Ok(task_id) => task_id,
         Err(refusal) => return Ok(refusal),
     };
-    let limit = match arguments.and_then(|a| a.get("waitSeconds")) {
-        None | Some(Value::Null) => after,
-        Some(wait) => match wait.as_u64().filter(|s| *s <= MAX_WAIT_SECONDS) {
-            Some(seconds) => after.min(Duration::from_secs(seconds)),
-            None => {
-                return Ok(deferred::error_result(&format!(
-                    "waitSeconds must be a whole number of seconds from 0 to {MAX_WAIT_SECONDS}; got {wait}"
-                )));
-            }
-        },
+    let limit = match deferred::wait_argument(arguments, after) {
+        Ok(limit) => limit,
+        Err(refusal) => return Ok(refusal),
     };
     telemetry::gateway_tool_called(GET_TASK_RESULT);
     let Ok(task) = gateway
@@ -248,7 +202,7 @@ async fn get_result(
         .wait(task_id, &request.principal, limit)
         .await
     else {
-        return Ok(unknown(task_id));
+        return Ok(deferred::unknown_task(task_id));
     };
     Ok(match task.status {
         TaskStatus::Completed => match &task.result {
@@ -277,7 +231,7 @@ async fn get_result(
 
 /// `cancel_task`: cancels the task; the upstream hears `notifications/cancelled`.
 async fn cancel(gateway: &Gateway, request: &Request<'_>) -> Result<Value, ErrorObject> {
-    let task_id = match task_id_of(arguments_of(request), CANCEL_TASK) {
+    let task_id = match deferred::task_id_argument(arguments_of(request), CANCEL_TASK) {
         Ok(task_id) => task_id,
         Err(refusal) => return Ok(refusal),
     };
@@ -287,39 +241,11 @@ async fn cancel(gateway: &Gateway, request: &Request<'_>) -> Result<Value, Error
             Ok(()) => deferred::text_result(&format!(
                 "Task {task_id} is cancelled (or had already ended); its tool call stops."
             )),
-            Err(_) => unknown(task_id),
+            Err(_) => deferred::unknown_task(task_id),
         },
     )
 }
 
 fn arguments_of<'a>(request: &'a Request<'_>) -> Option<&'a Value> {
     request.params.as_ref()?.get("arguments")
-}
-
-/// The `taskId` argument, or the result that refuses the call.
-fn task_id_of<'a>(arguments: Option<&'a Value>, tool: &str) -> Result<&'a str, Value> {
-    match arguments.and_then(|a| a.get("taskId")) {
-        Some(Value::String(id)) if !id.is_empty() && id.len() <= 200 => Ok(id),
-        Some(other) => Err(deferred::error_result(&format!(
-            "{tool} needs arguments.taskId, the taskId of an earlier answer (a string); got {other}"
-        ))),
-        None => Err(deferred::error_result(&format!(
-            "{tool} needs arguments.taskId, the taskId of an earlier answer"
-        ))),
-    }
-}
-
-fn unknown(task_id: &str) -> Value {
-    deferred::error_result(&format!(
-        "There is no task {task_id:?} for you: the id is unknown, its result has expired, or it \
-         belongs to someone else."
-    ))
-}
-
-fn failure_of(task: &TaskRecord) -> String {
-    task.error
-        .as_ref()
-        .map(|error| error.message.clone())
-        .or_else(|| task.status_message.clone())
-        .unwrap_or_else(|| "no reason given".to_owned())
 }

@@ -136,7 +136,12 @@ async fn still_running(route: &Route, call: &BridgedCall, task: &TaskRecord) -> 
         session: None,
     };
     let names = deferrals.tool_names(&caller).await;
-    super::deferred::deferred_of(task, &super::deferred::tool_of(task), &names, *after)
+    crate::tasks::deferral::deferred_of(
+        task,
+        &crate::tasks::deferral::tool_of(task),
+        &names,
+        *after,
+    )
 }
 
 /// The answer on SSE: the call's notifications the client asked for, then the result.

@@ -164,7 +164,7 @@ async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
         .after()
         .filter(|_| !meta::declares_tasks(params));
     if let Some(after) = defer_after
-        && deferred::may_be_gateway_tool(tool)
+        && mtg_protocol::wire::deferred::may_be_gateway_tool(tool)
         && let Some(answered) = deferred::gateway_tool(gateway, &request, tool, after).await
     {
         return answered;

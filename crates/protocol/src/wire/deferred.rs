@@ -3,6 +3,8 @@
 //! fetch or stop the call later. Everything here is an ordinary `CallToolResult` or
 //! `Tool`, so any client and any host takes it.
 
+use std::time::Duration;
+
 use serde_json::{Map, Value, json};
 
 use super::dialect_2025::RELATED_TASK;
@@ -37,6 +39,53 @@ impl ToolNames {
             cancel: pick(CANCEL_TASK),
         }
     }
+}
+
+/// A `waitSeconds` above this is refused rather than cut to the budget: it is a mistake,
+/// not a wish to wait long.
+pub const MAX_WAIT_SECONDS: u64 = 86_400;
+
+/// Whether `tool` may name one of the gateway's tools (then the upstream's list decides).
+pub fn may_be_gateway_tool(tool: &str) -> bool {
+    [GET_TASK_RESULT, CANCEL_TASK]
+        .iter()
+        .any(|name| tool == *name || tool.strip_prefix(COLLISION_PREFIX) == Some(name))
+}
+
+/// The `taskId` argument of one of the gateway's tools, or the result that refuses the
+/// call.
+pub fn task_id_argument<'a>(arguments: Option<&'a Value>, tool: &str) -> Result<&'a str, Value> {
+    match arguments.and_then(|a| a.get("taskId")) {
+        Some(Value::String(id)) if !id.is_empty() && id.len() <= 200 => Ok(id),
+        Some(other) => Err(error_result(&format!(
+            "{tool} needs arguments.taskId, the taskId of an earlier answer (a string); got {other}"
+        ))),
+        None => Err(error_result(&format!(
+            "{tool} needs arguments.taskId, the taskId of an earlier answer"
+        ))),
+    }
+}
+
+/// How long `get_task_result` waits: `waitSeconds` cut to `budget`, or the result that
+/// refuses the call.
+pub fn wait_argument(arguments: Option<&Value>, budget: Duration) -> Result<Duration, Value> {
+    match arguments.and_then(|a| a.get("waitSeconds")) {
+        None | Some(Value::Null) => Ok(budget),
+        Some(wait) => match wait.as_u64().filter(|s| *s <= MAX_WAIT_SECONDS) {
+            Some(seconds) => Ok(budget.min(Duration::from_secs(seconds))),
+            None => Err(error_result(&format!(
+                "waitSeconds must be a whole number of seconds from 0 to {MAX_WAIT_SECONDS}; got {wait}"
+            ))),
+        },
+    }
+}
+
+/// The answer for an id the caller has no task of.
+pub fn unknown_task(task_id: &str) -> Value {
+    error_result(&format!(
+        "There is no task {task_id:?} for you: the id is unknown, its result has expired, or it \
+         belongs to someone else."
+    ))
 }
 
 /// The `structuredContent` schema of a deferred result.
