@@ -524,3 +524,68 @@ async fn a_call_that_asks_for_progress_hears_it_before_its_deferred_result() {
     .expect("client ran");
     assert_eq!(seen["logs"], json!([["warning", "woke up"]]), "{seen}");
 }
+
+/// The TypeScript SDK 1.x client, a 2025-11-25 session client without tasks, with its
+/// default options, in front of a stdio upstream (server-everything), whose sessions the
+/// gateway serves itself: a long call answered with a deferred result, then its result
+/// through `get_task_result`, as a model told by the text would fetch it.
+#[test]
+fn a_session_client_without_tasks_gets_a_deferred_result_over_stdio() {
+    use crate::common::stdio::{everything_cmd, start_stdio_gateway};
+    use crate::session_tasks::{line, ts_client_with};
+    let gateway = start_stdio_gateway(&everything_cmd(), &["--defer-after-ms", "1500"]);
+    let lines = ts_client_with(json!({"url": gateway.url, "noTasks": true, "steps": [
+        {"do": "listTools"},
+        {"do": "callToolFetchDeferred", "name": "trigger-long-running-operation",
+         "arguments": {"duration": 4, "steps": 4}},
+    ]}));
+    let tools = &line(&lines, "tools")["tools"];
+    assert!(
+        tools.get("get_task_result").is_some() && tools.get("cancel_task").is_some(),
+        "{tools}"
+    );
+    let first = &line(&lines, "first")["first"];
+    deferred_task(first);
+    let result = &line(&lines, "result")["result"];
+    assert!(!is_deferred(result), "{result}");
+    assert!(
+        first_text(result).contains("Long running operation completed"),
+        "{result}"
+    );
+}
+
+/// The case: a host with a fixed 60 s ceiling (the TypeScript SDK 1.x client's
+/// default timeout), a tool that works 90 s. With `--defer-after-ms 20000` the client
+/// gets a deferred result after about 20 s and then the tool's result; without the flag,
+/// the test below shows the same client giving up at 60 s.
+#[test]
+fn a_90_s_tool_reaches_a_client_that_gives_up_after_60_s() {
+    use crate::common::stdio::{everything_cmd, start_stdio_gateway};
+    use crate::session_tasks::{line, ts_client_with};
+    let gateway = start_stdio_gateway(&everything_cmd(), &["--defer-after-ms", "20000"]);
+    let started = Instant::now();
+    let lines = ts_client_with(json!({"url": gateway.url, "noTasks": true, "steps": [
+        {"do": "callToolFetchDeferred", "name": "trigger-long-running-operation",
+         "arguments": {"duration": 90, "steps": 9}},
+    ]}));
+    deferred_task(&line(&lines, "first")["first"]);
+    let result = &line(&lines, "result")["result"];
+    assert!(
+        first_text(result).contains("Long running operation completed"),
+        "{lines:#?}"
+    );
+    assert!(started.elapsed() >= Duration::from_secs(90), "{lines:#?}");
+}
+
+#[test]
+fn without_deferral_the_same_client_gives_up_on_a_90_s_tool_at_60_s() {
+    use crate::common::stdio::{everything_cmd, start_stdio_gateway};
+    use crate::session_tasks::{line, ts_client_with};
+    let gateway = start_stdio_gateway(&everything_cmd(), &[]);
+    let lines = ts_client_with(json!({"url": gateway.url, "noTasks": true, "steps": [
+        {"do": "callTool", "name": "trigger-long-running-operation",
+         "arguments": {"duration": 90, "steps": 9}},
+    ]}));
+    let error = &line(&lines, "error")["error"];
+    assert_eq!(error["code"], -32001, "{lines:#?}");
+}

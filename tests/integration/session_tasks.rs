@@ -34,7 +34,7 @@ fn ts_client(url: &str, steps: Value) -> Vec<Value> {
     ts_client_with(json!({"url": url, "steps": steps}))
 }
 
-fn ts_client_with(plan: Value) -> Vec<Value> {
+pub(crate) fn ts_client_with(plan: Value) -> Vec<Value> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let output = Command::new("node")
         .arg(root.join("tests/fixtures/ts_tasks_client.mjs"))
@@ -63,7 +63,7 @@ fn ts_client_with(plan: Value) -> Vec<Value> {
 }
 
 /// The first line that has `key`.
-fn line<'a>(lines: &'a [Value], key: &str) -> &'a Value {
+pub(crate) fn line<'a>(lines: &'a [Value], key: &str) -> &'a Value {
     lines
         .iter()
         .find(|l| l.get(key).is_some())

@@ -3,6 +3,7 @@
 //! (`served`), and their 2025-11-25 task dialect (`tasks`).
 
 pub mod coalesce;
+pub mod deferred;
 pub mod passthrough;
 pub mod served;
 pub mod tasks;

@@ -41,6 +41,9 @@ pub(super) struct CallContext {
     /// For a session that declared tasks: each tool's `execution.taskSupport` in
     /// `tools/list` comes from these.
     pub tool_policies: Option<crate::tasks::policy::Policies>,
+    /// With `--defer-after-ms`: the longest wait of `get_task_result`, in seconds, and
+    /// the names the gateway's two tools go by, added to `tools/list`.
+    pub deferral: Option<(u64, mtg_protocol::wire::deferred::ToolNames)>,
 }
 
 /// One JSON-RPC request of the session's client.
@@ -84,6 +87,11 @@ pub(super) async fn serve(
                 && let Some(policies) = &context.tool_policies
             {
                 crate::server::session::tasks::negotiate::annotate_tools(&mut result, policies);
+            }
+            if method == method::TOOLS_LIST
+                && let Some((max_wait, names)) = &context.deferral
+            {
+                mtg_protocol::wire::deferred::advertise(&mut result, names, *max_wait);
             }
             jsonrpc::success_body_of(&id, &result)
         }

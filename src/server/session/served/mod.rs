@@ -119,15 +119,16 @@ impl GatewaySessions {
         let Some(session) = self.find(session_id, &principal) else {
             return session_not_found();
         };
+        let tasks_session = || TaskSession {
+            id: session_id.to_owned(),
+            upstream: None,
+            capabilities: session.capabilities.clone(),
+            auth: parts.headers.get(header::AUTHORIZATION).cloned(),
+            principal: principal.clone(),
+            modes: session.tasks.is_some_and(|declared| declared.modes),
+        };
         if session.tasks.is_some() || session_tasks::may_be_undeclared_tasks(&message) {
-            let tasks_session = TaskSession {
-                id: session_id.to_owned(),
-                upstream: None,
-                capabilities: session.capabilities.clone(),
-                auth: parts.headers.get(header::AUTHORIZATION).cloned(),
-                principal: principal.clone(),
-                modes: session.tasks.is_some_and(|declared| declared.modes),
-            };
+            let tasks_session = tasks_session();
             let handled = match session.tasks {
                 Some(_) => session_tasks::handle(gateway, &tasks_session, &message).await,
                 None => session_tasks::handle_undeclared(gateway, &tasks_session, &message).await,
@@ -146,11 +147,36 @@ impl GatewaySessions {
                 ),
             ),
             Message::Request { id, method, params } => {
+                let defer_after = gateway.deferrals.after();
+                if let Some(after) = defer_after
+                    && method == method::TOOLS_CALL
+                    && let Some(response) = crate::server::session::deferred::serve(
+                        gateway,
+                        &tasks_session(),
+                        &id,
+                        params.as_ref(),
+                        after,
+                    )
+                    .await
+                {
+                    session.touch();
+                    return response;
+                }
+                // With deferral on, `tools/list` also lists the gateway's two tools.
+                let deferral = match defer_after {
+                    Some(after) if method == method::TOOLS_LIST => Some((
+                        after.as_secs().max(1),
+                        crate::server::session::deferred::tool_names(gateway, &tasks_session())
+                            .await,
+                    )),
+                    _ => None,
+                };
                 let context = CallContext {
                     upstream: gateway.upstream.clone(),
                     auth: parts.headers.get(header::AUTHORIZATION).cloned(),
                     timeout: gateway.upstream_timeout,
                     tool_policies: session.tasks.map(|_| gateway.policies.clone()),
+                    deferral,
                 };
                 let request = call::ClientRequest { id, method, params };
                 call::serve(session, context, request).await

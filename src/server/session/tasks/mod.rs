@@ -10,7 +10,7 @@
 pub mod marked;
 pub mod negotiate;
 pub mod push;
-mod results;
+pub mod results;
 
 use http::{HeaderValue, Response, StatusCode};
 use serde::Deserialize;
@@ -32,6 +32,7 @@ use mtg_protocol::wire::dialect_2025::{
 };
 
 /// The session a message came in, as the task handlers need it.
+#[derive(Clone)]
 pub struct TaskSession {
     /// The session id as the client sends it.
     pub id: String,
