@@ -40,6 +40,8 @@ pub fn gateway(config: &Config) -> crate::server::GatewaySettings {
             idle_timeout: Duration::from_millis(config.session_idle_timeout_ms),
             max_sessions: usize::try_from(config.max_sessions).unwrap_or(usize::MAX),
         },
+        progress_keepalive: (config.progress_keepalive_ms > 0)
+            .then(|| Duration::from_millis(config.progress_keepalive_ms)),
     }
 }
 

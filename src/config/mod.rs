@@ -118,6 +118,13 @@ pub struct Config {
     #[arg(long, env = "MTG_DEFER_AFTER_MS", default_value_t = 0)]
     pub defer_after_ms: u64,
 
+    /// A call the gateway answers on SSE whose client sent `_meta.progressToken` gets a
+    /// `notifications/progress` for it whenever N ms passed without one (a value above
+    /// any sent before, a message such as "still running (2m 15s)"), so that hosts whose
+    /// idle timer resets on progress keep a live call. 0 is off.
+    #[arg(long, env = "MTG_PROGRESS_KEEPALIVE_MS", default_value_t = 15_000)]
+    pub progress_keepalive_ms: u64,
+
     /// With N > 0, one caller (principal) may have at most N tasks running on this
     /// instance; a `tools/call` that would start one more gets error -31429. 0 means no
     /// limit. Each instance counts the tasks it runs.

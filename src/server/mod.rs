@@ -3,6 +3,7 @@
 //! 2026-07-28 clients, `session` 2025-xx clients.
 
 pub mod edge;
+mod keepalive;
 mod reply;
 pub(crate) mod session;
 mod sse;
@@ -50,6 +51,8 @@ pub struct Gateway {
     pub dialect: SessionDialect,
     pub followers: Followers,
     pub deferrals: Deferrals,
+    /// `--progress-keepalive-ms`, for the streams of calls that asked for progress.
+    pub progress_keepalive: Option<Duration>,
     pub policies: Policies,
     pub upstream_timeout: Option<Duration>,
     check_upstream_readiness: bool,
@@ -67,6 +70,8 @@ pub struct GatewaySettings {
     /// Whether `/readyz` asks the upstream too (not `--readyz-skip-upstream`).
     pub check_upstream_readiness: bool,
     pub session_limits: session::served::SessionLimits,
+    /// `--progress-keepalive-ms`; `None` is off.
+    pub progress_keepalive: Option<Duration>,
 }
 
 impl Gateway {
@@ -88,6 +93,7 @@ impl Gateway {
             dialect: SessionDialect::new(tasks.clone()),
             followers: Followers::new(tasks.clone()),
             deferrals: Deferrals::new(tasks.clone()),
+            progress_keepalive: settings.progress_keepalive,
             tasks,
             policies: settings.policies,
             upstream_timeout: settings.upstream_timeout,

@@ -10,6 +10,7 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use tokio::sync::mpsc;
 
+use crate::server::keepalive::ProgressKeepAlive;
 use crate::server::reply::Body;
 
 /// One JSON-RPC message as an SSE event.
@@ -28,13 +29,34 @@ const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 
 /// A response streaming `events` until their sender is dropped.
 pub(crate) fn sse_response(events: mpsc::Receiver<Bytes>) -> Response<Body> {
-    let frames = futures_util::stream::unfold(events, |mut events| async move {
-        let event = match tokio::time::timeout(KEEP_ALIVE_EVERY, events.recv()).await {
-            Ok(event) => event?,
-            Err(_) => Bytes::from_static(KEEP_ALIVE),
-        };
-        Some((Ok::<_, Infallible>(Frame::data(event)), events))
-    });
+    sse_response_kept(events, None)
+}
+
+/// The same, with the progress keep-alive of a call whose client asked for progress.
+pub(crate) fn sse_response_kept(
+    events: mpsc::Receiver<Bytes>,
+    keepalive: Option<ProgressKeepAlive>,
+) -> Response<Body> {
+    let frames = futures_util::stream::unfold(
+        (events, keepalive),
+        |(mut events, mut keepalive)| async move {
+            let due = keepalive.as_ref().map_or_else(
+                || tokio::time::Instant::now() + KEEP_ALIVE_EVERY,
+                ProgressKeepAlive::due,
+            );
+            let event = match tokio::time::timeout_at(due, events.recv()).await {
+                Ok(event) => match keepalive.as_mut() {
+                    Some(keepalive) => keepalive.pass(event?),
+                    None => event?,
+                },
+                Err(_) => match keepalive.as_mut() {
+                    Some(keepalive) => keepalive.tick(),
+                    None => Bytes::from_static(KEEP_ALIVE),
+                },
+            };
+            Some((Ok::<_, Infallible>(Frame::data(event)), (events, keepalive)))
+        },
+    );
     let body = StreamBody::new(frames)
         .map_err(|never| match never {})
         .boxed();

@@ -64,6 +64,11 @@ pub fn call_deferred() {
     counter!("mtg_deferred_calls_total").increment(1);
 }
 
+/// A progress keep-alive went to a client (`--progress-keepalive-ms`).
+pub fn progress_keepalive_sent() {
+    counter!("mtg_progress_keepalives_total").increment(1);
+}
+
 /// A call of one of the gateway's own tools (`get_task_result`, `cancel_task`).
 pub fn gateway_tool_called(tool: &'static str) {
     counter!("mtg_gateway_tool_calls_total", "tool" => tool).increment(1);

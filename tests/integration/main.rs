@@ -15,6 +15,7 @@ mod deferred;
 mod fixture_servers;
 mod gateway_sessions;
 mod hostile_props;
+mod keepalive;
 mod listen;
 mod mrtr_upstream;
 mod namespaces;

@@ -15,8 +15,9 @@ use tokio::sync::mpsc;
 use super::tasks::TaskSession;
 use super::tasks::results::input_request;
 use crate::server::Gateway;
+use crate::server::keepalive::ProgressKeepAlive;
 use crate::server::reply::{self, Body};
-use crate::server::sse::{sse_event, sse_response};
+use crate::server::sse::{sse_event, sse_response_kept};
 use crate::store::TaskRecord;
 use crate::tasks::deferral::{Deferrals, deferred_of, failure_of, tool_of};
 use crate::tasks::dialect_2025::SessionLink;
@@ -96,6 +97,7 @@ async fn call(
         }
         Err(error) => return reply::error(Some(id), &error),
     };
+    let keepalive = ProgressKeepAlive::for_request(Some(params), gateway.progress_keepalive);
     let progress = token.map(|token| Progress { token, heard });
     let answering = Answering {
         id: id.clone(),
@@ -104,6 +106,7 @@ async fn call(
         limit: after,
         purpose: Purpose::Call,
         progress,
+        keepalive,
     };
     stream(gateway, session, answering)
 }
@@ -192,6 +195,7 @@ async fn get_result(
         limit,
         purpose: Purpose::GetResult,
         progress: None,
+        keepalive: None,
     };
     stream(gateway, session, answering)
 }
@@ -232,6 +236,7 @@ struct Answering {
     limit: Duration,
     purpose: Purpose,
     progress: Option<Progress>,
+    keepalive: Option<ProgressKeepAlive>,
 }
 
 fn stream(gateway: &Gateway, session: &TaskSession, answering: Answering) -> Response<Body> {
@@ -242,6 +247,7 @@ fn stream(gateway: &Gateway, session: &TaskSession, answering: Answering) -> Res
         limit,
         purpose,
         mut progress,
+        keepalive,
     } = answering;
     let (tx, rx) = mpsc::channel(BACKLOG);
     let tasks = gateway.tasks.clone();
@@ -290,7 +296,7 @@ fn stream(gateway: &Gateway, session: &TaskSession, answering: Answering) -> Res
         };
         let _ = tx.send(sse_event(&body)).await;
     });
-    sse_response(rx)
+    sse_response_kept(rx, keepalive)
 }
 
 /// The answer once the budget passed: the end if it came just now, else a deferred

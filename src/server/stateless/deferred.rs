@@ -13,7 +13,8 @@ use tokio::sync::mpsc;
 use super::wanted::Wanted;
 use super::{Answer, Outcome, Request, caller_of, upstream_params};
 use crate::server::Gateway;
-use crate::server::sse::{sse_event, sse_response};
+use crate::server::keepalive::ProgressKeepAlive;
+use crate::server::sse::{sse_event, sse_response_kept};
 use crate::tasks::NotificationRelay;
 use crate::tasks::deferral::{Deferrals, deferred_of, failure_of, tool_of};
 use crate::tasks::{Started, ToolCall};
@@ -77,6 +78,8 @@ pub(super) fn call_streamed(
     after: Duration,
     wanted: Wanted,
 ) -> Outcome {
+    let keepalive =
+        ProgressKeepAlive::for_request(request.params.as_ref(), gateway.progress_keepalive);
     let (relay, mut heard) = mpsc::channel(RELAYED);
     let (capabilities, auth) = caller_of(&request);
     let call = tool_call(&request, Some(relay))?;
@@ -119,7 +122,7 @@ pub(super) fn call_streamed(
         };
         let _ = events.send(sse_event(&last)).await;
     });
-    Ok(Answer::Stream(sse_response(stream)))
+    Ok(Answer::Stream(sse_response_kept(stream, keepalive)))
 }
 
 /// Room for relayed notifications the client has not read yet.

@@ -20,8 +20,9 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::wanted::Wanted;
+use crate::server::keepalive::ProgressKeepAlive;
 use crate::server::reply::Body;
-use crate::server::sse::{sse_event, sse_response};
+use crate::server::sse::{sse_event, sse_response_kept};
 use crate::store::TaskRecord;
 use crate::tasks::deferral::Deferrals;
 use crate::tasks::mrtr_bridge::{self, BridgedCall, MrtrBridge, Resumed};
@@ -42,6 +43,8 @@ pub struct Route {
     /// With `--defer-after-ms`, for a client without the tasks extension: its budget,
     /// and where the gateway's tool names come from.
     pub deferral: Option<(Duration, Deferrals)>,
+    /// `--progress-keepalive-ms`.
+    pub progress_keepalive: Option<Duration>,
 }
 
 /// The answer: a JSON-RPC body, or a response streaming one.
@@ -146,6 +149,8 @@ async fn still_running(route: &Route, call: &BridgedCall, task: &TaskRecord) -> 
 
 /// The answer on SSE: the call's notifications the client asked for, then the result.
 fn streamed(route: Route, id: Value, call: BridgedCall, wanted: Wanted) -> Response<Body> {
+    let keepalive =
+        ProgressKeepAlive::for_request(call.client_params.as_ref(), route.progress_keepalive);
     let (events, stream) = mpsc::channel::<Bytes>(16);
     tokio::spawn(async move {
         let (notifications, mut heard) = mpsc::channel::<UpstreamEvent>(16);
@@ -193,5 +198,5 @@ fn streamed(route: Route, id: Value, call: BridgedCall, wanted: Wanted) -> Respo
         // The client may have gone; then there is nobody to tell.
         let _ = events.send(sse_event(&last)).await;
     });
-    sse_response(stream)
+    sse_response_kept(stream, keepalive)
 }

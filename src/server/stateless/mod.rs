@@ -274,6 +274,7 @@ async fn forward(gateway: &Gateway, request: Request<'_>) -> Outcome {
             .after()
             .filter(|_| !meta::declares_tasks(request.params.as_ref()))
             .map(|after| (after, gateway.deferrals.clone())),
+        progress_keepalive: gateway.progress_keepalive,
     };
     let call = BridgedCall {
         upstream_params: request.params.clone().map(upstream_params),

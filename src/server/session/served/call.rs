@@ -23,8 +23,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::session::{Answer, ClientSession};
+use crate::server::keepalive::ProgressKeepAlive;
 use crate::server::reply::{self, Body};
-use crate::server::sse::{sse_event, sse_response};
+use crate::server::sse::{sse_event, sse_response_kept};
 use crate::tasks::upstream_mrtr::driver::{
     self, Answers, Reply, Round, RoundAnswers, RoundError, RoundTrip,
 };
@@ -44,6 +45,8 @@ pub(super) struct CallContext {
     /// With `--defer-after-ms`: the longest wait of `get_task_result`, in seconds, and
     /// the names the gateway's two tools go by, added to `tools/list`.
     pub deferral: Option<(u64, mtg_protocol::wire::deferred::ToolNames)>,
+    /// `--progress-keepalive-ms`.
+    pub progress_keepalive: Option<Duration>,
 }
 
 /// One JSON-RPC request of the session's client.
@@ -127,6 +130,7 @@ fn streamed(
     request: ClientRequest,
 ) -> Response<Body> {
     let ClientRequest { id, method, params } = request;
+    let keepalive = ProgressKeepAlive::for_request(params.as_ref(), context.progress_keepalive);
     let (events, stream) = mpsc::channel::<Bytes>(16);
     let cancel = session.begin_call(&id);
     tokio::spawn(async move {
@@ -164,7 +168,7 @@ fn streamed(
         }
         session.end_call(&id);
     });
-    sse_response(stream)
+    sse_response_kept(stream, keepalive)
 }
 
 /// The client's side of a streamed call: its SSE stream and its way to stop the call.

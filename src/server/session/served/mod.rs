@@ -177,6 +177,7 @@ impl GatewaySessions {
                     timeout: gateway.upstream_timeout,
                     tool_policies: session.tasks.map(|_| gateway.policies.clone()),
                     deferral,
+                    progress_keepalive: gateway.progress_keepalive,
                 };
                 let request = call::ClientRequest { id, method, params };
                 call::serve(session, context, request).await
