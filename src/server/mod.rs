@@ -3,7 +3,6 @@
 //! 2026-07-28 clients, `session` 2025-xx clients.
 
 pub mod edge;
-mod keepalive;
 mod reply;
 pub(crate) mod session;
 mod sse;

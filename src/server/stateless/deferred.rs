@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use super::wanted::Wanted;
 use super::{Answer, Outcome, Request, caller_of, upstream_params};
 use crate::server::Gateway;
-use crate::server::keepalive::ProgressKeepAlive;
+use crate::server::sse::keepalive::ProgressKeepAlive;
 use crate::server::sse::{sse_event, sse_response_kept};
 use crate::tasks::NotificationRelay;
 use crate::tasks::deferral::{Deferrals, deferred_of, failure_of, tool_of};

@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::wanted::Wanted;
-use crate::server::keepalive::ProgressKeepAlive;
 use crate::server::reply::Body;
+use crate::server::sse::keepalive::ProgressKeepAlive;
 use crate::server::sse::{sse_event, sse_response_kept};
 use crate::store::TaskRecord;
 use crate::tasks::deferral::Deferrals;

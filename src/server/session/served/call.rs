@@ -23,8 +23,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::session::{Answer, ClientSession};
-use crate::server::keepalive::ProgressKeepAlive;
 use crate::server::reply::{self, Body};
+use crate::server::sse::keepalive::ProgressKeepAlive;
 use crate::server::sse::{sse_event, sse_response_kept};
 use crate::tasks::upstream_mrtr::driver::{
     self, Answers, Reply, Round, RoundAnswers, RoundError, RoundTrip,

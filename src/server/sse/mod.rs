@@ -1,6 +1,8 @@
 //! Server-Sent Events answers: a gateway-served session's streamed calls, and the
 //! notifications of a bridged 2026-07-28 call.
 
+pub mod keepalive;
+
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -10,8 +12,8 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use tokio::sync::mpsc;
 
-use crate::server::keepalive::ProgressKeepAlive;
 use crate::server::reply::Body;
+use keepalive::ProgressKeepAlive;
 
 /// One JSON-RPC message as an SSE event.
 pub(crate) fn sse_event(json: &[u8]) -> Bytes {

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::server::sse::sse_event;
+use super::sse_event;
 use mtg_protocol::jsonrpc;
 use mtg_protocol::names::method;
 
