@@ -24,7 +24,8 @@ use crate::processes::{Binaries, raise_fd_limit};
 use crate::readings::machine_description;
 use crate::report::Report;
 use crate::scenarios::{
-    scenario_a, scenario_b, scenario_c, scenario_d, scenario_e, scenario_f, scenario_g, sweep,
+    scenario_a, scenario_b, scenario_c, scenario_d, scenario_e, scenario_f, scenario_g, scenario_h,
+    sweep,
 };
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -45,8 +46,8 @@ pub(crate) struct Args {
     /// Scenarios, comma-separated: a (pass-through overhead), b (CreateTaskResult),
     /// c (tasks/get), d (create -> poll -> completed), e (10k tasks in flight),
     /// f (another proxy in front of a stdio server), g (deferred calls in flight against
-    /// tasks), sweep (latency vs concurrency plot).
-    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d,e,f,g,sweep")]
+    /// tasks), h (progress keep-alive CPU), sweep (latency vs concurrency plot).
+    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d,e,f,g,h,sweep")]
     scenarios: Vec<String>,
     /// Measured seconds of each run.
     #[arg(long, default_value_t = 5.0)]
@@ -66,6 +67,10 @@ pub(crate) struct Args {
     /// Upper bound on the requests of one run (warm-up included).
     #[arg(long, default_value_t = 2_000_000)]
     max_requests: u64,
+    /// Quiet streamed calls held open in scenario h (each takes two of the gateway's file
+    /// descriptors: the client's connection and the upstream's).
+    #[arg(long, default_value_t = 5000)]
+    streams: usize,
     /// Tasks held in flight in scenario e.
     #[arg(long, default_value_t = 10_000)]
     in_flight: usize,
@@ -175,6 +180,9 @@ async fn run(args: &Args, report: &mut Report) {
     }
     if wanted(args, "g") {
         scenario_g(args, &bins, report).await;
+    }
+    if wanted(args, "h") {
+        scenario_h(args, &bins, report).await;
     }
     if wanted(args, "sweep") {
         sweep(args, &bins, report).await;

@@ -1,6 +1,8 @@
-//! The scenarios a to f and the latency-vs-concurrency sweep: which processes run, which
+//! The scenarios a to h and the latency-vs-concurrency sweep: which processes run, which
 //! load goes where, and which rows and ratios the report gets.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::Args;
@@ -13,6 +15,7 @@ use crate::plot::Series;
 use crate::plot::draw_plot;
 use crate::processes::Binaries;
 use crate::processes::stores;
+use crate::readings::cpu_seconds;
 use crate::readings::open_fds;
 use crate::readings::rss_kib;
 use crate::report::Report;
@@ -426,4 +429,99 @@ pub(crate) async fn scenario_g(args: &Args, bins: &Binaries, report: &mut Report
             deferred / task.max(1.0)
         ));
     }
+}
+
+/// h. `--streams` quiet calls answered on SSE (a 2026-07-28 client that asked for
+/// progress; `sleep` 120 s, no progress of the upstream's), with
+/// `--progress-keepalive-ms 1000` against keep-alive off: the gateway's CPU while they
+/// wait, side by side, and what one keep-alive costs.
+pub(crate) async fn scenario_h(args: &Args, bins: &Binaries, report: &mut Report) {
+    report.section(&format!(
+        "h. {} quiet streamed calls, progress keep-alive every 1 s against off",
+        args.streams
+    ));
+    const WINDOW: Duration = Duration::from_secs(10);
+    let mut measured = Vec::new();
+    for (label, period) in [("keep-alive off", "0"), ("keep-alive every 1 s", "1000")] {
+        let (fixture, fixture_url) = bins.fixture();
+        let flags = vec!["--progress-keepalive-ms".to_owned(), period.to_owned()];
+        let (gateway, gateway_url) = bins.gateway(&fixture_url, &flags);
+        let target = Arc::new(Target::parse(&gateway_url));
+        let upstream = Target::parse(&fixture_url);
+        let mut request = modern_request(
+            "tools/call",
+            json!({"name": "sleep", "arguments": {"ms": 120_000, "steps": 0}}),
+            false,
+        );
+        let mut body: serde_json::Value =
+            serde_json::from_slice(&request.body).expect("the request's JSON");
+        body["params"]["_meta"]["progressToken"] = json!("keepalive-bench");
+        request.body = serde_json::to_vec(&body).expect("JSON").into();
+        let request = Arc::new(request);
+        let frames = Arc::new(AtomicU64::new(0));
+        let mut streams = Vec::with_capacity(args.streams);
+        for _ in 0..args.streams {
+            let (target, request, frames) = (target.clone(), request.clone(), frames.clone());
+            streams.push(tokio::spawn(async move {
+                let _ = hold_stream(&target, &request, &frames).await;
+            }));
+        }
+        let waiting = wait_in_flight(&upstream, args.streams as u64, Duration::from_secs(90)).await;
+        let (cpu_before, frames_before) =
+            (cpu_seconds(gateway.pid()), frames.load(Ordering::Relaxed));
+        tokio::time::sleep(WINDOW).await;
+        let (cpu_after, frames_after) =
+            (cpu_seconds(gateway.pid()), frames.load(Ordering::Relaxed));
+        let cpu = cpu_after
+            .zip(cpu_before)
+            .map_or(0.0, |(after, before)| after - before);
+        let frames_per_s = (frames_after - frames_before) as f64 / WINDOW.as_secs_f64();
+        report.note(&format!(
+            "{label}: {waiting} streams waiting; gateway CPU {:.1} % of one core over {} s; \
+             {frames_per_s:.0} frames/s reached the clients",
+            cpu / WINDOW.as_secs_f64() * 100.0,
+            WINDOW.as_secs()
+        ));
+        measured.push((cpu, frames_per_s));
+        streams.iter().for_each(tokio::task::JoinHandle::abort);
+        drop(gateway);
+        drop(fixture);
+    }
+    if let [(cpu_off, _), (cpu_on, frames_on)] = measured[..] {
+        let keepalives = frames_on * WINDOW.as_secs_f64();
+        report.note(&format!(
+            "one keep-alive costs {:.1} µs of gateway CPU ({:.2} s more over {} keep-alives)",
+            (cpu_on - cpu_off) / keepalives.max(1.0) * 1e6,
+            cpu_on - cpu_off,
+            keepalives as u64
+        ));
+    }
+}
+
+/// Sends `request` and reads its SSE answer, counting frames, until it ends.
+async fn hold_stream(
+    target: &Target,
+    request: &crate::workloads::Req,
+    frames: &AtomicU64,
+) -> Result<(), crate::BoxError> {
+    use http_body_util::BodyExt;
+    let mut conn = target.connect().await?;
+    conn.ready().await?;
+    let mut builder = http::Request::builder()
+        .method(http::Method::POST)
+        .uri(target.path.as_str())
+        .header(http::header::HOST, target.host.clone());
+    if let Some(headers) = builder.headers_mut() {
+        headers.extend(request.headers.clone());
+    }
+    let response = conn
+        .send_request(builder.body(http_body_util::Full::new(request.body.clone()))?)
+        .await?;
+    let mut body = response.into_body();
+    while let Some(frame) = body.frame().await {
+        if frame?.is_data() {
+            frames.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    Ok(())
 }
