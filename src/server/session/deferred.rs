@@ -20,8 +20,7 @@ use crate::server::sse::keepalive::ProgressKeepAlive;
 use crate::server::sse::{sse_event, sse_response_kept};
 use crate::store::TaskRecord;
 use crate::tasks::deferral::{Deferrals, deferred_of, failure_of, tool_of};
-use crate::tasks::dialect_2025::SessionLink;
-use crate::tasks::{Started, TaskService, ToolCall};
+use crate::tasks::{Started, TaskService};
 use crate::telemetry;
 use crate::upstream::Caller;
 use mtg_protocol::jsonrpc::{self, ErrorObject};
@@ -81,7 +80,7 @@ async fn call(
     // The upstream's progress reaches the client under its own token while it waits.
     let token = params.pointer("/_meta/progressToken").cloned();
     let (relay, heard) = mpsc::channel(BACKLOG);
-    let call = match tool_call(session, params, token.is_some().then_some(relay)) {
+    let call = match session.tool_call(params, false, None, token.is_some().then_some(relay)) {
         Ok(call) => call,
         Err(error) => return reply::error(Some(id), &error),
     };
@@ -133,27 +132,6 @@ impl Progress {
             return Some(sse_event(&serde_json::to_vec(&message).unwrap_or_default()));
         }
     }
-}
-
-fn tool_call(
-    session: &TaskSession,
-    params: &Value,
-    relay: Option<crate::tasks::NotificationRelay>,
-) -> Result<ToolCall, ErrorObject> {
-    Ok(ToolCall {
-        params: serde_json::value::to_raw_value(params)
-            .map_err(|e| ErrorObject::internal(format!("tool call params: {e}")))?,
-        capabilities: session.capabilities.clone(),
-        auth: session.auth.clone(),
-        principal: session.principal.clone(),
-        session: Some(SessionLink {
-            client_session: session.id.clone(),
-            upstream: session.upstream.clone(),
-            immediate: false,
-        }),
-        ttl_ms: None,
-        relay,
-    })
 }
 
 /// What the stream answers for.

@@ -47,6 +47,32 @@ pub struct TaskSession {
     pub modes: bool,
 }
 
+impl TaskSession {
+    /// A call of this session's to run as its task; `params` as the upstream gets them.
+    pub fn tool_call(
+        &self,
+        params: &impl serde::Serialize,
+        immediate: bool,
+        ttl_ms: Option<u64>,
+        relay: Option<crate::tasks::NotificationRelay>,
+    ) -> Result<ToolCall, ErrorObject> {
+        Ok(ToolCall {
+            params: serde_json::value::to_raw_value(params)
+                .map_err(|e| ErrorObject::internal(format!("tool call params: {e}")))?,
+            capabilities: self.capabilities.clone(),
+            auth: self.auth.clone(),
+            principal: self.principal.clone(),
+            session: Some(SessionLink {
+                client_session: self.id.clone(),
+                upstream: self.upstream.clone(),
+                immediate,
+            }),
+            ttl_ms,
+            relay,
+        })
+    }
+}
+
 pub enum Handled {
     Reply(Response<Body>),
     /// Not the gateway's: on to the upstream as it is.
@@ -211,20 +237,7 @@ async fn create(gateway: &Gateway, session: &TaskSession, params: &Value, task: 
         },
     };
     let choice = task.mode_choice(session.modes);
-    let call = ToolCall {
-        params: serde_json::value::to_raw_value(&WithoutTask(params))
-            .map_err(|e| ErrorObject::internal(format!("tool call params: {e}")))?,
-        capabilities: session.capabilities.clone(),
-        auth: session.auth.clone(),
-        principal: session.principal.clone(),
-        session: Some(SessionLink {
-            client_session: session.id.clone(),
-            upstream: session.upstream.clone(),
-            immediate: choice.immediate,
-        }),
-        ttl_ms,
-        relay: None,
-    };
+    let call = session.tool_call(&WithoutTask(params), choice.immediate, ttl_ms, None)?;
     match gateway.tasks.start_task(call).await? {
         Started::Task(record) => {
             let meta = choice
