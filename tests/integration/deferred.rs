@@ -589,3 +589,42 @@ fn without_deferral_the_same_client_gives_up_on_a_90_s_tool_at_60_s() {
     let error = &line(&lines, "error")["error"];
     assert_eq!(error["code"], -32001, "{lines:#?}");
 }
+
+/// A `forbidden` tool never runs as a task, so it is not deferred either: its call waits
+/// for its result, as without the flag (2026-07-28 client and gateway-served session).
+#[tokio::test]
+async fn a_forbidden_tool_is_not_deferred() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let flags = [
+        "--defer-after-ms",
+        "300",
+        "--tool-policy",
+        "sleep=forbidden",
+    ];
+    let (_gateway, url) = start_gateway(&upstream_url, &flags);
+    let result = plain_client(&url)
+        .call_tool("sleep", json!({"ms": 1200, "steps": 0}))
+        .await;
+    assert!(!is_deferred(result.result()), "{}", result.body);
+    assert!(first_text(result.result()).contains("slept"));
+
+    use crate::common::stdio::{everything_cmd, start_stdio_gateway};
+    use crate::session_tasks::{line, ts_client_with};
+    let flags = [
+        "--defer-after-ms",
+        "300",
+        "--tool-policy",
+        "trigger-long-running-operation=forbidden",
+    ];
+    let gateway = start_stdio_gateway(&everything_cmd(), &flags);
+    let lines = tokio::task::spawn_blocking(move || {
+        ts_client_with(json!({"url": gateway.url, "noTasks": true, "steps": [
+            {"do": "callToolFetchDeferred", "name": "trigger-long-running-operation",
+             "arguments": {"duration": 1, "steps": 1}},
+        ]}))
+    })
+    .await
+    .expect("client ran");
+    let first = &line(&lines, "first")["first"];
+    assert!(!is_deferred(first), "{first}");
+}

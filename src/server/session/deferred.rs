@@ -34,7 +34,8 @@ use mtg_protocol::wire::dialect_2025::RELATED_TASK;
 const BACKLOG: usize = 64;
 
 /// Serves a `tools/call` of the session with deferral on; `None` when it is not one the
-/// gateway defers (a task-augmented call, a tool that runs only as a task).
+/// gateway defers (a task-augmented call, a tool that runs only as a task or never as
+/// one).
 pub async fn serve(
     gateway: &Gateway,
     session: &TaskSession,
@@ -44,7 +45,8 @@ pub async fn serve(
 ) -> Option<Response<Body>> {
     let params = params?;
     let tool = params.get("name")?.as_str()?;
-    if params.get("task").is_some() || gateway.policies.policy_of(tool) == TaskSupport::Required {
+    let policy = gateway.policies.policy_of(tool);
+    if params.get("task").is_some() || policy != TaskSupport::Optional {
         return None;
     }
     if deferred::may_be_gateway_tool(tool) {

@@ -22,6 +22,7 @@ use crate::upstream::Caller;
 use forwarded::{Answered, Route};
 use mtg_protocol::jsonrpc::{self, ErrorObject, Message, code};
 use mtg_protocol::names::STATELESS_VERSION;
+use mtg_protocol::task_support::TaskSupport;
 use mtg_protocol::wire::{self, ResultType, TaskIdParams, UpdateTaskParams};
 use mtg_protocol::{headers, meta};
 
@@ -193,7 +194,10 @@ async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
         )
         .with_data(wire::missing_tasks_capability_data())),
         // A call that streams its progress or log messages is forwarded as it is.
-        CallPlan::Inline => match defer_after {
+        // A `forbidden` tool is never a task, deferred or not.
+        CallPlan::Inline => match defer_after
+            .filter(|_| gateway.policies.policy_of(tool) != TaskSupport::Forbidden)
+        {
             Some(after) => {
                 let tool = tool.to_owned();
                 match wanted::Wanted::of(params) {
