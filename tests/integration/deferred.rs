@@ -628,3 +628,33 @@ async fn a_forbidden_tool_is_not_deferred() {
     let first = &line(&lines, "first")["first"];
     assert!(!is_deferred(first), "{first}");
 }
+
+/// The TypeScript SDK 1.x client validates a result against the `outputSchema` it
+/// listed and refuses a non-error result that lacks or contradicts it: the deferred
+/// result of a slow tool with an outputSchema must pass, and so must the tool's own
+/// (a TypeScript SDK server over stdio, sessions served by the gateway).
+#[test]
+fn the_typescript_sdk_accepts_a_deferred_result_of_a_tool_with_an_output_schema() {
+    use crate::common::stdio::start_stdio_gateway;
+    use crate::session_tasks::{line, ts_client_with};
+    let server = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/stop_probe_server.mjs");
+    let command = format!(
+        "node {} --mode stdio --stats-port {}",
+        server.display(),
+        free_port()
+    );
+    let gateway = start_stdio_gateway(&command, &["--defer-after-ms", "500"]);
+    let lines = ts_client_with(json!({"url": gateway.url, "noTasks": true, "steps": [
+        {"do": "listTools"},
+        {"do": "callToolFetchDeferred", "name": "slow_structured",
+         "arguments": {"text": "typed", "ms": 2000}},
+    ]}));
+    assert!(
+        lines.iter().all(|l| l.get("error").is_none()),
+        "the SDK refused a result: {lines:#?}"
+    );
+    deferred_task(&line(&lines, "first")["first"]);
+    let result = &line(&lines, "result")["result"];
+    assert_eq!(result["structuredContent"]["echo"], "typed", "{lines:#?}");
+}
