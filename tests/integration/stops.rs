@@ -379,3 +379,51 @@ async fn every_stop_reaches_a_stdio_upstream() {
 async fn every_stop_reaches_a_2026_upstream() {
     every_stop_reaches_the_upstream(Kind::Modern).await;
 }
+
+/// Deferred results (`--defer-after-ms`): `cancel_task` of a deferred call reaches an
+/// upstream that answers with one JSON body (no response head yet to close), and so does
+/// a client that closes a deferrable call's SSE stream within the budget.
+#[tokio::test]
+async fn stops_of_deferred_calls_reach_a_json_response_upstream() {
+    let upstream = Upstream::start(Kind::Json);
+    let (_gateway, url, _admin) = start_gateway_for(&upstream, &["--defer-after-ms", "300"]);
+    let client = Client::new(&url, json!({"elicitation": {"form": {}}}));
+
+    let deferred = client.call_tool("sleep", json!({"ms": 60000})).await;
+    let task_id = deferred.result()["structuredContent"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not deferred: {}", deferred.body))
+        .to_owned();
+    let since = Instant::now();
+    let cancelled = client
+        .call_tool("cancel_task", json!({"taskId": task_id}))
+        .await;
+    assert_eq!(cancelled.result()["isError"], false, "{}", cancelled.body);
+    upstream.assert_stopped(1, since, "cancel_task").await;
+
+    // A call that asked for progress is streamed; the client leaves before the budget.
+    let mut params = client.params(json!({"name": "sleep", "arguments": {"ms": 60000}}));
+    params["_meta"]["progressToken"] = json!("p");
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params});
+    let response = client
+        .http
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "sleep")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("gateway reachable");
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    eventually("the call to run upstream", || async {
+        let stats = upstream.stats().await.unwrap_or_default();
+        (stats["callsInFlight"] == 1).then_some(())
+    })
+    .await;
+    let since = Instant::now();
+    drop(response);
+    upstream.assert_stopped(2, since, "closed stream").await;
+}
