@@ -34,10 +34,12 @@ impl Deferrals {
     /// The names of the gateway's tools for this upstream: `gateway_`-prefixed where the
     /// upstream has a tool of the name, which is then the upstream's to answer.
     pub async fn tool_names(&self, caller: &Caller<'_>) -> ToolNames {
-        let traits = &self.tasks.tool_traits;
         let upstream = self.tasks.upstream.as_ref();
-        let get = traits.has(upstream, caller, GET_TASK_RESULT).await;
-        let cancel = traits.has(upstream, caller, CANCEL_TASK).await;
+        let [get, cancel] = self
+            .tasks
+            .tool_traits
+            .has(upstream, caller, [GET_TASK_RESULT, CANCEL_TASK])
+            .await;
         ToolNames::choose(|name| {
             (name == GET_TASK_RESULT && get) || (name == CANCEL_TASK && cancel)
         })

@@ -59,9 +59,15 @@ impl ToolTraits {
             .contains(tool)
     }
 
-    /// Whether the upstream has a tool called `tool`.
-    pub async fn has(&self, upstream: &dyn Upstream, caller: &Caller<'_>, tool: &str) -> bool {
-        self.listed(upstream, caller).await.names.contains(tool)
+    /// Which of `tools` the upstream has, in one look at its listing.
+    pub async fn has<const N: usize>(
+        &self,
+        upstream: &dyn Upstream,
+        caller: &Caller<'_>,
+        tools: [&str; N],
+    ) -> [bool; N] {
+        let listed = self.listed(upstream, caller).await;
+        tools.map(|tool| listed.names.contains(tool))
     }
 
     async fn listed(&self, upstream: &dyn Upstream, caller: &Caller<'_>) -> Listed {

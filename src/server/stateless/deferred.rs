@@ -56,6 +56,7 @@ pub(super) async fn call(
 ) -> Outcome {
     let call = tool_call(&request, None)?;
     let started = gateway.tasks.start_deferrable(call, after).await;
+    // Only a deferred answer needs the caller (for the names of the gateway's tools).
     let (capabilities, auth) = caller_of(&request);
     let caller = Caller {
         capabilities: &capabilities,
