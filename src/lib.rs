@@ -56,63 +56,73 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     let local = listener.local_addr()?;
     let client = http_client::client();
     let call_client = http_client::call_client(config.upstream_read_buffer_bytes as usize);
-    let upstream = select_upstream(&config, &call_client);
-    // Only a shared store has a namespace; the admin API shows it.
-    let mut store_namespace = None;
-    let store = match settings::redis(&config)? {
-        None => Store::new(MemoryStore::start()),
-        Some(redis) => {
-            log_namespace(&redis.namespace, config.store_namespace.is_some());
-            store_namespace = Some(redis.namespace.to_string());
-            Store::new(RedisStore::connect(redis).map_err(std::io::Error::other)?)
-        }
-    };
-    let settings = settings::tasks(&config);
-    if config.request_state_key.is_none() && settings::redis_target(&config).is_some() {
+    let redis = settings::redis(&config)?;
+    if config.request_state_key.is_none() && redis.is_some() {
         tracing::warn!(
             "no --request-state-key: held calls can be resumed only on the instance that \
              holds them; set the same key on every instance"
         );
     }
-    let tasks = TaskService::start(&store, upstream.clone(), settings);
-    let takeovers = Arc::new(Takeovers::new(tasks.clone()));
-    let membership = Membership::start(
-        store.membership.clone(),
-        takeovers.clone(),
-        settings::cluster(&config),
-    )
-    .await;
+    // Every upstream's world shares the Redis connection, under its own namespace.
+    let shared_redis = redis
+        .map(|settings| RedisStore::connect(settings).map_err(std::io::Error::other))
+        .transpose()?;
+    let closing = tokio_util::sync::CancellationToken::new();
+    let edge = Arc::new(server::Edge::start(settings::edge(&config))?);
+    let auth = settings::auth(&config)
+        .map(|auth| Arc::new(auth::Authenticator::new(auth, client.clone())));
+    let shared = Shared {
+        call_client: &call_client,
+        client: &client,
+        redis: shared_redis.as_ref(),
+        edge: &edge,
+        auth: auth.as_ref(),
+        closing: &closing,
+        namespace_given: config.store_namespace.is_some(),
+    };
+    let mut worlds = Vec::new();
+    if config.upstream.is_some() || config.upstream_cmd.is_some() {
+        worlds.push(World::start(None, &config, &shared).await?);
+    }
+    for named in &config.upstreams {
+        let world_config = config.for_upstream(named);
+        worlds.push(World::start(Some(named.name.clone()), &world_config, &shared).await?);
+    }
     if let Some((listener, metrics)) = operators {
         let addr = listener.local_addr()?;
         let api = admin_token.map(|token| admin::AdminApi {
-            admin: admin::Admin::new(
-                store.inspection.clone(),
-                tasks.clone(),
-                config.instance_id.clone(),
-                store_namespace,
-            ),
+            admins: worlds
+                .iter()
+                .map(|world| {
+                    (
+                        world.name().unwrap_or_default().to_owned(),
+                        world.admin(&config),
+                    )
+                })
+                .collect(),
             token,
         });
         tracing::info!(%addr, admin = api.is_some(), "serving Prometheus metrics at /metrics");
         admin::serve(listener, metrics, api);
     }
-    let closing = tokio_util::sync::CancellationToken::new();
-    let edge = server::Edge::start(settings::edge(&config)?, &client)?;
-    let gateway = Arc::new(server::Gateway::new(
-        settings::gateway(&config),
-        client,
-        upstream.clone(),
-        tasks.clone(),
-        closing.clone(),
-        edge,
-    ));
+    let mut default = None;
+    let mut named = std::collections::HashMap::new();
+    for world in &worlds {
+        match world.name() {
+            None => default = Some(world.gateway.clone()),
+            Some(name) => {
+                named.insert(name.to_owned(), world.gateway.clone());
+            }
+        }
+    }
+    let routes = Arc::new(server::Routes::new(edge, default, named));
     let store_kind = match settings::redis_target(&config) {
         None => "memory",
         Some(Target::Server(_)) => "redis",
         Some(Target::Cluster(_)) => "redis-cluster",
         Some(Target::Sentinel(_)) => "redis-sentinel",
     };
-    tracing::info!(listen = %local, upstream = %describe_upstream(&config), instance = %config.instance_id, store = store_kind, "mcp-task-gateway ready");
+    tracing::info!(listen = %local, upstream = %describe_upstream(&config), named = config.upstreams.len(), instance = %config.instance_id, store = store_kind, "mcp-task-gateway ready");
     // Tests and scripts read the bound address from this line (the port may be 0).
     let scheme = if config.tls_cert.is_some() {
         "https"
@@ -125,21 +135,119 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         closing.cancel();
     };
     let workers =
-        server::edge::workers::serve(listener, gateway, config.worker_threads(), stop).await?;
-    let peers_alive = peers_alive(&store, &config.instance_id).await;
-    let handed_over = takeovers
-        .drain(Duration::from_millis(config.drain_timeout_ms), peers_alive)
-        .await;
-    // Tasks still running here end now, visibly to every instance, or wait for a live
-    // instance to take them over.
-    membership.shutdown(handed_over).await;
-    upstream.shutdown().await;
+        server::edge::workers::serve(listener, routes, config.worker_threads(), stop).await?;
+    let drain_timeout = Duration::from_millis(config.drain_timeout_ms);
+    // Each world drains at once: the drain timeout is the whole stop's, not each one's.
+    futures_util::future::join_all(
+        worlds
+            .into_iter()
+            .map(|world| world.stop(drain_timeout, &config.instance_id)),
+    )
+    .await;
     workers.stop().await;
     tracing::info!("stopped");
     Ok(())
 }
 
-fn log_namespace(namespace: &StoreNamespace, given: bool) {
+/// What every upstream's world is built with.
+struct Shared<'a> {
+    call_client: &'a http_client::HttpClient,
+    client: &'a http_client::HttpClient,
+    redis: Option<&'a Arc<RedisStore>>,
+    edge: &'a Arc<server::Edge>,
+    auth: Option<&'a Arc<auth::Authenticator>>,
+    closing: &'a tokio_util::sync::CancellationToken,
+    /// Whether `--store-namespace` was given (else each namespace is derived).
+    namespace_given: bool,
+}
+
+/// One upstream and everything of its own: the store namespace, the task service, its
+/// takeovers and lease, and the `Gateway` serving its path.
+struct World {
+    gateway: Arc<server::Gateway>,
+    store: Store,
+    store_namespace: Option<String>,
+    tasks: Arc<TaskService>,
+    takeovers: Arc<Takeovers>,
+    membership: Membership,
+    upstream: Arc<dyn upstream::Upstream>,
+}
+
+impl World {
+    /// `config` is the world's own (`Config::for_upstream` for a named upstream).
+    async fn start(
+        name: Option<String>,
+        config: &Config,
+        shared: &Shared<'_>,
+    ) -> std::io::Result<Self> {
+        let upstream = select_upstream(config, shared.call_client);
+        let mut store_namespace = None;
+        let store = match shared.redis {
+            None => Store::new(MemoryStore::start()),
+            Some(redis) => {
+                let namespace = settings::store_namespace(config);
+                log_namespace(name.as_deref(), &namespace, shared.namespace_given);
+                store_namespace = Some(namespace.to_string());
+                Store::new(redis.with_namespace(namespace))
+            }
+        };
+        let tasks = TaskService::start(&store, upstream.clone(), settings::tasks(config));
+        let takeovers = Arc::new(Takeovers::new(tasks.clone()));
+        let membership = Membership::start(
+            store.membership.clone(),
+            takeovers.clone(),
+            settings::cluster(config),
+        )
+        .await;
+        let auth = shared.auth.map(|auth| match &config.auth_jwt_audience {
+            Some(audience) if name.is_some() => Arc::new(auth.for_audience(audience.clone())),
+            _ => auth.clone(),
+        });
+        let gateway = Arc::new(server::Gateway::new(
+            settings::gateway(config, name)?,
+            shared.client.clone(),
+            upstream.clone(),
+            tasks.clone(),
+            shared.closing.clone(),
+            shared.edge.clone(),
+            auth,
+        ));
+        Ok(Self {
+            gateway,
+            store,
+            store_namespace,
+            tasks,
+            takeovers,
+            membership,
+            upstream,
+        })
+    }
+
+    fn name(&self) -> Option<&str> {
+        self.gateway.name.as_deref()
+    }
+
+    fn admin(&self, config: &Config) -> admin::Admin {
+        admin::Admin::new(
+            self.store.inspection.clone(),
+            self.tasks.clone(),
+            config.instance_id.clone(),
+            self.store_namespace.clone(),
+        )
+    }
+
+    /// The stop after the listener closed: tasks still running here end now, visibly to
+    /// every instance, or wait for a live instance to take them over.
+    async fn stop(self, drain_timeout: Duration, instance_id: &str) {
+        let peers_alive = peers_alive(&self.store, instance_id).await;
+        let handed_over = self.takeovers.drain(drain_timeout, peers_alive).await;
+        self.membership.shutdown(handed_over).await;
+        self.upstream.shutdown().await;
+    }
+}
+
+fn log_namespace(upstream: Option<&str>, namespace: &StoreNamespace, given: bool) {
+    let upstream = upstream.unwrap_or_default();
     match namespace {
         StoreNamespace::Legacy => tracing::warn!(
             "--store-namespace \"\": the legacy key layout (mtg:...), shared with every \
@@ -147,6 +255,7 @@ fn log_namespace(namespace: &StoreNamespace, given: bool) {
              docs/redis.md, \"Upgrading\""
         ),
         StoreNamespace::Named(name) => tracing::info!(
+            upstream,
             namespace = %name,
             derived = !given,
             "task store keys under mtg:{name}:"
@@ -189,8 +298,8 @@ fn select_upstream(
         (None, Some(url)) => {
             upstream::detect::AutoUpstream::new(client.clone(), url.clone(), &config.roots)
         }
-        // clap requires one of the two.
-        (None, None) => unreachable!("--upstream or --upstream-cmd is required"),
+        // `World::start` is called only for a world with an upstream.
+        (None, None) => unreachable!("a world without an upstream"),
     }
 }
 

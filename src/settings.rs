@@ -4,13 +4,14 @@
 
 use std::time::Duration;
 
-use crate::config::Config;
+use crate::config::upstreams::{NamedUpstream, Source};
+use crate::config::{CommandLine, Config};
 use crate::store::redis::{RedisSettings, StoreNamespace, Target};
 use crate::tasks::TaskSettings;
 use crate::tasks::policy::Policies;
 
-/// The edge's settings (reads `--upstream-credential-file`).
-pub fn edge(config: &Config) -> std::io::Result<crate::server::EdgeSettings> {
+/// The edge's settings, shared by every upstream's path.
+pub fn edge(config: &Config) -> crate::server::EdgeSettings {
     let tls = match (&config.tls_cert, &config.tls_key) {
         (Some(cert), Some(key)) => Some(crate::server::edge::tls::TlsFiles {
             cert: cert.clone(),
@@ -18,21 +19,25 @@ pub fn edge(config: &Config) -> std::io::Result<crate::server::EdgeSettings> {
         }),
         _ => None,
     };
-    Ok(crate::server::EdgeSettings {
+    crate::server::EdgeSettings {
         tls,
-        auth: auth(config),
-        upstream_credential: upstream_credential(config)?,
         max_task_requests_per_second: config.max_task_requests_per_second,
         allowed_origins: config.allowed_origins.clone(),
         max_body_bytes: config.max_body_bytes,
         strict_headers: !config.lenient_headers,
         identity_header: config.identity_header.clone(),
-    })
+    }
 }
 
-/// The settings of the services behind the edge.
-pub fn gateway(config: &Config) -> crate::server::GatewaySettings {
-    crate::server::GatewaySettings {
+/// The settings of one upstream's services behind the edge (reads
+/// `--upstream-credential-file`).
+pub fn gateway(
+    config: &Config,
+    name: Option<String>,
+) -> std::io::Result<crate::server::GatewaySettings> {
+    Ok(crate::server::GatewaySettings {
+        name,
+        upstream_credential: upstream_credential(config)?,
         policies: policies(config),
         upstream_timeout: config.upstream_timeout(),
         check_upstream_readiness: !config.readyz_skip_upstream,
@@ -42,7 +47,7 @@ pub fn gateway(config: &Config) -> crate::server::GatewaySettings {
         },
         progress_keepalive: (config.progress_keepalive_ms > 0)
             .then(|| Duration::from_millis(config.progress_keepalive_ms)),
-    }
+    })
 }
 
 /// This instance's part in the cluster: its lease and how others reach it.
@@ -169,17 +174,33 @@ fn state_keys(config: &Config) -> crate::tasks::mrtr_bridge::StateKeys {
 
 /// `--store-namespace`, else the one derived from the upstream.
 pub fn store_namespace(config: &Config) -> StoreNamespace {
-    config
-        .store_namespace
-        .clone()
-        .unwrap_or_else(|| StoreNamespace::derived_from(&canonical_upstream(config)))
+    config.store_namespace.clone().unwrap_or_else(|| {
+        StoreNamespace::derived_from(&canonical_upstream(
+            config.upstream.as_ref(),
+            config.upstream_cmd.as_ref(),
+        ))
+    })
+}
+
+/// A named upstream's namespace: `--store-namespace` with `.NAME` appended, else one
+/// derived from the name and the upstream, so two names never share tasks, even in
+/// front of one server.
+pub fn named_store_namespace(config: &Config, named: &NamedUpstream) -> StoreNamespace {
+    if let Some(StoreNamespace::Named(base)) = &config.store_namespace {
+        return StoreNamespace::Named(format!("{base}.{}", named.name));
+    }
+    let canonical = match &named.source {
+        Source::Url(url) => canonical_upstream(Some(url), None),
+        Source::Cmd { command, .. } => canonical_upstream(None, Some(command)),
+    };
+    StoreNamespace::derived_from(&format!("name {}\0{canonical}", named.name))
 }
 
 /// The upstream as one string that does not change with how it was spelled (case of
 /// scheme and host, a default port written or not); replicas of one deployment are
 /// given the same upstream, so they derive the same namespace.
-fn canonical_upstream(config: &Config) -> String {
-    match (&config.upstream, &config.upstream_cmd) {
+fn canonical_upstream(url: Option<&http::Uri>, command: Option<&CommandLine>) -> String {
+    match (url, command) {
         (Some(uri), _) => {
             let scheme = uri.scheme_str().unwrap_or("http").to_ascii_lowercase();
             let host = uri.host().unwrap_or_default().to_ascii_lowercase();
@@ -208,17 +229,15 @@ pub fn redis_target(config: &Config) -> Option<Target> {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
 
     #[test]
     fn takeover_settings_name_tools_and_a_limit() {
         let base = ["mcp-task-gateway", "--upstream", "http://127.0.0.1:9/mcp"];
-        let defaults = takeover(&Config::try_parse_from(base).unwrap());
+        let defaults = takeover(&Config::from_args(base).unwrap());
         assert!(defaults.retry_tools.is_empty());
         assert_eq!(defaults.max_takeovers, 2);
-        let config = Config::try_parse_from(
+        let config = Config::from_args(
             [
                 &base[..],
                 &[
@@ -243,7 +262,7 @@ mod tests {
     #[test]
     fn the_store_namespace_is_given_or_derived_from_the_upstream() {
         let parse = |args: &[&str]| {
-            Config::try_parse_from([&["mcp-task-gateway"][..], args].concat())
+            Config::from_args([&["mcp-task-gateway"][..], args].concat())
                 .map(|config| store_namespace(&config))
         };
         let given = parse(&["--upstream", "http://a:1/mcp", "--store-namespace", "prod"]);
@@ -300,18 +319,17 @@ mod tests {
     #[test]
     fn selects_the_store() {
         let base = ["mcp-task-gateway", "--upstream", "http://127.0.0.1:9/mcp"];
-        let memory = Config::try_parse_from(base).unwrap();
+        let memory = Config::from_args(base).unwrap();
         assert!(redis_target(&memory).is_none());
         assert_eq!(memory.lease_timeout_ms, 15_000);
 
         let single =
-            Config::try_parse_from([&base[..], &["--redis", "rediss://cache:6380/0"]].concat())
-                .unwrap();
+            Config::from_args([&base[..], &["--redis", "rediss://cache:6380/0"]].concat()).unwrap();
         assert!(
             matches!(redis_target(&single), Some(Target::Server(u)) if u == "rediss://cache:6380/0")
         );
 
-        let cluster = Config::try_parse_from(
+        let cluster = Config::from_args(
             [
                 &base[..],
                 &["--redis-cluster", "redis://a:7000,redis://b:7001"],
@@ -321,7 +339,7 @@ mod tests {
         .unwrap();
         assert!(matches!(redis_target(&cluster), Some(Target::Cluster(urls)) if urls.len() == 2));
 
-        let sentinel = Config::try_parse_from(
+        let sentinel = Config::from_args(
             [
                 &base[..],
                 &["--redis", "redis+sentinel://s1:26379,s2:26380/mymaster"],
@@ -344,7 +362,7 @@ mod tests {
             &["--lease-timeout-ms", "5"],
         ] {
             assert!(
-                Config::try_parse_from([&base[..], bad].concat()).is_err(),
+                Config::from_args([&base[..], bad].concat()).is_err(),
                 "{bad:?}"
             );
         }

@@ -28,8 +28,50 @@ const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// The admin API and the bearer token that opens it.
 pub struct AdminApi {
-    pub admin: Admin,
+    /// Each upstream's tasks, by name ("" for the one at `/mcp`); a request picks one
+    /// with `?upstream=NAME`.
+    pub admins: Vec<(String, Admin)>,
     pub token: String,
+}
+
+impl AdminApi {
+    /// The upstream a request names, and its query without `upstream`. Without a name:
+    /// the one at `/mcp`, or the only one there is.
+    fn select(&self, query: &str) -> Result<(&Admin, String), Refusal> {
+        let mut pairs: Vec<(String, String)> = parse_query(query)?;
+        let named = pairs
+            .iter()
+            .position(|(key, _)| key == "upstream")
+            .map(|at| pairs.remove(at).1);
+        let rest = serde_urlencoded::to_string(&pairs)
+            .map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, format!("bad query: {e}")))?;
+        let names = || {
+            self.admins
+                .iter()
+                .map(|(name, _)| if name.is_empty() { "\"\" (/mcp)" } else { name })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let found = match named.as_deref() {
+            Some(name) => self.admins.iter().find(|(n, _)| n == name),
+            None if self.admins.len() == 1 => self.admins.first(),
+            None => self.admins.iter().find(|(n, _)| n.is_empty()),
+        };
+        match (found, named) {
+            (Some((_, admin)), _) => Ok((admin, rest)),
+            (None, Some(name)) => Err(Refusal::new(
+                StatusCode::NOT_FOUND,
+                format!("no upstream named {name:?}; the upstreams are {}", names()),
+            )),
+            (None, None) => Err(Refusal::new(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "name an upstream with ?upstream=NAME; the upstreams are {}",
+                    names()
+                ),
+            )),
+        }
+    }
 }
 
 struct Routes {
@@ -140,14 +182,18 @@ impl Routes {
         let query = request.uri().query().unwrap_or("").to_owned();
         // Nothing here takes a body; drain it so the connection stays usable.
         let _ = request.into_body().collect().await;
+        let (admin, query) = match api.select(&query) {
+            Ok(selected) => selected,
+            Err(refusal) => return refusal.reply(),
+        };
         let segments: Vec<&str> = rest.split('/').collect();
         let outcome = match (&method, segments.as_slice()) {
-            (&Method::GET, ["tasks"]) => list(&api.admin, &query).await,
-            (&Method::GET, ["tasks", task_id]) => found(api.admin.show(task_id).await, task_id),
+            (&Method::GET, ["tasks"]) => list(admin, &query).await,
+            (&Method::GET, ["tasks", task_id]) => found(admin.show(task_id).await, task_id),
             (&Method::POST, ["tasks", task_id, "cancel"]) => {
-                found(api.admin.cancel(task_id).await, task_id)
+                found(admin.cancel(task_id).await, task_id)
             }
-            (&Method::GET, ["instances"]) => json(api.admin.instances().await),
+            (&Method::GET, ["instances"]) => json(admin.instances().await),
             (_, ["tasks"] | ["tasks", _] | ["instances"]) => Err(Refusal::new(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "use GET (POST /admin/tasks/<id>/cancel to cancel)",

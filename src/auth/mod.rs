@@ -10,7 +10,7 @@
 pub mod jwks;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::HeaderMap;
@@ -126,7 +126,8 @@ const CACHE_LIMIT: usize = 10_000;
 
 pub struct Authenticator {
     settings: AuthSettings,
-    jwks: Jwks,
+    /// Shared by every path's authenticator: one issuer, one key fetch.
+    jwks: Arc<Jwks>,
     /// Token digest → (identity, expiry in unix seconds).
     checked: Mutex<HashMap<[u8; 32], (Identity, u64)>>,
     metadata_url: String,
@@ -136,10 +137,24 @@ impl Authenticator {
     pub fn new(settings: AuthSettings, client: crate::http_client::HttpClient) -> Self {
         let metadata_url = metadata_url(&settings.audience);
         Self {
-            jwks: Jwks::new(client, settings.keys.clone()),
+            jwks: Arc::new(Jwks::new(client, settings.keys.clone())),
             settings,
             checked: Mutex::new(HashMap::new()),
             metadata_url,
+        }
+    }
+
+    /// The same checks for another resource (a named upstream's path): tokens must name
+    /// `audience`; the issuer's keys are shared.
+    pub fn for_audience(&self, audience: String) -> Self {
+        Self {
+            metadata_url: metadata_url(&audience),
+            settings: AuthSettings {
+                audience,
+                ..self.settings.clone()
+            },
+            jwks: self.jwks.clone(),
+            checked: Mutex::new(HashMap::new()),
         }
     }
 

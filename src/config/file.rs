@@ -43,19 +43,28 @@ impl SyntaxError {
 
 /// The command line with the file's settings added for every flag that neither the
 /// command line nor the environment sets.
-pub fn merge_into_args(args: Vec<OsString>) -> Result<Vec<OsString>, ConfigFileError> {
+pub fn merge_into_args(args: Vec<OsString>) -> Result<Merged, ConfigFileError> {
     let Some(path) = config_path(&args) else {
-        return Ok(args);
+        return Ok(Merged {
+            args,
+            upstreams: Vec::new(),
+        });
     };
     let settings = read(&path)?;
     let command = Config::command();
     let mut merged = args;
+    let mut upstreams = Vec::new();
     for (key, value) in settings {
         let flag = key.replace('_', "-");
         let content_error = |detail: String| ConfigFileError::Content {
             path: path.clone(),
             detail,
         };
+        // Not a flag: a table of named upstreams, each with settings of its own.
+        if flag == "upstreams" {
+            upstreams = crate::config::upstreams::from_file(&value).map_err(content_error)?;
+            continue;
+        }
         if flag == "config" {
             return Err(content_error(
                 "a config file cannot name another config file".into(),
@@ -87,7 +96,16 @@ pub fn merge_into_args(args: Vec<OsString>) -> Result<Vec<OsString>, ConfigFileE
             }
         }
     }
-    Ok(merged)
+    Ok(Merged {
+        args: merged,
+        upstreams,
+    })
+}
+
+/// The command line with the file's flags merged in, and the file's named upstreams.
+pub struct Merged {
+    pub args: Vec<OsString>,
+    pub upstreams: Vec<crate::config::upstreams::NamedUpstream>,
 }
 
 fn config_path(args: &[OsString]) -> Option<String> {
@@ -166,7 +184,6 @@ fn values_of(value: &Value) -> Result<Vec<FlagValue>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
 
     fn parse_with(file: &str, ext: &str, cli: &[&str]) -> Result<Config, String> {
         let dir = std::env::temp_dir().join(format!("mtg-config-{}", uuid::Uuid::new_v4()));
@@ -179,9 +196,9 @@ mod tests {
             path.clone().into(),
         ];
         args.extend(cli.iter().map(OsString::from));
-        let merged = merge_into_args(args).map_err(|e| e.to_string())?;
+        let config = Config::from_args(args).map_err(|e| e.to_string());
         std::fs::remove_dir_all(&dir).unwrap();
-        Config::try_parse_from(merged).map_err(|e| e.to_string())
+        config
     }
 
     #[test]

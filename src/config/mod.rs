@@ -1,11 +1,12 @@
 //! Command-line flags and environment variables, read once at start and passed down.
 
 pub mod file;
+pub mod upstreams;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::{ArgGroup, Parser};
+use clap::Parser;
 
 use crate::store::redis::{BadNamespace, StoreNamespace, Target};
 use mtg_protocol::task_support::TaskSupport;
@@ -13,16 +14,26 @@ use mtg_protocol::task_support::TaskSupport;
 /// Every flag has an environment variable of the same name, upper-cased with a `MTG_` prefix.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "mcp-task-gateway", version, about)]
-#[command(group(ArgGroup::new("upstream_source").required(true).args(["upstream", "upstream_cmd"])))]
 pub struct Config {
     /// Address the MCP endpoint (`/mcp`) and health check (`/healthz`) listen on.
     #[arg(long, env = "MTG_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
-    /// URL of the plain Streamable HTTP MCP server to put tasks in front of.
-    /// Exactly one of `--upstream` and `--upstream-cmd` is required.
-    #[arg(long, env = "MTG_UPSTREAM", value_parser = parse_upstream_url)]
+    /// URL of the plain Streamable HTTP MCP server to put tasks in front of, served at
+    /// `/mcp`; or `NAME=URL`, served at `/mcp/NAME` (repeatable; NAME is
+    /// `[a-z0-9][a-z0-9-]*`). At least one upstream is required: this, `--upstream-cmd`
+    /// or the config file's `[upstreams.NAME]`.
+    #[arg(id = "upstream", long = "upstream", env = "MTG_UPSTREAM", value_name = "[NAME=]URL", value_parser = upstreams::parse_upstream_arg)]
+    pub upstream_args: Vec<upstreams::UpstreamArg>,
+
+    /// The upstream served at `/mcp` (`--upstream URL`), once resolved.
+    #[arg(skip)]
     pub upstream: Option<http::Uri>,
+
+    /// The upstreams served at `/mcp/NAME`, from `--upstream NAME=URL` and the config
+    /// file, once resolved.
+    #[arg(skip)]
+    pub upstreams: Vec<upstreams::NamedUpstream>,
 
     /// Command line of a local stdio MCP server to start and put tasks in front of,
     /// e.g. "npx -y @modelcontextprotocol/server-everything". Split like a POSIX shell
@@ -34,18 +45,18 @@ pub struct Config {
     /// Environment variable for the `--upstream-cmd` process, `KEY=VALUE`
     /// (repeatable; comma-separated in the environment). The process inherits the
     /// gateway's environment otherwise.
-    #[arg(long = "upstream-env", env = "MTG_UPSTREAM_ENV", value_delimiter = ',', value_parser = parse_env_pair, conflicts_with = "upstream")]
+    #[arg(long = "upstream-env", env = "MTG_UPSTREAM_ENV", value_delimiter = ',', value_parser = parse_env_pair)]
     pub upstream_env: Vec<(String, String)>,
 
     /// Working directory of the `--upstream-cmd` process (default: the gateway's).
-    #[arg(long, env = "MTG_UPSTREAM_CWD", conflicts_with = "upstream")]
+    #[arg(long, env = "MTG_UPSTREAM_CWD")]
     pub upstream_cwd: Option<std::path::PathBuf>,
 
     /// Most `--upstream-cmd` processes to run. A call that may ask the client for
     /// input gets a process to itself while it runs (a stdio server's requests carry
     /// no link to the call they belong to), so more processes let other calls go on
     /// meanwhile. Processes after the first start only when needed.
-    #[arg(long, env = "MTG_UPSTREAM_POOL", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64), conflicts_with = "upstream")]
+    #[arg(long, env = "MTG_UPSTREAM_POOL", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub upstream_pool: u16,
 
     /// `pollIntervalMs` suggested to clients on every task.
@@ -344,10 +355,139 @@ pub struct Config {
 impl Config {
     /// Flags, environment and `--config` file, in that order of precedence.
     pub fn load() -> Result<Self, ConfigError> {
-        let args = crate::config::file::merge_into_args(std::env::args_os().collect())?;
-        let config = Self::try_parse_from(args)?;
+        Self::from_args(std::env::args_os())
+    }
+
+    /// `load` for the given command line (the program's name first).
+    pub fn from_args<I, T>(args: I) -> Result<Self, ConfigError>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString>,
+    {
+        let merged =
+            crate::config::file::merge_into_args(args.into_iter().map(Into::into).collect())?;
+        let mut config = Self::try_parse_from(merged.args)?;
+        config.resolve_upstreams(merged.upstreams)?;
         config.check()?;
         Ok(config)
+    }
+
+    /// Sorts `--upstream` into the one at `/mcp` and the named ones, adds the config
+    /// file's, and refuses what cannot be served.
+    fn resolve_upstreams(
+        &mut self,
+        from_file: Vec<upstreams::NamedUpstream>,
+    ) -> Result<(), ConfigError> {
+        let inconsistent = |text: String| Err(ConfigError::Inconsistent(text));
+        for arg in std::mem::take(&mut self.upstream_args) {
+            match arg {
+                upstreams::UpstreamArg::Plain(url) => {
+                    if self.upstream.is_some() {
+                        return inconsistent(format!(
+                            "--upstream {url}: a second upstream for /mcp; name it (--upstream NAME=URL) to serve it at /mcp/NAME"
+                        ));
+                    }
+                    self.upstream = Some(url);
+                }
+                upstreams::UpstreamArg::Named(name, url) => {
+                    self.upstreams.push(upstreams::from_arg(name, url));
+                }
+            }
+        }
+        self.upstreams.extend(from_file);
+        let mut seen = std::collections::HashSet::new();
+        for named in &self.upstreams {
+            if !seen.insert(named.name.as_str()) {
+                return inconsistent(format!(
+                    "upstream {:?} is named twice (on the command line or in the config file)",
+                    named.name
+                ));
+            }
+        }
+        match (&self.upstream, &self.upstream_cmd) {
+            (Some(_), Some(_)) => {
+                return inconsistent(
+                    "--upstream URL and --upstream-cmd both name the upstream at /mcp; give one"
+                        .into(),
+                );
+            }
+            (None, None) if self.upstreams.is_empty() => {
+                return inconsistent(
+                    "no upstream: give --upstream URL, --upstream-cmd CMD, --upstream NAME=URL \
+                     or the config file's [upstreams.NAME]"
+                        .into(),
+                );
+            }
+            _ => {}
+        }
+        if self.upstream_cmd.is_none()
+            && (!self.upstream_env.is_empty() || self.upstream_cwd.is_some())
+        {
+            return inconsistent(
+                "--upstream-env and --upstream-cwd are for --upstream-cmd's process".into(),
+            );
+        }
+        if !self.upstreams.is_empty()
+            && matches!(self.store_namespace, Some(StoreNamespace::Legacy))
+        {
+            return inconsistent(
+                "--store-namespace \"\" (the legacy layout) cannot keep named upstreams apart; \
+                 choose a namespace"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// The settings of one named upstream's world: this configuration with the upstream
+    /// and what its entry sets replaced; the rest (listen, store, auth, limits) is the
+    /// gateway's.
+    pub fn for_upstream(&self, named: &upstreams::NamedUpstream) -> Config {
+        let mut world = self.clone();
+        world.upstreams = Vec::new();
+        match &named.source {
+            upstreams::Source::Url(url) => {
+                world.upstream = Some(url.clone());
+                world.upstream_cmd = None;
+                world.upstream_env = Vec::new();
+                world.upstream_cwd = None;
+            }
+            upstreams::Source::Cmd {
+                command,
+                env,
+                cwd,
+                pool,
+            } => {
+                world.upstream = None;
+                world.upstream_cmd = Some(command.clone());
+                world.upstream_env = env.clone();
+                world.upstream_cwd = cwd.clone();
+                world.upstream_pool = pool.unwrap_or(self.upstream_pool);
+            }
+        }
+        let or = |own: Option<u64>, gateway: u64| own.unwrap_or(gateway);
+        world.promote_after_ms = or(named.promote_after_ms, self.promote_after_ms);
+        world.upstream_timeout_ms = or(named.upstream_timeout_ms, self.upstream_timeout_ms);
+        world.defer_after_ms = or(named.defer_after_ms, self.defer_after_ms);
+        if let Some(policies) = &named.tool_policies {
+            world.tool_policies = policies.clone();
+        }
+        if let Some(tools) = &named.retry_on_owner_loss {
+            world.retry_on_owner_loss = tools.clone();
+        }
+        if let Some(credential) = &named.upstream_credential {
+            world.upstream_credential = credential.clone();
+            world.upstream_credential_file = named.upstream_credential_file.clone();
+        }
+        // Each path is its own protected resource (RFC 8707): by default the gateway's
+        // resource URI with the name appended, e.g. https://gw.example/mcp/files.
+        world.auth_jwt_audience = named.auth_jwt_audience.clone().or_else(|| {
+            self.auth_jwt_audience
+                .as_ref()
+                .map(|audience| format!("{}/{}", audience.trim_end_matches('/'), named.name))
+        });
+        world.store_namespace = Some(crate::settings::named_store_namespace(self, named));
+        world
     }
 
     /// Rules across flags, which clap checks one at a time.
@@ -443,6 +583,10 @@ pub enum InvalidValue {
     ShortKey,
     #[error(transparent)]
     Namespace(#[from] BadNamespace),
+    #[error(
+        "{0:?} is not a path segment: expected 1-63 of a-z, 0-9 and '-', starting with a letter or digit"
+    )]
+    BadUpstreamName(String),
 }
 
 /// A program and its arguments, as split from `--upstream-cmd`.
@@ -545,7 +689,7 @@ mod tests {
 
     #[test]
     fn parses_flags_and_caps_ttl() {
-        let config = Config::try_parse_from([
+        let config = Config::from_args([
             "mcp-task-gateway",
             "--upstream",
             "http://127.0.0.1:9/mcp",
@@ -571,7 +715,7 @@ mod tests {
 
     #[test]
     fn rejects_bad_policy_and_url() {
-        let bad_policy = Config::try_parse_from([
+        let bad_policy = Config::from_args([
             "mcp-task-gateway",
             "--upstream",
             "http://127.0.0.1:9/mcp",
@@ -579,15 +723,15 @@ mod tests {
             "slow=sometimes",
         ]);
         assert!(bad_policy.is_err());
-        let bad_url = Config::try_parse_from(["mcp-task-gateway", "--upstream", "ftp://x/mcp"]);
+        let bad_url = Config::from_args(["mcp-task-gateway", "--upstream", "ftp://x/mcp"]);
         assert!(bad_url.is_err());
     }
 
     #[test]
     fn takes_exactly_one_upstream_source() {
-        let neither = Config::try_parse_from(["mcp-task-gateway"]);
+        let neither = Config::from_args(["mcp-task-gateway"]);
         assert!(neither.is_err());
-        let both = Config::try_parse_from([
+        let both = Config::from_args([
             "mcp-task-gateway",
             "--upstream",
             "http://127.0.0.1:9/mcp",
@@ -595,7 +739,7 @@ mod tests {
             "server",
         ]);
         assert!(both.is_err());
-        let env_without_cmd = Config::try_parse_from([
+        let env_without_cmd = Config::from_args([
             "mcp-task-gateway",
             "--upstream",
             "http://127.0.0.1:9/mcp",
@@ -607,7 +751,7 @@ mod tests {
 
     #[test]
     fn splits_the_command_like_a_shell() {
-        let config = Config::try_parse_from([
+        let config = Config::from_args([
             "mcp-task-gateway",
             "--upstream-cmd",
             r#"node "/opt/my server/index.js" stdio --name='a b'"#,
@@ -634,7 +778,7 @@ mod tests {
         assert_eq!(config.upstream_pool, 2);
         assert_eq!(config.upstream_read_buffer_bytes, 2048);
         for bad in ["0", "511", "1048577"] {
-            let parsed = Config::try_parse_from([
+            let parsed = Config::from_args([
                 "mcp-task-gateway",
                 "--upstream",
                 "http://127.0.0.1:1/mcp",
@@ -644,7 +788,7 @@ mod tests {
             assert!(parsed.is_err(), "{bad:?} accepted");
         }
         for bad in [r#"node "unclosed"#, "   "] {
-            let parsed = Config::try_parse_from(["mcp-task-gateway", "--upstream-cmd", bad]);
+            let parsed = Config::from_args(["mcp-task-gateway", "--upstream-cmd", bad]);
             assert!(parsed.is_err(), "{bad:?}");
         }
     }

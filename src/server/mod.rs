@@ -8,6 +8,7 @@ pub(crate) mod session;
 mod sse;
 mod stateless;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,14 +35,64 @@ use reply::Body;
 use mtg_protocol::names::header::MCP_SESSION_ID as SESSION_HEADER;
 use mtg_protocol::names::{self, SESSION_VERSIONS, STATELESS_VERSION};
 
-/// Everything a request handler needs, built once at start: the edge every request
-/// passes, and the services behind it.
-pub struct Gateway {
-    /// The checks of every `/mcp` request and what they need (`edge`).
-    pub edge: Edge,
-    pub client: HttpClient,
-    /// Opens each client connection's [`PinnedConn`] to the upstream.
+/// What the listener serves: the edge every request passes, and an upstream's world
+/// per path (`/mcp`, `/mcp/NAME`).
+pub struct Routes {
+    pub edge: Arc<Edge>,
+    /// The upstream at `/mcp` (`--upstream URL` or `--upstream-cmd`), if any.
+    pub default: Option<Arc<Gateway>>,
+    /// The upstreams at `/mcp/NAME`.
+    pub named: HashMap<String, Arc<Gateway>>,
+    /// Opens each client connection's [`PinnedConn`] to the upstreams.
     pinned_connector: Connector,
+}
+
+impl Routes {
+    pub fn new(
+        edge: Arc<Edge>,
+        default: Option<Arc<Gateway>>,
+        named: HashMap<String, Arc<Gateway>>,
+    ) -> Self {
+        Self {
+            edge,
+            default,
+            named,
+            pinned_connector: crate::http_client::pinned_connector(),
+        }
+    }
+
+    /// The world serving `/mcp` (`name` `None`) or `/mcp/NAME`.
+    fn world(&self, name: Option<&str>) -> Option<&Arc<Gateway>> {
+        match name {
+            None => self.default.as_ref(),
+            Some(name) => self.named.get(name),
+        }
+    }
+
+    /// The paths served, for a 404 that says where to go instead.
+    fn paths(&self) -> Vec<String> {
+        let mut paths: Vec<String> = self.named.keys().map(|n| format!("/mcp/{n}")).collect();
+        paths.sort();
+        if self.default.is_some() {
+            paths.insert(0, "/mcp".to_owned());
+        }
+        paths
+    }
+}
+
+/// Everything a request handler needs for one upstream, built once at start: the edge
+/// every request passes, and the services behind it. Each path (`/mcp`, `/mcp/NAME`)
+/// has one, so nothing of one upstream's reaches another's.
+pub struct Gateway {
+    /// The upstream's name, `None` for the one at `/mcp`.
+    pub name: Option<String>,
+    /// The checks of every request and what they need (`edge`), shared by all paths.
+    pub edge: Arc<Edge>,
+    /// Bearer JWT validation (`--auth-jwt-issuer`) for this path's resource, if on.
+    pub auth: Option<Arc<crate::auth::Authenticator>>,
+    /// What goes upstream as `Authorization` (`--upstream-credential`).
+    pub upstream_credential: crate::auth::UpstreamCredential,
+    pub client: HttpClient,
     pub upstream: Arc<dyn Upstream>,
     pub tasks: Arc<TaskService>,
     /// The features built on the tasks: held calls (MRTR bridge), the 2025-11-25
@@ -64,6 +115,8 @@ pub struct Gateway {
 
 /// What the services behind the edge are built from (`settings::gateway`).
 pub struct GatewaySettings {
+    /// The upstream's name, `None` for the one at `/mcp`.
+    pub name: Option<String>,
     pub policies: Policies,
     pub upstream_timeout: Option<Duration>,
     /// Whether `/readyz` asks the upstream too (not `--readyz-skip-upstream`).
@@ -71,22 +124,28 @@ pub struct GatewaySettings {
     pub session_limits: session::served::SessionLimits,
     /// `--progress-keepalive-ms`; `None` is off.
     pub progress_keepalive: Option<Duration>,
+    /// What goes upstream as `Authorization`.
+    pub upstream_credential: crate::auth::UpstreamCredential,
 }
 
 impl Gateway {
+    /// `auth` checks tokens for this path's resource (`Authenticator::for_audience`).
     pub fn new(
         settings: GatewaySettings,
         client: HttpClient,
         upstream: Arc<dyn Upstream>,
         tasks: Arc<TaskService>,
         closing: tokio_util::sync::CancellationToken,
-        edge: Edge,
+        edge: Arc<Edge>,
+        auth: Option<Arc<crate::auth::Authenticator>>,
     ) -> Self {
         Self {
+            name: settings.name,
             edge,
+            auth,
+            upstream_credential: settings.upstream_credential,
             closing,
             client,
-            pinned_connector: crate::http_client::pinned_connector(),
             upstream,
             bridge: MrtrBridge::new(tasks.clone()),
             dialect: SessionDialect::new(tasks.clone()),
@@ -106,52 +165,117 @@ pub use edge::{Edge, EdgeSettings};
 
 /// `pinned` is the client connection's own connection to the upstream, for pass-through.
 pub(crate) async fn route(
-    gateway: &Gateway,
+    routes: &Routes,
     pinned: &PinnedConn,
     request: Request<Incoming>,
 ) -> Response<Body> {
-    match request.uri().path() {
-        "/healthz" => reply::plain(StatusCode::OK, "ok\n"),
-        "/readyz" => readiness(gateway).await,
-        path if path.starts_with("/.well-known/oauth-protected-resource") => {
-            edge::authn::metadata(gateway)
-        }
-        "/mcp" => {
-            let span = tracing::info_span!("request", method = tracing::field::Empty);
-            crate::telemetry::traces::continue_from_headers(&span, request.headers());
-            let started = std::time::Instant::now();
-            let mut method = String::from("invalid");
-            let response = mcp_endpoint(gateway, pinned, request, &mut method)
-                .instrument(span)
-                .await;
-            crate::telemetry::request_served(&method, started.elapsed());
-            response
-        }
-        _ => reply::plain(
-            StatusCode::NOT_FOUND,
-            "not found: the MCP endpoint is /mcp\n",
-        ),
+    let path = request.uri().path();
+    if path == "/healthz" {
+        return reply::plain(StatusCode::OK, "ok\n");
     }
+    if path == "/readyz" {
+        return readiness(routes).await;
+    }
+    if let Some(resource) = path.strip_prefix("/.well-known/oauth-protected-resource") {
+        // The metadata of `/mcp/NAME` lives at `…/mcp/NAME` (RFC 9728 §3.1); any other
+        // suffix is the `/mcp` resource's, as before there were names.
+        let world = match resource.strip_prefix("/mcp/") {
+            Some(name) => routes.named.get(name),
+            None => routes.default.as_ref(),
+        };
+        return match world {
+            Some(gateway) => edge::authn::metadata(gateway),
+            None => unknown_path(routes, path),
+        };
+    }
+    let name = match path.strip_prefix("/mcp") {
+        Some("") => None,
+        Some(rest) => match rest.strip_prefix('/') {
+            Some(name) if !name.is_empty() && !name.contains('/') => Some(name),
+            _ => return unknown_path(routes, path),
+        },
+        None => return unknown_path(routes, path),
+    };
+    let Some(gateway) = routes.world(name) else {
+        return unknown_path(routes, path);
+    };
+    let span = tracing::info_span!("request", method = tracing::field::Empty);
+    crate::telemetry::traces::continue_from_headers(&span, request.headers());
+    let started = std::time::Instant::now();
+    let mut method = String::from("invalid");
+    let response = mcp_endpoint(gateway, pinned, request, &mut method)
+        .instrument(span)
+        .await;
+    crate::telemetry::request_served(&method, started.elapsed());
+    response
 }
 
-/// Ready when the store answers and (unless skipped) the upstream does.
-async fn readiness(gateway: &Gateway) -> Response<Body> {
+/// 404 naming the paths served: a JSON-RPC error, since an MCP client shows its
+/// message.
+fn unknown_path(routes: &Routes, path: &str) -> Response<Body> {
+    let paths = routes.paths();
+    let message = match path.strip_prefix("/mcp/") {
+        Some(name) => format!(
+            "no upstream named {name:?} here; this gateway serves {}",
+            paths.join(", ")
+        ),
+        None => format!("not found: this gateway serves MCP at {}", paths.join(", ")),
+    };
+    reply::error_with_status(
+        StatusCode::NOT_FOUND,
+        &ErrorObject::new(code::INVALID_REQUEST, message).with_data(json!({"paths": paths})),
+    )
+}
+
+/// Ready when the store answers and (unless skipped) an upstream does. With named
+/// upstreams the body says how each is; one upstream down does not take the others'
+/// paths out of service.
+async fn readiness(routes: &Routes) -> Response<Body> {
+    let worlds: Vec<&Arc<Gateway>> = routes.default.iter().chain(routes.named.values()).collect();
+    let Some(first) = worlds.first() else {
+        return reply::plain(StatusCode::SERVICE_UNAVAILABLE, "no upstream\n");
+    };
     let mut problems = Vec::new();
-    if let Err(e) = gateway.tasks.store().ping().await {
+    if let Err(e) = first.tasks.store().ping().await {
         problems.push(format!("store: {e}"));
     }
-    if gateway.check_upstream_readiness
-        && let Err(e) = gateway.upstream.ready().await
-    {
-        problems.push(format!("upstream: {e}"));
+    let mut upstreams = serde_json::Map::new();
+    let mut upstream_ready = false;
+    for gateway in &worlds {
+        let state = if gateway.check_upstream_readiness {
+            gateway.upstream.ready().await.map_err(|e| e.to_string())
+        } else {
+            Ok(())
+        };
+        let label = gateway.name.clone().unwrap_or_default();
+        match state {
+            Ok(()) => {
+                upstream_ready = true;
+                upstreams.insert(label, json!("ready"));
+            }
+            Err(e) => {
+                match &gateway.name {
+                    Some(name) => problems.push(format!("upstream {name}: {e}")),
+                    None => problems.push(format!("upstream: {e}")),
+                }
+                upstreams.insert(label, json!(e));
+            }
+        }
     }
-    if problems.is_empty() {
+    let ready = upstream_ready && !problems.iter().any(|p| p.starts_with("store:"));
+    if routes.named.is_empty() && ready {
         return reply::plain(StatusCode::OK, "ready\n");
     }
-    let mut response = reply::json(
-        StatusCode::SERVICE_UNAVAILABLE,
-        serde_json::to_vec(&json!({"ready": false, "problems": problems})).unwrap_or_default(),
-    );
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let mut body = json!({"ready": ready, "problems": problems});
+    if !routes.named.is_empty() {
+        body["upstreams"] = Value::Object(upstreams);
+    }
+    let mut response = reply::json(status, serde_json::to_vec(&body).unwrap_or_default());
     response.headers_mut().insert(
         header::CACHE_CONTROL,
         http::HeaderValue::from_static("no-store"),

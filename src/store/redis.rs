@@ -132,6 +132,21 @@ impl RedisStore {
         }))
     }
 
+    /// This store's connection under another namespace: one upstream's world of
+    /// several, each with its own keys and channels over one connection to Redis.
+    pub fn with_namespace(&self, namespace: StoreNamespace) -> Arc<Self> {
+        Arc::new(Self {
+            conn: self.conn.clone(),
+            keys: Keys::new(&namespace),
+            settings: RedisSettings {
+                namespace,
+                ..self.settings.clone()
+            },
+            scripts: self.scripts,
+            local_wake: Mutex::new(None),
+        })
+    }
+
     fn key_ttl_ms(ttl_ms: u64) -> u64 {
         ttl_ms.saturating_add(KEY_GRACE.as_millis() as u64)
     }

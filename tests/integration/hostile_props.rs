@@ -1284,7 +1284,7 @@ proptest! {
         port in any::<u16>(),
     ) {
         let args = ["mcp-task-gateway".to_owned(), format!("--upstream={raw}")];
-        if let Ok(config) = Config::try_parse_from(args) {
+        if let Ok(config) = Config::from_args(args) {
             let url = config.upstream.ok_or_else(|| fail("no upstream"))?;
             prop_assert!(matches!(url.scheme_str(), Some("http" | "https")), "{}", raw);
             // An empty host (`http://:`) is accepted today: see
@@ -1292,7 +1292,7 @@ proptest! {
             prop_assert!(url.host().is_some(), "{}", raw);
         }
         let plain = format!("http://{host}:{port}/mcp");
-        let config = Config::try_parse_from(["mcp-task-gateway".to_owned(), format!("--upstream={plain}")])
+        let config = Config::from_args(["mcp-task-gateway".to_owned(), format!("--upstream={plain}")])
             .map_err(fail)?;
         prop_assert_eq!(config.upstream.map(|u| u.to_string()), Some(plain));
     }

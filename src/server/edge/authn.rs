@@ -22,7 +22,7 @@ pub struct Caller {
 /// Authenticates the request, notes the caller in `parts.extensions`, and puts the
 /// upstream credential in place of the caller's; the refusal, if any.
 pub async fn admit(gateway: &Gateway, parts: &mut Parts) -> Option<http::Response<Body>> {
-    let identity = match &gateway.edge.auth {
+    let identity = match &gateway.auth {
         Some(auth) => match auth.authenticate(&parts.headers).await {
             Ok(identity) => Some(identity),
             Err(failure) => return Some(refusal(auth, &failure)),
@@ -32,7 +32,7 @@ pub async fn admit(gateway: &Gateway, parts: &mut Parts) -> Option<http::Respons
     // Noted only when the headers alone will not tell it later: a token's subject, or
     // a caller whose `Authorization` is about to be replaced. Otherwise the principal is
     // worked out where a handler needs it (pass-through traffic never does).
-    let principal = match (&identity, &gateway.edge.upstream_credential) {
+    let principal = match (&identity, &gateway.upstream_credential) {
         (Some(identity), _) => Some(identity.principal()),
         (None, UpstreamCredential::Client) => None,
         (None, _) => Some(principal(
@@ -46,7 +46,7 @@ pub async fn admit(gateway: &Gateway, parts: &mut Parts) -> Option<http::Respons
             identity,
         });
     }
-    gateway.edge.upstream_credential.apply(&mut parts.headers);
+    gateway.upstream_credential.apply(&mut parts.headers);
     None
 }
 
@@ -59,7 +59,7 @@ pub fn check_scopes(
     method: Option<&str>,
     body: &[u8],
 ) -> Option<http::Response<Body>> {
-    let auth = gateway.edge.auth.as_ref()?;
+    let auth = gateway.auth.as_ref()?;
     let identity = parts
         .extensions
         .get::<Caller>()
@@ -88,7 +88,7 @@ pub fn check_scopes(
 
 /// RFC 9728 metadata, at `/.well-known/oauth-protected-resource[/<path>]`.
 pub fn metadata(gateway: &Gateway) -> http::Response<Body> {
-    match &gateway.edge.auth {
+    match &gateway.auth {
         Some(auth) => reply::json(
             StatusCode::OK,
             serde_json::to_vec(&auth.metadata()).unwrap_or_default(),

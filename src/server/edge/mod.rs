@@ -22,9 +22,8 @@ use hyper_util::server::graceful::GracefulShutdown;
 use serde_json::Value;
 use tokio::net::TcpListener;
 
-use crate::http_client::HttpClient;
 use crate::server::reply::Body;
-use crate::server::{Gateway, route};
+use crate::server::{Routes, route};
 use crate::upstream::pinned::{self, PinnedConn};
 
 /// How long in-flight requests may take to finish after shutdown begins.
@@ -33,10 +32,6 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// What every `/mcp` request passes before a handler sees it, built at start (the files
 /// the config names are read and checked then).
 pub struct Edge {
-    /// Bearer JWT validation (`--auth-jwt-issuer`), if on.
-    pub auth: Option<Arc<crate::auth::Authenticator>>,
-    /// What goes upstream as `Authorization` (`--upstream-credential`).
-    pub upstream_credential: crate::auth::UpstreamCredential,
     /// The TLS listener's acceptor (`--tls-cert`), if on.
     pub tls: Option<tls::Acceptor>,
     /// `--max-task-requests-per-second`, if set.
@@ -51,8 +46,6 @@ pub struct Edge {
 /// What the edge is built from (`settings::edge`).
 pub struct EdgeSettings {
     pub tls: Option<tls::TlsFiles>,
-    pub auth: Option<crate::auth::AuthSettings>,
-    pub upstream_credential: crate::auth::UpstreamCredential,
     pub max_task_requests_per_second: u32,
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
@@ -61,19 +54,14 @@ pub struct EdgeSettings {
 }
 
 impl Edge {
-    /// Loads the TLS files (refusing a pair that does not load) and starts the JWT
-    /// checks, which fetch the issuer's keys with `client`.
-    pub fn start(settings: EdgeSettings, client: &HttpClient) -> std::io::Result<Self> {
+    /// Loads the TLS files, refusing a pair that does not load.
+    pub fn start(settings: EdgeSettings) -> std::io::Result<Self> {
         let tls = settings
             .tls
             .map(tls::Acceptor::start)
             .transpose()
             .map_err(std::io::Error::other)?;
         Ok(Self {
-            auth: settings
-                .auth
-                .map(|auth| Arc::new(crate::auth::Authenticator::new(auth, client.clone()))),
-            upstream_credential: settings.upstream_credential,
             tls,
             task_rate: task_rate::TaskRequestRate::new(settings.max_task_requests_per_second),
             allowed_origins: settings.allowed_origins,
@@ -118,7 +106,7 @@ impl Edge {
 /// in-flight requests finish.
 pub async fn serve(
     listener: TcpListener,
-    gateway: Arc<Gateway>,
+    routes: Arc<Routes>,
     mut seat: balance::Seat,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -131,19 +119,19 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let tls = gateway.edge.tls.clone();
-        let gateway = gateway.clone();
+        let tls = routes.edge.tls.clone();
+        let routes = routes.clone();
         let pinned = Arc::new(PinnedConn::new(
-            gateway.pinned_connector.clone(),
+            routes.pinned_connector.clone(),
             pinned::IDLE_LIMIT,
         ));
         let service = hyper::service::service_fn(move |request| {
-            let gateway = gateway.clone();
+            let routes = routes.clone();
             let pinned = pinned.clone();
             // Boxed: hyper keeps room for the service's future for as long as the
             // connection (or HTTP/2 stream) lives, and a request's handling takes 8 KiB.
             // An idle keep-alive connection or a long stream then holds a pointer instead.
-            async move { Ok::<_, Infallible>(Box::pin(route(&gateway, &pinned, request)).await) }
+            async move { Ok::<_, Infallible>(Box::pin(route(&routes, &pinned, request)).await) }
         });
         let watcher = graceful.watcher();
         let builder = builder.clone();

@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::server::Gateway;
+use crate::server::Routes;
 use crate::server::edge::balance::{Balance, Seat};
 
 /// The extra worker threads, kept running after serving stops so that the work they
@@ -48,7 +48,7 @@ impl Workers {
 /// `shutdown` resolves and every thread has finished its in-flight requests.
 pub async fn serve(
     listener: TcpListener,
-    gateway: Arc<Gateway>,
+    routes: Arc<Routes>,
     count: NonZeroUsize,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<Workers> {
@@ -66,7 +66,7 @@ pub async fn serve(
     for seat in seats {
         let spawned = listener
             .try_clone()
-            .and_then(|copy| spawn_worker(seat, copy, &gateway, &stop_accepting, &workers.stop));
+            .and_then(|copy| spawn_worker(seat, copy, &routes, &stop_accepting, &workers.stop));
         match spawned {
             Ok((thread, finished)) => {
                 workers.threads.push(thread);
@@ -82,7 +82,7 @@ pub async fn serve(
     }
     // Every copy is made; this one would keep the socket listening after serving stops.
     drop(listener);
-    super::serve(own_listener, gateway, this_seat, async {
+    super::serve(own_listener, routes, this_seat, async {
         shutdown.await;
         stop_accepting.cancel();
     })
@@ -99,7 +99,7 @@ pub async fn serve(
 fn spawn_worker(
     seat: Seat,
     listener: std::net::TcpListener,
-    gateway: &Arc<Gateway>,
+    routes: &Arc<Routes>,
     stop_accepting: &CancellationToken,
     stop: &CancellationToken,
 ) -> std::io::Result<(std::thread::JoinHandle<()>, oneshot::Receiver<()>)> {
@@ -107,7 +107,7 @@ fn spawn_worker(
         .enable_all()
         .build()?;
     let (done, finished) = oneshot::channel();
-    let (gateway, stop_accepting, stop) = (gateway.clone(), stop_accepting.clone(), stop.clone());
+    let (routes, stop_accepting, stop) = (routes.clone(), stop_accepting.clone(), stop.clone());
     let index = seat.index();
     let thread = std::thread::Builder::new()
         .name(format!("mtg-worker-{index}"))
@@ -116,8 +116,7 @@ fn spawn_worker(
                 // Registering the copy with this thread's runtime.
                 match TcpListener::from_std(listener) {
                     Ok(listener) => {
-                        super::serve(listener, gateway, seat, stop_accepting.cancelled_owned())
-                            .await
+                        super::serve(listener, routes, seat, stop_accepting.cancelled_owned()).await
                     }
                     Err(e) => {
                         tracing::error!(worker = index, error = %e, "worker cannot serve")
