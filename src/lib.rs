@@ -204,7 +204,7 @@ impl World {
             _ => auth.clone(),
         });
         let gateway = Arc::new(server::Gateway::new(
-            settings::gateway(config, name)?,
+            settings::gateway(config)?,
             shared.client.clone(),
             upstream.clone(),
             tasks.clone(),

@@ -31,12 +31,9 @@ pub fn edge(config: &Config) -> crate::server::EdgeSettings {
 
 /// The settings of one upstream's services behind the edge (reads
 /// `--upstream-credential-file`).
-pub fn gateway(
-    config: &Config,
-    name: Option<String>,
-) -> std::io::Result<crate::server::GatewaySettings> {
+pub fn gateway(config: &Config) -> std::io::Result<crate::server::GatewaySettings> {
     Ok(crate::server::GatewaySettings {
-        name,
+        name: config.upstream_name.clone(),
         upstream_credential: upstream_credential(config)?,
         policies: policies(config),
         upstream_timeout: config.upstream_timeout(),
@@ -56,6 +53,7 @@ pub fn cluster(config: &Config) -> crate::cluster::ClusterSettings {
         instance_id: config.instance_id.clone(),
         advertise_url: config.advertise_url.as_ref().map(ToString::to_string),
         lease_timeout: Duration::from_millis(config.lease_timeout_ms),
+        meter: crate::telemetry::Meter::new(config.upstream_name.as_deref()),
     }
 }
 
@@ -75,6 +73,7 @@ pub fn tasks(config: &Config) -> TaskSettings {
         input_wait: Duration::from_millis(config.input_wait_timeout_ms),
         state_keys: state_keys(config),
         takeover: takeover(config),
+        meter: crate::telemetry::Meter::new(config.upstream_name.as_deref()),
     }
 }
 

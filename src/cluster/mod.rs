@@ -44,6 +44,8 @@ pub struct ClusterSettings {
     pub advertise_url: Option<String>,
     /// Longest time from an instance's disappearance to its tasks being failed.
     pub lease_timeout: Duration,
+    /// The metrics of the upstream whose namespace the lease is in.
+    pub meter: telemetry::Meter,
 }
 
 impl ClusterSettings {
@@ -159,7 +161,7 @@ async fn run(
         let idle = background.as_ref().is_none_or(JoinHandle::is_finished);
         match store.renew_lease(&lease).await {
             Ok(held) => {
-                telemetry::lease_held(true);
+                settings.meter.lease_held(true);
                 if connected_since.is_none() && !first {
                     tracing::info!("task store reachable again; lease renewed");
                 }
@@ -175,7 +177,7 @@ async fn run(
                 connected_since.get_or_insert_with(Instant::now);
             }
             Err(e) => {
-                telemetry::lease_held(false);
+                settings.meter.lease_held(false);
                 if connected_since.is_some() || first {
                     tracing::warn!(error = %e, "could not renew the lease");
                 }

@@ -35,6 +35,10 @@ pub struct Config {
     #[arg(skip)]
     pub upstreams: Vec<upstreams::NamedUpstream>,
 
+    /// In a named upstream's settings (`for_upstream`), its name.
+    #[arg(skip)]
+    pub upstream_name: Option<String>,
+
     /// Command line of a local stdio MCP server to start and put tasks in front of,
     /// e.g. "npx -y @modelcontextprotocol/server-everything". Split like a POSIX shell
     /// does (quotes, backslashes) but not run through one. The gateway restarts it
@@ -445,6 +449,7 @@ impl Config {
     pub fn for_upstream(&self, named: &upstreams::NamedUpstream) -> Config {
         let mut world = self.clone();
         world.upstreams = Vec::new();
+        world.upstream_name = Some(named.name.clone());
         match &named.source {
             upstreams::Source::Url(url) => {
                 world.upstream = Some(url.clone());

@@ -102,7 +102,7 @@ pub struct Gateway {
     pub followers: Followers,
     pub deferrals: Deferrals,
     /// `--progress-keepalive-ms`, for the streams of calls that asked for progress.
-    pub progress_keepalive: Option<Duration>,
+    pub progress_keepalive: Option<sse::keepalive::Every>,
     pub policies: Policies,
     pub upstream_timeout: Option<Duration>,
     check_upstream_readiness: bool,
@@ -139,6 +139,7 @@ impl Gateway {
         edge: Arc<Edge>,
         auth: Option<Arc<crate::auth::Authenticator>>,
     ) -> Self {
+        let meter = tasks.meter().clone();
         Self {
             name: settings.name,
             edge,
@@ -151,12 +152,17 @@ impl Gateway {
             dialect: SessionDialect::new(tasks.clone()),
             followers: Followers::new(tasks.clone()),
             deferrals: Deferrals::new(tasks.clone()),
-            progress_keepalive: settings.progress_keepalive,
+            progress_keepalive: settings
+                .progress_keepalive
+                .map(|period| sse::keepalive::Every {
+                    period,
+                    meter: meter.clone(),
+                }),
             tasks,
             policies: settings.policies,
             upstream_timeout: settings.upstream_timeout,
             check_upstream_readiness: settings.check_upstream_readiness,
-            sessions: session::served::GatewaySessions::start(settings.session_limits),
+            sessions: session::served::GatewaySessions::start(settings.session_limits, meter),
         }
     }
 }
@@ -206,7 +212,10 @@ pub(crate) async fn route(
     let response = mcp_endpoint(gateway, pinned, request, &mut method)
         .instrument(span)
         .await;
-    crate::telemetry::request_served(&method, started.elapsed());
+    gateway
+        .tasks
+        .meter()
+        .request_served(&method, started.elapsed());
     response
 }
 

@@ -22,6 +22,11 @@ pub struct Deferrals {
 }
 
 impl Deferrals {
+    /// The metrics of the upstream whose calls these are.
+    pub fn meter(&self) -> &crate::telemetry::Meter {
+        self.tasks.meter()
+    }
+
     pub fn new(tasks: Arc<TaskService>) -> Self {
         Self { tasks }
     }

@@ -10,7 +10,6 @@ use serde_json::{Value, json};
 
 use super::TaskService;
 use crate::store::{CANCELLED_BY_CLIENT, CancelOutcome, ListCursor, TaskRecord, UpdateOutcome};
-use crate::telemetry;
 use crate::upstream::SessionRef;
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_protocol::wire::InputRequest;
@@ -140,7 +139,7 @@ impl SessionDialect {
             UpdateOutcome::NotFound => Err(super::not_found(task_id)),
             UpdateOutcome::Accepted { keys, .. } if keys.is_empty() => Ok(false),
             UpdateOutcome::Accepted { keys, owner } => {
-                telemetry::input_requests_answered(keys.len());
+                self.tasks.meter().input_requests_answered(keys.len());
                 self.tasks.wakeups.wake(&owner, task_id).await?;
                 self.tasks.announce(task_id, session).await;
                 Ok(true)

@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::json;
 
-use crate::telemetry;
 use mtg_protocol::jsonrpc::{ErrorObject, code};
 
 type Running = Arc<Mutex<HashMap<String, u32>>>;
@@ -17,6 +16,8 @@ type Running = Arc<Mutex<HashMap<String, u32>>>;
 pub struct RunningLimit {
     limit: Option<NonZeroU32>,
     running: Running,
+    /// Counts the refusals.
+    meter: crate::telemetry::Meter,
 }
 
 /// One running task counted against its principal until dropped (when its runner ends).
@@ -27,10 +28,11 @@ pub struct RunningSlot {
 
 impl RunningLimit {
     /// `limit` 0 means none: nothing is counted.
-    pub fn new(limit: u32) -> Self {
+    pub fn new(limit: u32, meter: crate::telemetry::Meter) -> Self {
         Self {
             limit: NonZeroU32::new(limit),
             running: Arc::default(),
+            meter,
         }
     }
 
@@ -42,7 +44,7 @@ impl RunningLimit {
         let mut running = lock(&self.running);
         let count = running.entry(principal.to_owned()).or_default();
         if *count >= limit.get() {
-            telemetry::task_refused_at_limit();
+            self.meter.task_refused_at_limit();
             return Err(ErrorObject::new(
                 code::TOO_MANY_RUNNING_TASKS,
                 format!(
@@ -84,7 +86,7 @@ mod tests {
 
     #[test]
     fn a_principal_gets_its_own_count_up_to_the_limit_and_slots_free_on_drop() {
-        let limit = RunningLimit::new(2);
+        let limit = RunningLimit::new(2, crate::telemetry::Meter::new(None));
         let a1 = limit.reserve("a").unwrap();
         let _a2 = limit.reserve("a").unwrap();
         let refused = limit.reserve("a").err().unwrap();
@@ -100,14 +102,14 @@ mod tests {
 
     #[test]
     fn without_a_limit_nothing_is_counted() {
-        let limit = RunningLimit::new(0);
+        let limit = RunningLimit::new(0, crate::telemetry::Meter::new(None));
         assert!(limit.reserve("a").unwrap().is_none());
         assert!(lock(&limit.running).is_empty());
     }
 
     #[test]
     fn a_principal_with_nothing_running_is_forgotten() {
-        let limit = RunningLimit::new(1);
+        let limit = RunningLimit::new(1, crate::telemetry::Meter::new(None));
         drop(limit.reserve("a").unwrap());
         assert!(lock(&limit.running).is_empty());
     }

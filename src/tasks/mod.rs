@@ -58,6 +58,8 @@ pub struct TaskSettings {
     /// What held calls' `requestState`s are sealed with.
     pub state_keys: mrtr_bridge::StateKeys,
     pub takeover: TakeoverSettings,
+    /// This upstream's metrics.
+    pub meter: crate::telemetry::Meter,
 }
 
 /// When a live instance runs the call of a gone instance's task again.
@@ -128,10 +130,16 @@ pub struct TaskService {
 }
 
 impl TaskService {
+    /// This upstream's metrics.
+    pub fn meter(&self) -> &telemetry::Meter {
+        &self.settings.meter
+    }
+
     pub fn start(store: &Store, upstream: Arc<dyn Upstream>, settings: TaskSettings) -> Arc<Self> {
         let mut wakeups = store.wakeups.wakeups(&settings.instance_id);
         let mut changes = store.changes.changes();
-        let running_limit = limits::RunningLimit::new(settings.max_running_per_principal);
+        let running_limit =
+            limits::RunningLimit::new(settings.max_running_per_principal, settings.meter.clone());
         let service = Arc::new(Self {
             store: store.tasks.clone(),
             membership: store.membership.clone(),
@@ -234,7 +242,7 @@ impl TaskService {
             slot,
             Some(ToStore {
                 record,
-                stored: telemetry::task_created,
+                stored: telemetry::Meter::task_created,
             }),
         );
         if let Err(error) = launched.stored().await {
@@ -328,7 +336,7 @@ impl TaskService {
                     Some(ToStore { record, stored }) => {
                         let created = service.store.create(record).await;
                         if created.is_ok() {
-                            stored();
+                            stored(&service.settings.meter);
                         }
                         created
                     }
@@ -336,9 +344,10 @@ impl TaskService {
                 let failed = stored.is_err();
                 let _ = stored_tx.send(stored);
                 if !failed {
-                    telemetry::task_runner_started();
-                    runner::run(&service, &runner_task_id, call, start, signals, done_tx).await;
-                    telemetry::task_runner_ended();
+                    service.settings.meter.task_runner_started();
+                    let run = runner::run(&service, &runner_task_id, call, start, signals, done_tx);
+                    service.settings.meter.clone().scope_runner(run).await;
+                    service.settings.meter.task_runner_ended();
                 }
                 // A held call's open exchange, if any, is dropped with `start`, which
                 // cancels it upstream.
@@ -451,7 +460,7 @@ impl TaskService {
             UpdateOutcome::NotFound => Err(not_found(task_id)),
             UpdateOutcome::Accepted { keys, owner } => {
                 if !keys.is_empty() {
-                    telemetry::input_requests_answered(keys.len());
+                    self.settings.meter.input_requests_answered(keys.len());
                     tracing::debug!(task_id, ?keys, "accepted input responses");
                     self.wakeups.wake(&owner, task_id).await?;
                     self.announce(task_id, None).await;
@@ -524,7 +533,7 @@ impl TaskService {
 struct ToStore {
     record: TaskRecord,
     /// Counts the task once it is stored (a task or a held call).
-    stored: fn(),
+    stored: fn(&telemetry::Meter),
 }
 
 /// A runner just started: whether its task was stored, and when it ends.

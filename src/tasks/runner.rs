@@ -17,7 +17,6 @@ use super::start::{Held, Start};
 use super::{TaskService, ToolCall, upstream_mrtr};
 use crate::store::{Outcome, now_ms};
 use crate::tasks::upstream_mrtr::driver::{self, Reply, RoundTrip};
-use crate::telemetry;
 use crate::upstream::{Caller, Exchange, UpstreamError, UpstreamEvent};
 use mtg_protocol::jsonrpc::{ErrorObject, code};
 use mtg_protocol::wire::InputRequest;
@@ -58,9 +57,9 @@ pub(super) async fn run(
         .await
         {
             Ok(true) => {
-                telemetry::task_finished(label, started.elapsed());
+                service.meter().task_finished(label, started.elapsed());
                 if taken_over {
-                    telemetry::taken_over_task_finished(label);
+                    service.meter().taken_over_task_finished(label);
                 }
                 tracing::info!(outcome = label, "task finished");
             }
@@ -220,7 +219,9 @@ async fn still_running(service: &TaskService, task_id: &str, principal: &str) ->
     match service.store.get(task_id, principal).await {
         Ok(Some(task)) if task.status.is_terminal() => {
             let age = now_ms().saturating_sub(task.created_at_ms);
-            telemetry::task_finished(task.status.as_str(), std::time::Duration::from_millis(age));
+            service
+                .meter()
+                .task_finished(task.status.as_str(), std::time::Duration::from_millis(age));
             Some(false)
         }
         Ok(Some(_)) => Some(true),
@@ -519,7 +520,7 @@ impl Call<'_> {
             .await
         {
             Ok(Some(key)) => {
-                telemetry::input_request_issued();
+                self.service.meter().input_request_issued();
                 tracing::info!(%key, "task needs input");
                 if self.pending.is_empty() {
                     self.waiting_since = Instant::now();

@@ -27,7 +27,6 @@ use crate::cluster::{SweepCounts, Sweeper};
 use crate::store::{
     Adoption, GoneInstance, INSTANCE_LOST, Outcome, StoreError, Takeover, TaskChange, TaskRecord,
 };
-use crate::telemetry;
 use crate::upstream::Caller;
 
 /// statusMessage of a task another instance took over.
@@ -135,7 +134,7 @@ impl Takeovers {
             let outcome = crate::store::Outcome::gateway_failure(crate::store::INSTANCE_STOPPED);
             match self.tasks.store.finish(&task_id, outcome).await {
                 Ok(true) => {
-                    telemetry::task_finished("failed", Duration::ZERO);
+                    self.tasks.meter().task_finished("failed", Duration::ZERO);
                     self.tasks.announce(&task_id, None).await;
                 }
                 Ok(false) => {}
@@ -322,14 +321,18 @@ impl Takeovers {
                     }
                     Adoption::Exhausted => {
                         counts.failed += 1;
-                        telemetry::lost_owner_tasks_failed("max_takeovers", 1);
+                        self.tasks
+                            .meter()
+                            .lost_owner_tasks_failed("max_takeovers", 1);
                         tracing::warn!(task_id, max, "task taken over too often; failed");
                     }
                     Adoption::NotOwned => {}
                 }
             }
         }
-        telemetry::tasks_taken_over(reason, counts.taken_over);
+        self.tasks
+            .meter()
+            .tasks_taken_over(reason, counts.taken_over);
         let message = if gone.handed_over {
             crate::store::INSTANCE_STOPPED
         } else {
@@ -339,7 +342,9 @@ impl Takeovers {
             .fail_orphans(&gone.instance, &fail, message)
             .await?;
         if !gone.handed_over {
-            telemetry::lost_owner_tasks_failed("not_resumable", failed);
+            self.tasks
+                .meter()
+                .lost_owner_tasks_failed("not_resumable", failed);
         }
         counts.failed += failed;
         if counts.taken_over + counts.failed > 0 {

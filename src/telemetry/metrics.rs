@@ -1,8 +1,9 @@
 //! Metrics: names and recording helpers in one place, and the Prometheus endpoint.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use metrics::{counter, gauge, histogram};
+use metrics::{Label, SharedString, counter, gauge, histogram};
 use metrics_exporter_prometheus::{BuildError, PrometheusBuilder, PrometheusHandle};
 
 /// Installs the Prometheus recorder; the handle renders `/metrics` (served by
@@ -48,65 +49,180 @@ fn method_label(method: &str) -> &'static str {
         .unwrap_or("other")
 }
 
-pub fn request_served(method: &str, elapsed: Duration) {
-    let method = method_label(method);
-    counter!("mtg_requests_total", "method" => method).increment(1);
-    histogram!("mtg_request_duration_seconds", "method" => method).record(elapsed.as_secs_f64());
+/// The metrics of one upstream's world. A named upstream's series carry its name as the
+/// `upstream` label; the upstream at `/mcp` has none, so a gateway without names exports
+/// the series it always did.
+#[derive(Debug, Clone)]
+pub struct Meter {
+    upstream: Option<SharedString>,
 }
 
-/// A bridged call was held for a 2026-07-28 client's answers (MRTR bridge).
-pub fn held_call_started() {
-    counter!("mtg_held_calls_total").increment(1);
+tokio::task_local! {
+    /// The meter of the task whose runner this is: an upstream's failure is counted deep
+    /// in the runner's steps, where nothing else of the service is at hand.
+    static RUNNER_METER: Meter;
 }
 
-/// A call outlived `--defer-after-ms` and was answered with a deferred result.
-pub fn call_deferred() {
-    counter!("mtg_deferred_calls_total").increment(1);
-}
+impl Meter {
+    /// Runs a task's runner with this meter as the one its upstream errors count in.
+    pub async fn scope_runner<F: std::future::Future>(self, runner: F) -> F::Output {
+        RUNNER_METER.scope(self, runner).await
+    }
 
-/// A progress keep-alive went to a client (`--progress-keepalive-ms`).
-pub fn progress_keepalive_sent() {
-    counter!("mtg_progress_keepalives_total").increment(1);
-}
+    /// An upstream failure of the runner this is called in.
+    pub fn runner_upstream_error(kind: &'static str) {
+        let _ = RUNNER_METER.try_with(|meter| meter.upstream_error(kind));
+    }
 
-/// A call of one of the gateway's own tools (`get_task_result`, `cancel_task`).
-pub fn gateway_tool_called(tool: &'static str) {
-    counter!("mtg_gateway_tool_calls_total", "tool" => tool).increment(1);
-}
+    pub fn new(upstream: Option<&str>) -> Self {
+        Self {
+            upstream: upstream.map(|name| SharedString::from(Arc::<str>::from(name))),
+        }
+    }
 
-pub fn task_created() {
-    counter!("mtg_tasks_created_total").increment(1);
-}
+    /// This upstream's label, then `extra`.
+    fn labels(&self, extra: &[(&'static str, &'static str)]) -> Vec<Label> {
+        let own = self
+            .upstream
+            .iter()
+            .map(|name| Label::new("upstream", name.clone()));
+        own.chain(extra.iter().map(|(key, value)| Label::new(*key, *value)))
+            .collect()
+    }
 
-/// A task reached a terminal status after `age` (creation to the end).
-pub fn task_finished(status: &'static str, age: Duration) {
-    counter!("mtg_tasks_finished_total", "status" => status).increment(1);
-    histogram!("mtg_task_time_to_terminal_seconds", "status" => status).record(age.as_secs_f64());
-}
+    pub fn request_served(&self, method: &str, elapsed: Duration) {
+        let labels = self.labels(&[("method", method_label(method))]);
+        counter!("mtg_requests_total", labels.clone()).increment(1);
+        histogram!("mtg_request_duration_seconds", labels).record(elapsed.as_secs_f64());
+    }
 
-/// A `tools/call` was refused a task: its caller had as many running as it may.
-pub fn task_refused_at_limit() {
-    counter!("mtg_tasks_refused_total", "reason" => "principal_limit").increment(1);
-}
+    fn counter(&self, name: &'static str) -> metrics::Counter {
+        counter!(name, self.labels(&[]))
+    }
 
-pub fn task_runner_started() {
-    gauge!("mtg_tasks_in_flight").increment(1.0);
-}
+    fn counter_with(
+        &self,
+        name: &'static str,
+        key: &'static str,
+        value: &'static str,
+    ) -> metrics::Counter {
+        counter!(name, self.labels(&[(key, value)]))
+    }
 
-pub fn task_runner_ended() {
-    gauge!("mtg_tasks_in_flight").decrement(1.0);
-}
+    fn gauge(&self, name: &'static str) -> metrics::Gauge {
+        gauge!(name, self.labels(&[]))
+    }
 
-pub fn input_request_issued() {
-    counter!("mtg_input_requests_issued_total").increment(1);
-}
+    /// A bridged call was held for a 2026-07-28 client's answers (MRTR bridge).
+    pub fn held_call_started(&self) {
+        self.counter("mtg_held_calls_total").increment(1);
+    }
 
-pub fn input_requests_answered(count: usize) {
-    counter!("mtg_input_requests_answered_total").increment(count as u64);
-}
+    /// A call outlived `--defer-after-ms` and was answered with a deferred result.
+    pub fn call_deferred(&self) {
+        self.counter("mtg_deferred_calls_total").increment(1);
+    }
 
-pub fn upstream_error(kind: &'static str) {
-    counter!("mtg_upstream_errors_total", "kind" => kind).increment(1);
+    /// A progress keep-alive went to a client (`--progress-keepalive-ms`).
+    pub fn progress_keepalive_sent(&self) {
+        self.counter("mtg_progress_keepalives_total").increment(1);
+    }
+
+    /// A call of one of the gateway's own tools (`get_task_result`, `cancel_task`).
+    pub fn gateway_tool_called(&self, tool: &'static str) {
+        self.counter_with("mtg_gateway_tool_calls_total", "tool", tool)
+            .increment(1);
+    }
+
+    pub fn task_created(&self) {
+        self.counter("mtg_tasks_created_total").increment(1);
+    }
+
+    /// A task reached a terminal status after `age` (creation to the end).
+    pub fn task_finished(&self, status: &'static str, age: Duration) {
+        self.counter_with("mtg_tasks_finished_total", "status", status)
+            .increment(1);
+        histogram!(
+            "mtg_task_time_to_terminal_seconds",
+            self.labels(&[("status", status)])
+        )
+        .record(age.as_secs_f64());
+    }
+
+    /// A `tools/call` was refused a task: its caller had as many running as it may.
+    pub fn task_refused_at_limit(&self) {
+        self.counter_with("mtg_tasks_refused_total", "reason", "principal_limit")
+            .increment(1);
+    }
+
+    pub fn task_runner_started(&self) {
+        self.gauge("mtg_tasks_in_flight").increment(1.0);
+    }
+
+    pub fn task_runner_ended(&self) {
+        self.gauge("mtg_tasks_in_flight").decrement(1.0);
+    }
+
+    pub fn input_request_issued(&self) {
+        self.counter("mtg_input_requests_issued_total").increment(1);
+    }
+
+    pub fn input_requests_answered(&self, count: usize) {
+        self.counter("mtg_input_requests_answered_total")
+            .increment(count as u64);
+    }
+
+    fn upstream_error(&self, kind: &'static str) {
+        self.counter_with("mtg_upstream_errors_total", "kind", kind)
+            .increment(1);
+    }
+
+    /// A client session the gateway serves itself was opened (`initialize`).
+    pub fn session_opened(&self) {
+        self.counter("mtg_sessions_opened_total").increment(1);
+        self.gauge("mtg_sessions_open").increment(1.0);
+    }
+
+    /// A gateway-served session ended: `deleted` by its client or `expired` idle.
+    pub fn session_ended(&self, reason: &'static str) {
+        self.counter_with("mtg_sessions_ended_total", "reason", reason)
+            .increment(1);
+        self.gauge("mtg_sessions_open").decrement(1.0);
+    }
+
+    /// An `initialize` was refused: the session table was full of sessions in use.
+    pub fn session_refused(&self) {
+        self.counter("mtg_sessions_refused_total").increment(1);
+    }
+
+    /// Tasks failed because the instance running them disappeared (its lease lapsed)
+    /// and their call could not run again, or had been taken over too often (`reason`:
+    /// `not_resumable`, `max_takeovers`).
+    pub fn lost_owner_tasks_failed(&self, reason: &'static str, count: usize) {
+        self.counter_with("mtg_lost_owner_tasks_failed_total", "reason", reason)
+            .increment(count as u64);
+    }
+
+    /// Tasks this instance took over from a gone one (`reason`: `lost`, its lease
+    /// lapsed; `stopped`, it handed them over at shutdown).
+    pub fn tasks_taken_over(&self, reason: &'static str, count: usize) {
+        self.counter_with("mtg_tasks_taken_over_total", "reason", reason)
+            .increment(count as u64);
+    }
+
+    /// A task that was taken over ended (`status`: completed, failed, cancelled).
+    pub fn taken_over_task_finished(&self, status: &'static str) {
+        self.counter_with("mtg_taken_over_tasks_finished_total", "status", status)
+            .increment(1);
+    }
+
+    /// Whether this instance's last lease renewal for this upstream's namespace reached
+    /// the store (1) or not (0): with Redis, 0 means every instance may soon take this
+    /// one for lost.
+    pub fn lease_held(&self, held: bool) {
+        self.gauge("mtg_lease_held")
+            .set(if held { 1.0 } else { 0.0 });
+    }
 }
 
 /// `accept` failed for want of descriptors or memory (the listener pauses).
@@ -120,45 +236,4 @@ pub fn connections_open(worker: usize) -> metrics::Gauge {
     let open = gauge!("mtg_http_connections_open", "worker" => worker.to_string());
     open.set(0.0);
     open
-}
-
-/// A client session the gateway serves itself was opened (`initialize`).
-pub fn session_opened() {
-    counter!("mtg_sessions_opened_total").increment(1);
-    gauge!("mtg_sessions_open").increment(1.0);
-}
-
-/// A gateway-served session ended: `deleted` by its client or `expired` idle.
-pub fn session_ended(reason: &'static str) {
-    counter!("mtg_sessions_ended_total", "reason" => reason).increment(1);
-    gauge!("mtg_sessions_open").decrement(1.0);
-}
-
-/// An `initialize` was refused: the session table was full of sessions in use.
-pub fn session_refused() {
-    counter!("mtg_sessions_refused_total").increment(1);
-}
-
-/// Tasks failed because the instance running them disappeared (its lease lapsed) and
-/// their call could not run again, or had been taken over too often (`reason`:
-/// `not_resumable`, `max_takeovers`).
-pub fn lost_owner_tasks_failed(reason: &'static str, count: usize) {
-    counter!("mtg_lost_owner_tasks_failed_total", "reason" => reason).increment(count as u64);
-}
-
-/// Tasks this instance took over from a gone one (`reason`: `lost`, its lease lapsed;
-/// `stopped`, it handed them over at shutdown).
-pub fn tasks_taken_over(reason: &'static str, count: usize) {
-    counter!("mtg_tasks_taken_over_total", "reason" => reason).increment(count as u64);
-}
-
-/// A task that was taken over ended (`status`: completed, failed, cancelled).
-pub fn taken_over_task_finished(status: &'static str) {
-    counter!("mtg_taken_over_tasks_finished_total", "status" => status).increment(1);
-}
-
-/// Whether this instance's last lease renewal reached the store (1) or not (0): with
-/// Redis, 0 means every instance may soon take this one for lost.
-pub fn lease_held(held: bool) {
-    gauge!("mtg_lease_held").set(if held { 1.0 } else { 0.0 });
 }

@@ -21,7 +21,6 @@ use crate::server::sse::{sse_event, sse_response_kept};
 use crate::store::TaskRecord;
 use crate::tasks::deferral::{Deferrals, deferred_of, failure_of, tool_of};
 use crate::tasks::{Started, TaskService};
-use crate::telemetry;
 use crate::upstream::Caller;
 use mtg_protocol::jsonrpc::{self, ErrorObject};
 use mtg_protocol::names::method;
@@ -98,7 +97,8 @@ async fn call(
         }
         Err(error) => return reply::error(Some(id), &error),
     };
-    let keepalive = ProgressKeepAlive::for_request(Some(params), gateway.progress_keepalive);
+    let keepalive =
+        ProgressKeepAlive::for_request(Some(params), gateway.progress_keepalive.as_ref());
     let progress = token.map(|token| Progress { token, heard });
     let answering = Answering {
         id: id.clone(),
@@ -163,7 +163,7 @@ async fn get_result(
         Ok(limit) => limit,
         Err(refusal) => return tool_answer(id, refusal),
     };
-    telemetry::gateway_tool_called(GET_TASK_RESULT);
+    gateway.tasks.meter().gateway_tool_called(GET_TASK_RESULT);
     let Ok(task) = gateway.tasks.get(task_id, &session.principal).await else {
         return tool_answer(id, deferred::unknown_task(task_id));
     };
@@ -190,7 +190,7 @@ async fn cancel(
         Ok(task_id) => task_id,
         Err(refusal) => return tool_answer(id, refusal),
     };
-    telemetry::gateway_tool_called(CANCEL_TASK);
+    gateway.tasks.meter().gateway_tool_called(CANCEL_TASK);
     tool_answer(
         id,
         match gateway.tasks.cancel(task_id, &session.principal).await {
@@ -295,7 +295,7 @@ async fn still_running(
         return answer_of(&task, purpose);
     }
     if purpose == Purpose::Call {
-        telemetry::call_deferred();
+        tasks.meter().call_deferred();
     }
     let caller = Caller {
         capabilities: &session.capabilities,

@@ -18,10 +18,19 @@ use mtg_protocol::names::method;
 /// How far above the last value a keep-alive (or a raised upstream value) goes.
 const STEP: f64 = 1e-6;
 
+/// `--progress-keepalive-ms` for one upstream's calls.
+#[derive(Clone)]
+pub struct Every {
+    pub period: Duration,
+    /// Counts the keep-alives sent.
+    pub meter: crate::telemetry::Meter,
+}
+
 /// The keep-alive of one streamed call.
 pub struct ProgressKeepAlive {
     token: Value,
     every: Duration,
+    meter: crate::telemetry::Meter,
     started: Instant,
     /// The last progress value sent for the token, and when.
     last: Option<f64>,
@@ -30,13 +39,14 @@ pub struct ProgressKeepAlive {
 
 impl ProgressKeepAlive {
     /// For a request whose client asked for progress, when keep-alive is on.
-    pub fn for_request(params: Option<&Value>, every: Option<Duration>) -> Option<Self> {
-        let every = every.filter(|every| !every.is_zero())?;
+    pub fn for_request(params: Option<&Value>, every: Option<&Every>) -> Option<Self> {
+        let every = every.filter(|every| !every.period.is_zero())?;
         let token = params?.pointer("/_meta/progressToken")?.clone();
         let now = Instant::now();
         Some(Self {
             token,
-            every,
+            every: every.period,
+            meter: every.meter.clone(),
             started: now,
             last: None,
             last_at: now,
@@ -83,7 +93,7 @@ impl ProgressKeepAlive {
 
     /// The keep-alive to send now.
     pub fn tick(&mut self) -> Bytes {
-        crate::telemetry::progress_keepalive_sent();
+        self.meter.progress_keepalive_sent();
         let progress = self.last.map_or(0.0, |last| last + STEP);
         self.last = Some(progress);
         self.last_at = Instant::now();
@@ -104,7 +114,11 @@ mod tests {
 
     fn keepalive() -> ProgressKeepAlive {
         let params = json!({"_meta": {"progressToken": "t"}});
-        ProgressKeepAlive::for_request(Some(&params), Some(Duration::from_secs(1))).unwrap()
+        let every = Every {
+            period: Duration::from_secs(1),
+            meter: crate::telemetry::Meter::new(None),
+        };
+        ProgressKeepAlive::for_request(Some(&params), Some(&every)).unwrap()
     }
 
     fn progress_of(frame: &Bytes) -> f64 {
@@ -149,10 +163,15 @@ mod tests {
 
     #[test]
     fn no_token_or_a_zero_period_means_no_keepalive() {
-        let every = Some(Duration::from_secs(1));
-        assert!(ProgressKeepAlive::for_request(Some(&json!({})), every).is_none());
+        let every = |period| Every {
+            period,
+            meter: crate::telemetry::Meter::new(None),
+        };
+        let second = every(Duration::from_secs(1));
+        assert!(ProgressKeepAlive::for_request(Some(&json!({})), Some(&second)).is_none());
         let params = json!({"_meta": {"progressToken": 1}});
-        assert!(ProgressKeepAlive::for_request(Some(&params), Some(Duration::ZERO)).is_none());
+        let zero = every(Duration::ZERO);
+        assert!(ProgressKeepAlive::for_request(Some(&params), Some(&zero)).is_none());
         assert!(ProgressKeepAlive::for_request(Some(&params), None).is_none());
     }
 }

@@ -18,7 +18,6 @@ use crate::server::sse::{sse_event, sse_response_kept};
 use crate::tasks::NotificationRelay;
 use crate::tasks::deferral::{Deferrals, deferred_of, failure_of, tool_of};
 use crate::tasks::{Started, ToolCall};
-use crate::telemetry;
 use crate::upstream::Caller;
 use mtg_protocol::jsonrpc::{self, ErrorObject};
 use mtg_protocol::names::method;
@@ -79,8 +78,10 @@ pub(super) fn call_streamed(
     after: Duration,
     wanted: Wanted,
 ) -> Outcome {
-    let keepalive =
-        ProgressKeepAlive::for_request(request.params.as_ref(), gateway.progress_keepalive);
+    let keepalive = ProgressKeepAlive::for_request(
+        request.params.as_ref(),
+        gateway.progress_keepalive.as_ref(),
+    );
     let (relay, mut heard) = mpsc::channel(RELAYED);
     let (capabilities, auth) = caller_of(&request);
     let call = tool_call(&request, Some(relay))?;
@@ -161,7 +162,7 @@ async fn answer_of(
         Started::Inline(answer) => serde_json::from_str::<Value>(answer?.get())
             .map_err(|e| ErrorObject::internal(format!("the upstream's result: {e}")))?,
         Started::Task(task) => {
-            telemetry::call_deferred();
+            deferrals.meter().call_deferred();
             let names = deferrals.tool_names(caller).await;
             deferred_of(&task, tool, &names, after)
         }
@@ -200,7 +201,7 @@ async fn get_result(
         Ok(limit) => limit,
         Err(refusal) => return Ok(refusal),
     };
-    telemetry::gateway_tool_called(GET_TASK_RESULT);
+    gateway.tasks.meter().gateway_tool_called(GET_TASK_RESULT);
     let Ok(task) = gateway
         .deferrals
         .wait(task_id, &request.principal, limit)
@@ -239,7 +240,7 @@ async fn cancel(gateway: &Gateway, request: &Request<'_>) -> Result<Value, Error
         Ok(task_id) => task_id,
         Err(refusal) => return Ok(refusal),
     };
-    telemetry::gateway_tool_called(CANCEL_TASK);
+    gateway.tasks.meter().gateway_tool_called(CANCEL_TASK);
     Ok(
         match gateway.tasks.cancel(task_id, &request.principal).await {
             Ok(()) => deferred::text_result(&format!(

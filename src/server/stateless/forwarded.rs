@@ -44,7 +44,7 @@ pub struct Route {
     /// and where the gateway's tool names come from.
     pub deferral: Option<(Duration, Deferrals)>,
     /// `--progress-keepalive-ms`.
-    pub progress_keepalive: Option<Duration>,
+    pub progress_keepalive: Option<crate::server::sse::keepalive::Every>,
 }
 
 /// The answer: a JSON-RPC body, or a response streaming one.
@@ -149,8 +149,10 @@ async fn still_running(route: &Route, call: &BridgedCall, task: &TaskRecord) -> 
 
 /// The answer on SSE: the call's notifications the client asked for, then the result.
 fn streamed(route: Route, id: Value, call: BridgedCall, wanted: Wanted) -> Response<Body> {
-    let keepalive =
-        ProgressKeepAlive::for_request(call.client_params.as_ref(), route.progress_keepalive);
+    let keepalive = ProgressKeepAlive::for_request(
+        call.client_params.as_ref(),
+        route.progress_keepalive.as_ref(),
+    );
     let (events, stream) = mpsc::channel::<Bytes>(16);
     tokio::spawn(async move {
         let (notifications, mut heard) = mpsc::channel::<UpstreamEvent>(16);

@@ -278,7 +278,7 @@ async fn forward(gateway: &Gateway, request: Request<'_>) -> Outcome {
             .after()
             .filter(|_| !meta::declares_tasks(request.params.as_ref()))
             .map(|after| (after, gateway.deferrals.clone())),
-        progress_keepalive: gateway.progress_keepalive,
+        progress_keepalive: gateway.progress_keepalive.clone(),
     };
     let call = BridgedCall {
         upstream_params: request.params.clone().map(upstream_params),

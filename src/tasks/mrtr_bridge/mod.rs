@@ -135,7 +135,7 @@ impl MrtrBridge {
         // fails, the call is dropped and so cancelled upstream.
         let to_store = super::ToStore {
             record,
-            stored: telemetry::held_call_started,
+            stored: telemetry::Meter::held_call_started,
         };
         let start = Start::New(Some(held));
         let mut launched = self

@@ -46,7 +46,7 @@ pub(super) struct CallContext {
     /// the names the gateway's two tools go by, added to `tools/list`.
     pub deferral: Option<(u64, mtg_protocol::wire::deferred::ToolNames)>,
     /// `--progress-keepalive-ms`.
-    pub progress_keepalive: Option<Duration>,
+    pub progress_keepalive: Option<crate::server::sse::keepalive::Every>,
 }
 
 /// One JSON-RPC request of the session's client.
@@ -130,7 +130,8 @@ fn streamed(
     request: ClientRequest,
 ) -> Response<Body> {
     let ClientRequest { id, method, params } = request;
-    let keepalive = ProgressKeepAlive::for_request(params.as_ref(), context.progress_keepalive);
+    let keepalive =
+        ProgressKeepAlive::for_request(params.as_ref(), context.progress_keepalive.as_ref());
     let (events, stream) = mpsc::channel::<Bytes>(16);
     let cancel = session.begin_call(&id);
     tokio::spawn(async move {

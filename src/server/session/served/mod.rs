@@ -47,14 +47,16 @@ pub struct SessionLimits {
 pub struct GatewaySessions {
     sessions: Mutex<HashMap<String, Arc<ClientSession>>>,
     limits: SessionLimits,
+    meter: telemetry::Meter,
 }
 
 impl GatewaySessions {
     /// The table, and (inside a runtime) a sweep that forgets idle sessions.
-    pub fn start(limits: SessionLimits) -> Arc<Self> {
+    pub fn start(limits: SessionLimits, meter: telemetry::Meter) -> Arc<Self> {
         let table = Arc::new(Self {
             sessions: Mutex::default(),
             limits,
+            meter,
         });
         if tokio::runtime::Handle::try_current().is_ok() {
             tokio::spawn(sweep(Arc::downgrade(&table)));
@@ -177,7 +179,7 @@ impl GatewaySessions {
                     timeout: gateway.upstream_timeout,
                     tool_policies: session.tasks.map(|_| gateway.policies.clone()),
                     deferral,
-                    progress_keepalive: gateway.progress_keepalive,
+                    progress_keepalive: gateway.progress_keepalive.clone(),
                 };
                 let request = call::ClientRequest { id, method, params };
                 call::serve(session, context, request).await
@@ -264,7 +266,7 @@ impl GatewaySessions {
             self.forget_idle(&mut sessions);
         }
         if sessions.len() >= self.limits.max_sessions {
-            telemetry::session_refused();
+            self.meter.session_refused();
             return None;
         }
         let id = uuid::Uuid::new_v4().simple().to_string();
@@ -272,7 +274,7 @@ impl GatewaySessions {
             id.clone(),
             Arc::new(ClientSession::new(capabilities, tasks, principal)),
         );
-        telemetry::session_opened();
+        self.meter.session_opened();
         Some(id)
     }
 
@@ -286,7 +288,7 @@ impl GatewaySessions {
         if session.idle_longer_than(self.limits.idle_timeout) {
             if let Some(session) = sessions.remove(id) {
                 session.close();
-                telemetry::session_ended("expired");
+                self.meter.session_ended("expired");
             }
             return None;
         }
@@ -298,7 +300,7 @@ impl GatewaySessions {
         self.find(id, principal)?;
         let session = self.lock().remove(id)?;
         session.close();
-        telemetry::session_ended("deleted");
+        self.meter.session_ended("deleted");
         tracing::debug!(session = %id, "session ended by the client");
         Some(session)
     }
@@ -309,7 +311,7 @@ impl GatewaySessions {
             let keep = !session.idle_longer_than(limit);
             if !keep {
                 session.close();
-                telemetry::session_ended("expired");
+                self.meter.session_ended("expired");
                 tracing::debug!(session = %id, "idle session forgotten");
             }
             keep
@@ -379,6 +381,7 @@ mod tests {
                 idle_timeout,
                 max_sessions,
             },
+            meter: telemetry::Meter::new(None),
         }
     }
 
