@@ -1014,7 +1014,7 @@ def with_upstream(extra: dict) -> dict:
 
 # (description, values, text the error must contain)
 MUST_FAIL: list[tuple[str, dict, str]] = [
-    ("no upstream", {}, "gateway.upstream is required"),
+    ("no upstream", {}, "gateway.upstream or upstreams is required"),
     ("replicaCount 3 without Redis", with_upstream({"replicaCount": 3}), "requires Redis"),
     ("autoscaling without Redis", with_upstream({"autoscaling": {"enabled": True}}),
      "requires Redis"),
