@@ -469,6 +469,82 @@ def promql_metrics(expr: str, where: str) -> set[str]:
     return names
 
 
+# The gateway's metrics that carry the label `upstream` (a named upstream's NAME, or empty for
+# the unnamed one at /mcp), as its config-file contract for named upstreams lists them.
+UPSTREAM_LABELLED = {"mtg_requests_total", "mtg_request_duration_seconds",
+                     "mtg_upstream_errors_total", "mtg_held_calls_total",
+                     "mtg_deferred_calls_total", "mtg_lost_owner_tasks_failed_total",
+                     "mtg_progress_keepalives_total", "mtg_gateway_tool_calls_total"}
+UPSTREAM_LABELLED_PREFIXES = ("mtg_tasks_", "mtg_input_requests_", "mtg_sessions_",
+                              "mtg_taken_over_")
+# Alerts over such metrics that are nevertheless not per upstream: the unlabelled metric that
+# makes a per-upstream ratio impossible.
+NOT_PER_UPSTREAM = {"MtgTasksFailingFast": "mtg_task_time_to_terminal_seconds_bucket"}
+# Dashboard: metrics each of which some panel must break down `by (upstream)`.
+DASHBOARD_BY_UPSTREAM = {"mtg_requests_total", "mtg_request_duration_seconds_bucket",
+                         "mtg_upstream_errors_total", "mtg_tasks_created_total",
+                         "mtg_tasks_in_flight", "mtg_tasks_finished_total"}
+
+
+def upstream_labelled(name: str) -> bool:
+    base = next((name[: -len(s)] for s in HISTOGRAM_SUFFIXES if name.endswith(s)), name)
+    return base in UPSTREAM_LABELLED or base.startswith(UPSTREAM_LABELLED_PREFIXES)
+
+
+def node_metrics(node: Any) -> set[str]:
+    names: set[str] = set()
+
+    def visit(n: Any) -> None:
+        if isinstance(n, promql_parser.VectorSelector) and n.name:
+            names.add(n.name)
+
+    promql_parser.walk(node, visit)
+    return names
+
+
+def upstream_breakdown_problems(expr: str) -> list[str]:
+    """Where `expr` loses the `upstream` label of a metric that has it: an aggregation that
+    does not keep it, or a vector match of two labelled sides that does not match on it."""
+    problems: list[str] = []
+
+    def labelled(node: Any) -> bool:
+        return any(upstream_labelled(m) for m in node_metrics(node))
+
+    def visit(node: Any) -> None:
+        if isinstance(node, promql_parser.AggregateExpr) and labelled(node.expr):
+            mod = node.modifier
+            keeps = mod is not None and (
+                (mod.type == promql_parser.AggModifierType.By and "upstream" in mod.labels)
+                or (mod.type == promql_parser.AggModifierType.Without
+                    and "upstream" not in mod.labels))
+            if not keeps:
+                problems.append(f"{node.op} {mod or ''} over {sorted(node_metrics(node.expr))}")
+        if isinstance(node, promql_parser.BinaryExpr) and node.modifier \
+                and node.modifier.matching and labelled(node.lhs) and labelled(node.rhs):
+            m = node.modifier.matching
+            on = m.type == promql_parser.LabelModifierType.Include
+            if on != ("upstream" in m.labels):
+                problems.append(f"{node.op} {m}")
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return problems
+
+
+def check_alert_per_upstream(rule: dict, where: str) -> None:
+    """An alert over metrics labelled `upstream` fires per upstream, and says which path."""
+    name = rule["alert"]
+    problems = upstream_breakdown_problems(rule["expr"])
+    if name in NOT_PER_UPSTREAM:
+        # The exception holds only while the unlabelled metric is what forbids it.
+        assert NOT_PER_UPSTREAM[name] in node_metrics(promql_parser.parse(rule["expr"])) and \
+            not upstream_labelled(NOT_PER_UPSTREAM[name]), f"{where}: {name}: drop its exception"
+        return
+    assert not problems, f"{where}: {name} is not per upstream: {'; '.join(problems)}"
+    if any(upstream_labelled(m) for m in node_metrics(promql_parser.parse(rule["expr"]))):
+        assert "$labels.upstream" in rule["annotations"]["description"], \
+            f"{where}: {name}: the description does not name the upstream"
+
+
 def check_metrics_exist(names: set[str], where: str) -> None:
     known = rust_metric_names()
     missing = []
@@ -519,6 +595,7 @@ def check_rule(rule: dict, where: str) -> None:
     for a in ("summary", "description"):
         assert rule.get("annotations", {}).get(a), f"{where}: {name} has no {a} annotation"
     check_metrics_exist(promql_metrics(rule["expr"], f"{where}: {name}"), f"{where}: {name}")
+    check_alert_per_upstream(rule, where)
 
 
 def check_alert_file() -> None:
@@ -584,16 +661,17 @@ def check_prometheus_rule(docs: list[dict], merged: dict) -> None:
             assert rule["expr"] == in_file[name]["expr"], f"{name}: expr differs from the file"
 
 
-def grafana_to_promql(expr: str, variables: set[str], where: str) -> str:
+def grafana_to_promql(expr: str, variables: set[str], where: str, mark: bool = False) -> str:
     """A Grafana query with its variables replaced: built-ins by a value of their type, the
-    dashboard's own by a regex that matches anything (they sit in `=~` matchers)."""
+    dashboard's own by a regex that matches anything (they sit in `=~` matchers), or with
+    `mark` by `__var_<name>__`, to see which matcher each sits in."""
 
     def sub(m: re.Match) -> str:
         name = m.group(1) or m.group(2) or m.group(3)
         if name in GRAFANA_BUILTINS:
             return GRAFANA_BUILTINS[name]
         assert name in variables, f"{where}: unknown variable ${name}"
-        return ".*"
+        return f"__var_{name}__" if mark else ".*"
 
     return re.sub(r"\$\{(\w+)(?::\w+)?\}|\[\[(\w+)\]\]|\$(\w+)", sub, expr)
 
@@ -660,6 +738,43 @@ def check_dashboard_json(text: str) -> None:
                 f"panel {p['id']} target {t.get('refId')}: datasource {t.get('datasource')}"
     for where, expr in dashboard_queries(dashboard):
         check_metrics_exist(promql_metrics(expr, where), where)
+    check_dashboard_upstreams(dashboard)
+
+
+def check_dashboard_upstreams(dashboard: dict) -> None:
+    """The `upstream` variable filters every query of a metric labelled `upstream` (and no
+    other: a filter on a label a metric lacks blanks its panel once names are picked), and
+    panels break the main metrics down `by (upstream)`."""
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    up = variables.get("upstream")
+    assert up and up["type"] == "query", "no query variable `upstream`"
+    assert re.fullmatch(r"\s*label_values\(mtg_requests_total\{.*\},\s*upstream\)\s*",
+                        up["query"]["query"]), up["query"]
+    # "All" must match the unnamed upstream too, whose series have no upstream label.
+    assert up.get("includeAll") and up.get("allValue") == ".*" and up.get("multi"), up
+    broken_down: set[str] = set()
+    for panel in all_panels(dashboard):
+        for t in panel.get("targets", []):
+            where = f"panel {panel['id']} ({panel.get('title')}) target {t.get('refId')}"
+            ast = promql_parser.parse(grafana_to_promql(t["expr"], set(variables), where, mark=True))
+            bad: list[str] = []
+
+            def visit(node: Any) -> None:
+                if isinstance(node, promql_parser.VectorSelector) and node.name:
+                    ms = [(m.op, m.value) for m in node.matchers.matchers if m.name == "upstream"]
+                    want = [(promql_parser.MatchOp.Re, "__var_upstream__")] \
+                        if upstream_labelled(node.name) else []
+                    if ms != want:
+                        bad.append(f"{node.name}: upstream matchers {ms}, expected {want}")
+                if isinstance(node, promql_parser.AggregateExpr) and node.modifier and \
+                        node.modifier.type == promql_parser.AggModifierType.By and \
+                        "upstream" in node.modifier.labels:
+                    broken_down.update(node_metrics(node.expr))
+
+            promql_parser.walk(ast, visit)
+            assert not bad, f"{where}: " + "; ".join(bad)
+    missing = DASHBOARD_BY_UPSTREAM - broken_down
+    assert not missing, f"no panel breaks down by upstream: {sorted(missing)}"
 
 
 def check_dashboard(docs: list[dict], merged: dict) -> None:
