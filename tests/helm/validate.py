@@ -1210,7 +1210,8 @@ def routes(paths: list[dict], target: str) -> bool:
 
 def upstream_paths_added(host_paths: list[dict], merged: dict) -> list[str]:
     """The named upstreams whose /mcp/NAME the chart must add to a host with these paths."""
-    return [n for n in sorted(merged["upstreams"]) if not routes(host_paths, f"/mcp/{n}")]
+    return [n for n in sorted(merged.get("upstreams") or {})
+            if not routes(host_paths, f"/mcp/{n}")]
 
 
 def check_upstreams(docs: list[dict], merged: dict) -> None:
@@ -1218,7 +1219,8 @@ def check_upstreams(docs: list[dict], merged: dict) -> None:
     file exactly as the values say (and as the gateway's contract allows), their static
     credentials from read-only Secret files at the paths the file names, and /mcp/NAME (and
     its RFC 9728 metadata with token validation) routed by every Ingress host."""
-    ups, g = merged["upstreams"], merged["gateway"]
+    # `upstreams: null` (Helm's way to drop a value) is no named upstream.
+    ups, g = merged.get("upstreams") or {}, merged["gateway"]
     data = cm_data(docs)
     assert g["upstream"] or ups, "rendered without any upstream"
     # An empty MTG_UPSTREAM would be a value (an invalid URL) to the gateway.
@@ -1362,7 +1364,16 @@ ISSUER = {"auth": {"jwt": {"issuer": "https://login.example.com",
                            "audience": "https://mcp.example.com/mcp"}}}
 
 # Named upstreams that must render beyond values-upstreams.yaml: (description, values, expect).
+def expect_upstreams_null(docs: list[dict], notes: str) -> None:
+    assert cm_data(docs)["MTG_UPSTREAM"] == "http://mcp-server:8000/mcp"
+    assert config_file(docs) is None, "a config file without upstreams or gateway.configFile"
+    assert "/mcp/" not in notes, notes
+
+
 UPSTREAM_MUST_RENDER: list[tuple[str, dict, Callable[[list[dict], str], None]]] = [
+    ("upstreams: null, as Helm drops a value, is no named upstream",
+     {"gateway": {"upstream": "http://mcp-server:8000/mcp"}, "upstreams": None,
+      "ingress": {"enabled": True}}, expect_upstreams_null),
     ("gateway.upstream beside a named stdio upstream, gateway.configFile kept",
      {"gateway": {"upstream": "http://mcp-server:8000/mcp", "configFile": {"poll-interval-ms": 500}},
       "upstreams": {"tools": CMD_ENTRY}, "ingress": {"enabled": True}},

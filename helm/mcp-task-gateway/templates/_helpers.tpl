@@ -283,7 +283,7 @@ gateway would refuse (and a few it would ignore), as values.schema.json does whe
 can say it: the checks hold with --skip-schema-validation too.
 */}}
 {{- define "mtg.validateUpstreams" -}}
-{{- $ups := .Values.upstreams }}
+{{- $ups := default dict .Values.upstreams }}
 {{- if not (kindIs "map" $ups) }}
 {{- fail (printf "upstreams must be a map NAME -> {url|cmd, ...}, not %s" (kindOf $ups)) }}
 {{- end }}
