@@ -42,6 +42,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 from typing import Any, Callable
@@ -468,6 +469,82 @@ def promql_metrics(expr: str, where: str) -> set[str]:
     return names
 
 
+# The gateway's metrics that carry the label `upstream` (a named upstream's NAME, or empty for
+# the unnamed one at /mcp), as its config-file contract for named upstreams lists them.
+UPSTREAM_LABELLED = {"mtg_requests_total", "mtg_request_duration_seconds",
+                     "mtg_upstream_errors_total", "mtg_held_calls_total",
+                     "mtg_deferred_calls_total", "mtg_lost_owner_tasks_failed_total",
+                     "mtg_progress_keepalives_total", "mtg_gateway_tool_calls_total"}
+UPSTREAM_LABELLED_PREFIXES = ("mtg_tasks_", "mtg_input_requests_", "mtg_sessions_",
+                              "mtg_taken_over_")
+# Alerts over such metrics that are nevertheless not per upstream: the unlabelled metric that
+# makes a per-upstream ratio impossible.
+NOT_PER_UPSTREAM = {"MtgTasksFailingFast": "mtg_task_time_to_terminal_seconds_bucket"}
+# Dashboard: metrics each of which some panel must break down `by (upstream)`.
+DASHBOARD_BY_UPSTREAM = {"mtg_requests_total", "mtg_request_duration_seconds_bucket",
+                         "mtg_upstream_errors_total", "mtg_tasks_created_total",
+                         "mtg_tasks_in_flight", "mtg_tasks_finished_total"}
+
+
+def upstream_labelled(name: str) -> bool:
+    base = next((name[: -len(s)] for s in HISTOGRAM_SUFFIXES if name.endswith(s)), name)
+    return base in UPSTREAM_LABELLED or base.startswith(UPSTREAM_LABELLED_PREFIXES)
+
+
+def node_metrics(node: Any) -> set[str]:
+    names: set[str] = set()
+
+    def visit(n: Any) -> None:
+        if isinstance(n, promql_parser.VectorSelector) and n.name:
+            names.add(n.name)
+
+    promql_parser.walk(node, visit)
+    return names
+
+
+def upstream_breakdown_problems(expr: str) -> list[str]:
+    """Where `expr` loses the `upstream` label of a metric that has it: an aggregation that
+    does not keep it, or a vector match of two labelled sides that does not match on it."""
+    problems: list[str] = []
+
+    def labelled(node: Any) -> bool:
+        return any(upstream_labelled(m) for m in node_metrics(node))
+
+    def visit(node: Any) -> None:
+        if isinstance(node, promql_parser.AggregateExpr) and labelled(node.expr):
+            mod = node.modifier
+            keeps = mod is not None and (
+                (mod.type == promql_parser.AggModifierType.By and "upstream" in mod.labels)
+                or (mod.type == promql_parser.AggModifierType.Without
+                    and "upstream" not in mod.labels))
+            if not keeps:
+                problems.append(f"{node.op} {mod or ''} over {sorted(node_metrics(node.expr))}")
+        if isinstance(node, promql_parser.BinaryExpr) and node.modifier \
+                and node.modifier.matching and labelled(node.lhs) and labelled(node.rhs):
+            m = node.modifier.matching
+            on = m.type == promql_parser.LabelModifierType.Include
+            if on != ("upstream" in m.labels):
+                problems.append(f"{node.op} {m}")
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return problems
+
+
+def check_alert_per_upstream(rule: dict, where: str) -> None:
+    """An alert over metrics labelled `upstream` fires per upstream, and says which path."""
+    name = rule["alert"]
+    problems = upstream_breakdown_problems(rule["expr"])
+    if name in NOT_PER_UPSTREAM:
+        # The exception holds only while the unlabelled metric is what forbids it.
+        assert NOT_PER_UPSTREAM[name] in node_metrics(promql_parser.parse(rule["expr"])) and \
+            not upstream_labelled(NOT_PER_UPSTREAM[name]), f"{where}: {name}: drop its exception"
+        return
+    assert not problems, f"{where}: {name} is not per upstream: {'; '.join(problems)}"
+    if any(upstream_labelled(m) for m in node_metrics(promql_parser.parse(rule["expr"]))):
+        assert "$labels.upstream" in rule["annotations"]["description"], \
+            f"{where}: {name}: the description does not name the upstream"
+
+
 def check_metrics_exist(names: set[str], where: str) -> None:
     known = rust_metric_names()
     missing = []
@@ -518,6 +595,7 @@ def check_rule(rule: dict, where: str) -> None:
     for a in ("summary", "description"):
         assert rule.get("annotations", {}).get(a), f"{where}: {name} has no {a} annotation"
     check_metrics_exist(promql_metrics(rule["expr"], f"{where}: {name}"), f"{where}: {name}")
+    check_alert_per_upstream(rule, where)
 
 
 def check_alert_file() -> None:
@@ -583,16 +661,17 @@ def check_prometheus_rule(docs: list[dict], merged: dict) -> None:
             assert rule["expr"] == in_file[name]["expr"], f"{name}: expr differs from the file"
 
 
-def grafana_to_promql(expr: str, variables: set[str], where: str) -> str:
+def grafana_to_promql(expr: str, variables: set[str], where: str, mark: bool = False) -> str:
     """A Grafana query with its variables replaced: built-ins by a value of their type, the
-    dashboard's own by a regex that matches anything (they sit in `=~` matchers)."""
+    dashboard's own by a regex that matches anything (they sit in `=~` matchers), or with
+    `mark` by `__var_<name>__`, to see which matcher each sits in."""
 
     def sub(m: re.Match) -> str:
         name = m.group(1) or m.group(2) or m.group(3)
         if name in GRAFANA_BUILTINS:
             return GRAFANA_BUILTINS[name]
         assert name in variables, f"{where}: unknown variable ${name}"
-        return ".*"
+        return f"__var_{name}__" if mark else ".*"
 
     return re.sub(r"\$\{(\w+)(?::\w+)?\}|\[\[(\w+)\]\]|\$(\w+)", sub, expr)
 
@@ -659,6 +738,43 @@ def check_dashboard_json(text: str) -> None:
                 f"panel {p['id']} target {t.get('refId')}: datasource {t.get('datasource')}"
     for where, expr in dashboard_queries(dashboard):
         check_metrics_exist(promql_metrics(expr, where), where)
+    check_dashboard_upstreams(dashboard)
+
+
+def check_dashboard_upstreams(dashboard: dict) -> None:
+    """The `upstream` variable filters every query of a metric labelled `upstream` (and no
+    other: a filter on a label a metric lacks blanks its panel once names are picked), and
+    panels break the main metrics down `by (upstream)`."""
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    up = variables.get("upstream")
+    assert up and up["type"] == "query", "no query variable `upstream`"
+    assert re.fullmatch(r"\s*label_values\(mtg_requests_total\{.*\},\s*upstream\)\s*",
+                        up["query"]["query"]), up["query"]
+    # "All" must match the unnamed upstream too, whose series have no upstream label.
+    assert up.get("includeAll") and up.get("allValue") == ".*" and up.get("multi"), up
+    broken_down: set[str] = set()
+    for panel in all_panels(dashboard):
+        for t in panel.get("targets", []):
+            where = f"panel {panel['id']} ({panel.get('title')}) target {t.get('refId')}"
+            ast = promql_parser.parse(grafana_to_promql(t["expr"], set(variables), where, mark=True))
+            bad: list[str] = []
+
+            def visit(node: Any) -> None:
+                if isinstance(node, promql_parser.VectorSelector) and node.name:
+                    ms = [(m.op, m.value) for m in node.matchers.matchers if m.name == "upstream"]
+                    want = [(promql_parser.MatchOp.Re, "__var_upstream__")] \
+                        if upstream_labelled(node.name) else []
+                    if ms != want:
+                        bad.append(f"{node.name}: upstream matchers {ms}, expected {want}")
+                if isinstance(node, promql_parser.AggregateExpr) and node.modifier and \
+                        node.modifier.type == promql_parser.AggModifierType.By and \
+                        "upstream" in node.modifier.labels:
+                    broken_down.update(node_metrics(node.expr))
+
+            promql_parser.walk(ast, visit)
+            assert not bad, f"{where}: " + "; ".join(bad)
+    missing = DASHBOARD_BY_UPSTREAM - broken_down
+    assert not missing, f"no panel breaks down by upstream: {sorted(missing)}"
 
 
 def check_dashboard(docs: list[dict], merged: dict) -> None:
@@ -751,12 +867,19 @@ def mounted_file(dep: dict, env_name: str) -> tuple[dict, str]:
     """The volume a file named by a literal env var comes from, and the file's path inside it.
     The file must sit in exactly one read-only whole-volume mount (a subPath mount never sees
     a Secret's update), not inside another mount."""
-    pod = dep["spec"]["template"]["spec"]
     c = container(dep, "gateway")
     e = env_of(c)[env_name]
     path = e.get("value")
     assert path and path.startswith("/") and "valueFrom" not in e, \
         f"{env_name} is not a literal absolute path: {e}"
+    return mounted_path(dep, path, env_name)
+
+
+def mounted_path(dep: dict, path: str, env_name: str) -> tuple[dict, str]:
+    """The volume holding the file `path` (named by `env_name`, a variable or a config file
+    key), and the file's path inside it, under the same rules as mounted_file."""
+    pod = dep["spec"]["template"]["spec"]
+    c = container(dep, "gateway")
     mounts = [m for m in c["volumeMounts"] if path.startswith(m["mountPath"].rstrip("/") + "/")]
     assert len(mounts) == 1, f"{env_name}={path} is under {len(mounts)} mounts"
     mount = mounts[0]
@@ -850,7 +973,9 @@ def check_security(docs: list[dict], merged: dict) -> None:
         assert not auth_keys, f"token settings without auth.jwt.issuer: {auth_keys}"
         for ing in ingresses:
             rendered = [[p["path"] for p in r["http"]["paths"]] for r in ing["spec"]["rules"]]
-            given = [[p["path"] for p in h["paths"]] for h in merged["ingress"]["hosts"]]
+            given = [[p["path"] for p in h["paths"]]
+                     + [f"/mcp/{n}" for n in upstream_paths_added(h["paths"], merged)]
+                     for h in merged["ingress"]["hosts"]]
             assert rendered == given, f"Ingress paths {rendered} differ from the values' {given}"
 
     uc = merged["upstreamCredential"]
@@ -989,6 +1114,410 @@ def expect_operations(docs: list[dict], notes: str) -> None:
     assert "mcp-task-gateway admin tasks list" in notes, "NOTES.txt does not show the admin CLI"
 
 
+# ---------------------------------------------------------------------------------------------
+# Named upstreams (`upstreams`, each served at /mcp/NAME)
+
+CONFIG_FILE_PATH = "/etc/mcp-task-gateway/config.yaml"
+UPSTREAM_CREDENTIALS_DIR = "/etc/mcp-task-gateway-upstreams"
+# The gateway's config-file contract for a named upstream: its NAME and an entry's keys.
+UPSTREAM_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+UPSTREAM_FILE_KEYS = {"url", "cmd", "env", "cwd", "pool", "tool-policy", "promote-after-ms",
+                      "upstream-timeout-ms", "defer-after-ms", "retry-on-owner-loss",
+                      "upstream-credential", "upstream-credential-file", "auth-jwt-audience"}
+# A value's key -> the config file's (upstreamCredentialSecret becomes upstream-credential-file).
+UPSTREAM_KEBAB = {"url": "url", "cmd": "cmd", "env": "env", "cwd": "cwd", "pool": "pool",
+                  "toolPolicy": "tool-policy", "promoteAfterMs": "promote-after-ms",
+                  "upstreamTimeoutMs": "upstream-timeout-ms", "deferAfterMs": "defer-after-ms",
+                  "retryOnOwnerLoss": "retry-on-owner-loss",
+                  "upstreamCredential": "upstream-credential", "authAudience": "auth-jwt-audience"}
+
+
+def config_file(docs: list[dict]) -> dict | None:
+    """The gateway's config file as the pods read it (MTG_CONFIG, from a read-only ConfigMap
+    volume), or None when there is none, and then no trace of one."""
+    dep = gateway_deployment(docs)
+    data = cm_data(docs)
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    if "MTG_CONFIG" not in data:
+        assert "config-file" not in volumes, "a config-file volume without MTG_CONFIG"
+        assert not [d for d in by_kind(docs, "ConfigMap")
+                    if d["metadata"]["name"] == f"{dep['metadata']['name']}-file"], \
+            "a config file ConfigMap without MTG_CONFIG"
+        return None
+    assert data["MTG_CONFIG"] == CONFIG_FILE_PATH, data["MTG_CONFIG"]
+    volume, rel = mounted_path(dep, CONFIG_FILE_PATH, "MTG_CONFIG")
+    assert "configMap" in volume, f"the config file's volume is not a ConfigMap: {volume}"
+    cm = one(docs, "ConfigMap", volume["configMap"]["name"])
+    assert rel in cm["data"], f"ConfigMap {cm['metadata']['name']} has no key {rel}"
+    doc = yaml.safe_load(cm["data"][rel])
+    assert isinstance(doc, dict) and doc, f"the config file is not a non-empty map: {doc!r}"
+    return doc
+
+
+def expected_upstream_entry(name: str, u: dict) -> dict:
+    """What the config file should say for upstreams.NAME, derived here, not by the chart."""
+    e = {UPSTREAM_KEBAB[k]: v for k, v in u.items() if k != "upstreamCredentialSecret"}
+    if u.get("upstreamCredential") == "static":
+        e["upstream-credential-file"] = f"{UPSTREAM_CREDENTIALS_DIR}/{name}/credential"
+    return e
+
+
+def check_upstream_contract(ups: Any) -> None:
+    """The rendered `upstreams:` against the gateway's contract: nothing it would refuse."""
+    assert isinstance(ups, dict) and ups, f"upstreams is not a non-empty map: {ups!r}"
+
+    def non_negative_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    for name, e in ups.items():
+        at = f"config file upstreams.{name}"
+        assert UPSTREAM_NAME.fullmatch(name), f"{at}: not a path segment"
+        assert isinstance(e, dict), f"{at}: not a map"
+        assert set(e) <= UPSTREAM_FILE_KEYS, f"{at}: unknown keys {sorted(set(e) - UPSTREAM_FILE_KEYS)}"
+        assert ("url" in e) != ("cmd" in e), f"{at}: needs exactly one of url and cmd: {e}"
+        if "url" in e:
+            assert re.fullmatch(r"https?://[^/\s]+\S*", e["url"]), f"{at}: url {e['url']!r}"
+            assert not {"env", "cwd", "pool"} & set(e), f"{at}: env/cwd/pool with url"
+        else:
+            assert isinstance(e["cmd"], str) and e["cmd"].strip(), f"{at}: cmd {e['cmd']!r}"
+        env = e.get("env", {})
+        assert isinstance(env, dict) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()), f"{at}: env {env!r}"
+        assert isinstance(e.get("cwd", "/"), str) and e.get("cwd", "/"), f"{at}: cwd"
+        pool = e.get("pool", 1)
+        assert non_negative_int(pool) and 1 <= pool <= 64, f"{at}: pool {pool!r}"
+        policy = e.get("tool-policy", {})
+        assert isinstance(policy, dict) and set(policy.values()) <= {
+            "forbidden", "optional", "required"}, f"{at}: tool-policy {policy!r}"
+        for k in ("promote-after-ms", "upstream-timeout-ms", "defer-after-ms"):
+            assert non_negative_int(e.get(k, 0)), f"{at}: {k} {e.get(k)!r}"
+        retry = e.get("retry-on-owner-loss", [])
+        assert isinstance(retry, list) and all(isinstance(x, str) and x for x in retry), \
+            f"{at}: retry-on-owner-loss {retry!r}"
+        mode = e.get("upstream-credential", "client")
+        assert mode in ("client", "none", "static"), f"{at}: upstream-credential {mode!r}"
+        assert ("upstream-credential-file" in e) == (mode == "static"), \
+            f"{at}: upstream-credential-file must come with, and only with, static"
+        assert isinstance(e.get("auth-jwt-audience", "x"), str) and e.get("auth-jwt-audience", "x"), \
+            f"{at}: auth-jwt-audience"
+
+
+def routes(paths: list[dict], target: str) -> bool:
+    """Whether an Ingress rule's paths route requests for exactly `target`."""
+    return ingress_covers(paths, target) or any(
+        p["path"] == target and p["pathType"] == "Exact" for p in paths)
+
+
+def upstream_paths_added(host_paths: list[dict], merged: dict) -> list[str]:
+    """The named upstreams whose /mcp/NAME the chart must add to a host with these paths."""
+    return [n for n in sorted(merged.get("upstreams") or {})
+            if not routes(host_paths, f"/mcp/{n}")]
+
+
+def check_upstreams(docs: list[dict], merged: dict) -> None:
+    """For every rendering: the unnamed upstream only when set, the named ones in the config
+    file exactly as the values say (and as the gateway's contract allows), their static
+    credentials from read-only Secret files at the paths the file names, and /mcp/NAME (and
+    its RFC 9728 metadata with token validation) routed by every Ingress host."""
+    # `upstreams: null` (Helm's way to drop a value) is no named upstream.
+    ups, g = merged.get("upstreams") or {}, merged["gateway"]
+    data = cm_data(docs)
+    assert g["upstream"] or ups, "rendered without any upstream"
+    # An empty MTG_UPSTREAM would be a value (an invalid URL) to the gateway.
+    assert data.get("MTG_UPSTREAM") == (g["upstream"] or None), data.get("MTG_UPSTREAM")
+    cfg = config_file(docs)
+    expected = copy.deepcopy(g["configFile"] or {})
+    if ups:
+        expected["upstreams"] = {n: expected_upstream_entry(n, u) for n, u in ups.items()}
+    assert (cfg or {}) == expected, f"config file {cfg}, expected {expected}"
+    if ups:
+        check_upstream_contract(cfg["upstreams"])
+
+    dep = gateway_deployment(docs)
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    static = {n: u for n, u in ups.items() if u.get("upstreamCredential") == "static"}
+    sources = []
+    for name, u in sorted(static.items()):
+        path = cfg["upstreams"][name]["upstream-credential-file"]
+        volume, rel = mounted_path(dep, path, f"upstreams.{name}")
+        projected = volume.get("projected")
+        assert projected, f"upstreams.{name}: volume {volume['name']} is not a projected volume"
+        secret = u["upstreamCredentialSecret"]
+        want = {"secret": {"name": secret["name"], "items": [
+            {"key": secret.get("key", "authorization"), "path": rel}]}}
+        assert want in projected["sources"], f"upstreams.{name}: {want} not in {projected['sources']}"
+        assert projected.get("defaultMode", 0o644) & 0o007 == 0, \
+            f"upstreams.{name}: the credential file is world-readable"
+        sources = projected["sources"]
+    assert len(sources) == len(static), f"projected sources {sources} for {sorted(static)}"
+    if not static:
+        assert "upstream-credentials" not in volumes, "a credentials volume without static"
+
+    hosts = merged["ingress"]["hosts"]
+    for ing in by_kind(docs, "Ingress"):
+        for rule in ing["spec"]["rules"]:
+            paths = rule["http"]["paths"]
+            for name in ups:
+                assert routes(paths, f"/mcp/{name}"), \
+                    f"host {rule.get('host')}: /mcp/{name} not routed: {paths}"
+                if merged["auth"]["jwt"]["issuer"]:
+                    assert ingress_covers(paths, f"{WELL_KNOWN}/mcp/{name}"), \
+                        f"host {rule.get('host')}: {WELL_KNOWN}/mcp/{name} not routed: {paths}"
+        # Each chart-added path once, none where the values' paths route it already.
+        for rule, host in zip(ing["spec"]["rules"], hosts):
+            given = [(p["path"], p["pathType"]) for p in host["paths"]]
+            added = [p["path"] for p in rule["http"]["paths"]
+                     if (p["path"], p["pathType"]) not in given and p["path"].startswith("/mcp/")]
+            assert added == [f"/mcp/{n}" for n in upstream_paths_added(host["paths"], merged)], \
+                f"host {host.get('host')}: chart-added paths {added}"
+
+
+def expect_upstreams(docs: list[dict], notes: str) -> None:
+    """tests/helm/values-upstreams.yaml: three named upstreams, no unnamed one."""
+    data = cm_data(docs)
+    assert "MTG_UPSTREAM" not in data, data.get("MTG_UPSTREAM")
+    assert data["MTG_CONFIG"] == CONFIG_FILE_PATH
+    # Exact keys, written out: the contract's kebab-case, only what the values set.
+    assert config_file(docs) == {"upstreams": {
+        "everything": {
+            "url": "http://everything.tools.svc:3001/mcp",
+            "tool-policy": {"longRunningOperation": "required", "echo": "forbidden"},
+            "promote-after-ms": 250,
+            "upstream-timeout-ms": 600000,
+            "retry-on-owner-loss": ["longRunningOperation"],
+        },
+        "github": {
+            "url": "https://api.githubcopilot.example.com/mcp/",
+            "upstream-credential": "static",
+            "upstream-credential-file": "/etc/mcp-task-gateway-upstreams/github/credential",
+            "defer-after-ms": 20000,
+            "auth-jwt-audience": "https://mcp.example.com/mcp/github",
+        },
+        "files": {
+            "cmd": "mcp-server-filesystem /data",
+            "env": {"LOG_LEVEL": "debug", "HOME": "/tmp"},
+            "cwd": "/tmp",
+            "pool": 4,
+            "upstream-credential": "none",
+        },
+    }}, config_file(docs)
+    dep = gateway_deployment(docs)
+    pod = dep["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["upstream-credentials"] == {"name": "upstream-credentials", "projected": {
+        "sources": [{"secret": {"name": "github-mcp-token", "items": [
+            {"key": "authorization", "path": "github/credential"}]}}],
+        "defaultMode": 0o440}}, volumes["upstream-credentials"]
+    mounts = {m["name"]: m for m in container(dep, "gateway")["volumeMounts"]}
+    assert mounts["upstream-credentials"] == {"name": "upstream-credentials", "readOnly": True,
+                                              "mountPath": UPSTREAM_CREDENTIALS_DIR}
+    # The gateway-wide (unnamed upstream's) credential stays the default, with no file.
+    assert "MTG_UPSTREAM_CREDENTIAL_FILE" not in env_of(container(dep, "gateway"))
+    rules = {r["host"]: [(p["path"], p["pathType"]) for p in r["http"]["paths"]]
+             for r in one(docs, "Ingress")["spec"]["rules"]}
+    assert rules == {"mcp.example.com": [
+        ("/mcp", "Exact"), ("/mcp/everything", "Prefix"), ("/mcp/files", "Prefix"),
+        ("/mcp/github", "Prefix"), (WELL_KNOWN, "Prefix")]}, rules
+    # One Service for every path.
+    assert len(by_kind(docs, "Service")) == 1
+    for needle in ("/mcp/everything -> http://everything.tools.svc:3001/mcp",
+                   '/mcp/files -> the command "mcp-server-filesystem /data"',
+                   "http://mcp.example.com/mcp/github",
+                   "/mcp/github: aud https://mcp.example.com/mcp/github",
+                   "/mcp/files: aud https://mcp.example.com/mcp",
+                   '/mcp/github carries the Authorization value of Secret "github-mcp-token"'):
+        assert needle in notes, f"NOTES.txt lacks {needle!r}:\n{notes}"
+    assert "-> http://mcp-server" not in notes and "\n  /mcp ->" not in notes, notes
+
+
+def expect_single_and_named(docs: list[dict], notes: str) -> None:
+    data = cm_data(docs)
+    assert data["MTG_UPSTREAM"] == "http://mcp-server:8000/mcp"
+    # gateway.configFile's own settings are kept beside the rendered upstreams.
+    assert config_file(docs) == {"poll-interval-ms": 500, "upstreams": {
+        "tools": {"cmd": "tools-server --stdio"}}}
+    # The default Ingress path `/` routes /mcp/tools already: nothing added.
+    rules = one(docs, "Ingress")["spec"]["rules"]
+    assert [p["path"] for p in rules[0]["http"]["paths"]] == ["/"], rules
+    assert "upstream-credentials" not in {
+        v["name"] for v in gateway_deployment(docs)["spec"]["template"]["spec"]["volumes"]}
+    for needle in ("  /mcp -> http://mcp-server:8000/mcp", '/mcp/tools -> the command "tools-server --stdio"'):
+        assert needle in notes, f"NOTES.txt lacks {needle!r}:\n{notes}"
+
+
+def expect_two_static_one_secret(docs: list[dict], notes: str) -> None:
+    vol = {v["name"]: v for v in gateway_deployment(docs)["spec"]["template"]["spec"]["volumes"]}
+    assert vol["upstream-credentials"]["projected"]["sources"] == [
+        {"secret": {"name": "shared", "items": [{"key": "authorization", "path": "a/credential"}]}},
+        {"secret": {"name": "shared", "items": [{"key": "b-token", "path": "b/credential"}]}},
+    ], vol["upstream-credentials"]
+    # Both ingress hosts: the one with /mcp Prefix covers /mcp/NAME, the other gets them.
+    rules = {r["host"]: [p["path"] for p in r["http"]["paths"]]
+             for r in one(docs, "Ingress")["spec"]["rules"]}
+    assert rules == {"a.example.com": ["/mcp"],
+                     "b.example.com": ["/healthz", "/mcp/b", "/mcp/a", "/mcp/c"]}, rules
+
+
+URL_ENTRY = {"url": "http://mcp-server:8000/mcp"}
+CMD_ENTRY = {"cmd": "tools-server --stdio"}
+ISSUER = {"auth": {"jwt": {"issuer": "https://login.example.com",
+                           "audience": "https://mcp.example.com/mcp"}}}
+
+# Named upstreams that must render beyond values-upstreams.yaml: (description, values, expect).
+def expect_upstreams_null(docs: list[dict], notes: str) -> None:
+    assert cm_data(docs)["MTG_UPSTREAM"] == "http://mcp-server:8000/mcp"
+    assert config_file(docs) is None, "a config file without upstreams or gateway.configFile"
+    assert "/mcp/" not in notes, notes
+
+
+UPSTREAM_MUST_RENDER: list[tuple[str, dict, Callable[[list[dict], str], None]]] = [
+    ("upstreams: null, as Helm drops a value, is no named upstream",
+     {"gateway": {"upstream": "http://mcp-server:8000/mcp"}, "upstreams": None,
+      "ingress": {"enabled": True}}, expect_upstreams_null),
+    ("gateway.upstream beside a named stdio upstream, gateway.configFile kept",
+     {"gateway": {"upstream": "http://mcp-server:8000/mcp", "configFile": {"poll-interval-ms": 500}},
+      "upstreams": {"tools": CMD_ENTRY}, "ingress": {"enabled": True}},
+     expect_single_and_named),
+    ("two static credentials from one Secret, two Ingress hosts",
+     {"upstreams": {
+         "a": {**URL_ENTRY, "upstreamCredential": "static",
+               "upstreamCredentialSecret": {"name": "shared"}},
+         "b": {**URL_ENTRY, "upstreamCredential": "static",
+               "upstreamCredentialSecret": {"name": "shared", "key": "b-token"}},
+         "c": {**CMD_ENTRY, "env": {}, "toolPolicy": {}, "retryOnOwnerLoss": [],
+               "promoteAfterMs": 0}},
+      "ingress": {"enabled": True, "hosts": [
+          {"host": "a.example.com", "paths": [{"path": "/mcp", "pathType": "Prefix"}]},
+          {"host": "b.example.com", "paths": [{"path": "/healthz", "pathType": "Exact"},
+                                              {"path": "/mcp/b", "pathType": "Exact"}]}]}},
+     expect_two_static_one_secret),
+]
+
+# Upstream maps the chart must refuse: (what, upstreams, other values, the schema's complaint
+# or None where JSON schema cannot say it, the template's complaint). Each is rendered with
+# the schema (as helm install does) and without it (as --skip-schema-validation does), so
+# the template refuses it on its own, naming the entry.
+UPSTREAM_REFUSALS: list[tuple[str, Any, dict, str | None, str]] = [
+    ("a name with a capital and an underscore", {"Bad_Name": URL_ENTRY}, {},
+     "invalid propertyName 'Bad_Name'", 'upstreams.Bad_Name: the name "Bad_Name" is not a path segment'),
+    ("a name starting with a hyphen", {"-files": URL_ENTRY}, {},
+     "invalid propertyName '-files'", 'upstreams.-files: the name "-files" is not a path segment'),
+    ("a name with a dot", {"files.v2": URL_ENTRY}, {},
+     "invalid propertyName 'files.v2'", 'the name "files.v2" is not a path segment'),
+    ("a name of 64 characters", {"n" * 64: URL_ENTRY}, {},
+     f"invalid propertyName '{'n' * 64}'", f'the name "{"n" * 64}" is not a path segment'),
+    ("url and cmd both", {"both": {**URL_ENTRY, **CMD_ENTRY}}, {},
+     "at '/upstreams/both': 'oneOf' failed", "upstreams.both: set url or cmd, not both"),
+    ("neither url nor cmd", {"neither": {"toolPolicy": {"a": "required"}}}, {},
+     "at '/upstreams/neither': missing property 'url'", "upstreams.neither: needs url"),
+    ("env with url", {"web": {**URL_ENTRY, "env": {"A": "b"}}}, {},
+     "at '/upstreams/web/env': false schema",
+     "upstreams.web.env: only an upstream with cmd (a process the gateway starts) takes env"),
+    ("cwd with url", {"web": {**URL_ENTRY, "cwd": "/tmp"}}, {},
+     "at '/upstreams/web/cwd': false schema", "upstreams.web.cwd: only an upstream with cmd"),
+    ("pool with url", {"web": {**URL_ENTRY, "pool": 2}}, {},
+     "at '/upstreams/web/pool': false schema", "upstreams.web.pool: only an upstream with cmd"),
+    ("a url that is not http(s)", {"x": {"url": "ftp://files.example.com/mcp"}}, {},
+     "at '/upstreams/x/url'", "upstreams.x.url: ftp://files.example.com/mcp is not an http(s) URL"),
+    ("an empty cmd", {"x": {"cmd": "  "}}, {},
+     "at '/upstreams/x/cmd'", "upstreams.x.cmd: must be a non-empty command line"),
+    ("a pool of 0", {"x": {**CMD_ENTRY, "pool": 0}}, {},
+     "at '/upstreams/x/pool'", "upstreams.x.pool: 0 is not an integer from 1 to 64"),
+    ("a pool of 65", {"x": {**CMD_ENTRY, "pool": 65}}, {},
+     "at '/upstreams/x/pool'", "upstreams.x.pool: 65 is not an integer from 1 to 64"),
+    ("an env value that is a number", {"x": {**CMD_ENTRY, "env": {"PORT": 8080}}}, {},
+     "at '/upstreams/x/env/PORT'", "upstreams.x.env.PORT: the value must be a string"),
+    ("a tool policy that is not forbidden/optional/required",
+     {"x": {**URL_ENTRY, "toolPolicy": {"slow": "sometimes"}}}, {},
+     "at '/upstreams/x/toolPolicy/slow'",
+     "upstreams.x.toolPolicy.slow: sometimes is not required, optional or forbidden"),
+    ("a negative promoteAfterMs", {"x": {**URL_ENTRY, "promoteAfterMs": -1}}, {},
+     "at '/upstreams/x/promoteAfterMs'", "upstreams.x.promoteAfterMs: -1 is not a non-negative integer"),
+    ("a fractional upstreamTimeoutMs", {"x": {**URL_ENTRY, "upstreamTimeoutMs": 1.5}}, {},
+     "at '/upstreams/x/upstreamTimeoutMs'",
+     "upstreams.x.upstreamTimeoutMs: 1.5 is not a non-negative integer"),
+    ("a deferAfterMs that is a string", {"x": {**URL_ENTRY, "deferAfterMs": "20s"}}, {},
+     "at '/upstreams/x/deferAfterMs'", "upstreams.x.deferAfterMs: 20s is not a non-negative integer"),
+    ("retryOnOwnerLoss that is not a list", {"x": {**URL_ENTRY, "retryOnOwnerLoss": "slow"}}, {},
+     "at '/upstreams/x/retryOnOwnerLoss'", "upstreams.x.retryOnOwnerLoss must be a list"),
+    ("an unknown credential mode", {"x": {**URL_ENTRY, "upstreamCredential": "bearer"}}, {},
+     "at '/upstreams/x/upstreamCredential'",
+     "upstreams.x.upstreamCredential: bearer is not client, none or static"),
+    ("a static credential without a Secret", {"x": {**URL_ENTRY, "upstreamCredential": "static"}}, {},
+     "at '/upstreams/x': missing property 'upstreamCredentialSecret'",
+     "upstreams.x.upstreamCredential static needs upstreams.x.upstreamCredentialSecret.name"),
+    ("a static credential Secret without a name",
+     {"x": {**URL_ENTRY, "upstreamCredential": "static", "upstreamCredentialSecret": {"key": "k"}}},
+     {}, "at '/upstreams/x/upstreamCredentialSecret': missing property 'name'",
+     "upstreams.x.upstreamCredential static needs upstreams.x.upstreamCredentialSecret.name"),
+    ("a credential Secret the mode would not send",
+     {"x": {**URL_ENTRY, "upstreamCredential": "client",
+            "upstreamCredentialSecret": {"name": "tok"}}}, {},
+     "at '/upstreams/x/upstreamCredentialSecret': false schema",
+     "upstreams.x.upstreamCredentialSecret is only used with upstreams.x.upstreamCredential: static"),
+    ("a credential Secret with an unknown key",
+     {"x": {**URL_ENTRY, "upstreamCredential": "static",
+            "upstreamCredentialSecret": {"name": "tok", "path": "p"}}}, {},
+     "additional properties 'path' not allowed", "upstreams.x.upstreamCredentialSecret.path: unknown key"),
+    ("an unknown key (the config file's kebab spelling)",
+     {"x": {**URL_ENTRY, "tool-policy": {"a": "required"}}}, {},
+     "at '/upstreams/x': additional properties 'tool-policy' not allowed",
+     "upstreams.x.tool-policy: unknown key"),
+    ("an unknown key (a gateway-wide setting)", {"x": {**URL_ENTRY, "maxTakeovers": 3}}, {},
+     "at '/upstreams/x': additional properties 'maxTakeovers' not allowed",
+     "upstreams.x.maxTakeovers: unknown key"),
+    ("an entry that is a bare URL", {"x": "http://mcp-server:8000/mcp"}, {},
+     "at '/upstreams/x'", "upstreams.x must be a map with url or cmd"),
+    # Beyond what JSON schema can say here: the template alone refuses these.
+    ("an audience without token validation",
+     {"x": {**URL_ENTRY, "authAudience": "https://mcp.example.com/mcp/x"}}, {},
+     None, "upstreams.x.authAudience set without auth.jwt.issuer"),
+    ("upstreams inside gateway.configFile", {"x": URL_ENTRY},
+     {"gateway": {"configFile": {"upstreams": {"y": {"url": "http://y:1/mcp"}}}}},
+     None, "gateway.configFile.upstreams: set named upstreams in the value upstreams"),
+    ("neither gateway.upstream nor upstreams", {}, {},
+     None, "gateway.upstream or upstreams is required"),
+]
+
+
+def upstream_refusal_checks(chart: helm.Chart) -> None:
+    """UPSTREAM_REFUSALS with the schema and without it, UPSTREAM_MUST_RENDER, and the pods'
+    roll when an upstream changes."""
+    for what, values, expect in UPSTREAM_MUST_RENDER:
+        check_rendering(chart, f"chart[{what}]", values, expect)
+    # A valid entry renders with every kind of check of UPSTREAM_REFUSALS around it, so a
+    # refusal is the bad key's, not the chart refusing upstreams at all.
+    base = {"upstreams": {"ok": URL_ENTRY}, **ISSUER}
+    check("chart: upstreams: the refusals' valid baseline renders", lambda: render(chart, base))
+    with tempfile.TemporaryDirectory() as tmp:
+        bare_dir = Path(tmp) / CHART.name
+        shutil.copytree(CHART, bare_dir)
+        (bare_dir / "values.schema.json").unlink()
+        bare = helm.Chart.load(str(bare_dir))
+        try:
+            for what, ups, other, schema_needle, template_needle in UPSTREAM_REFUSALS:
+                values = {**copy.deepcopy(other), "upstreams": ups}
+                check(f"chart: upstreams: rejects {what}",
+                      lambda v=values, n=schema_needle or template_needle:
+                      check_must_fail(chart, v, n))
+                check(f"chart: upstreams: rejects {what} without the schema (template)",
+                      lambda v=values, n=template_needle: check_must_fail(bare, v, n))
+        finally:
+            bare.close()
+
+    def rolls() -> None:
+        def checksum(ups: dict) -> str:
+            docs, _ = render(chart, {"upstreams": ups})
+            return gateway_deployment(docs)["spec"]["template"]["metadata"]["annotations"][
+                "checksum/config"]
+        a = checksum({"x": URL_ENTRY})
+        assert a == checksum({"x": URL_ENTRY}), "the checksum is not stable"
+        assert a != checksum({"x": {**URL_ENTRY, "promoteAfterMs": 5}}), \
+            "pods do not roll when an upstream's setting changes"
+        assert a != checksum({"x": URL_ENTRY, "y": CMD_ENTRY}), \
+            "pods do not roll when an upstream is added"
+    check("chart: upstreams: the pods roll when an upstream changes", rolls)
+
 EXPECTATIONS: dict[str, Callable[[list[dict], str], None]] = {
     "values-defaults.yaml": expect_defaults,
     "values-external-redis.yaml": expect_external_redis,
@@ -997,6 +1526,7 @@ EXPECTATIONS: dict[str, Callable[[list[dict], str], None]] = {
     "values-evaluation-redis.yaml": expect_evaluation_redis,
     "values-operations.yaml": expect_operations,
     "values-security.yaml": expect_security,
+    "values-upstreams.yaml": expect_upstreams,
 }
 
 UPSTREAM = {"gateway": {"upstream": "http://mcp-server:8000/mcp"}}
@@ -1014,7 +1544,7 @@ def with_upstream(extra: dict) -> dict:
 
 # (description, values, text the error must contain)
 MUST_FAIL: list[tuple[str, dict, str]] = [
-    ("no upstream", {}, "gateway.upstream is required"),
+    ("no upstream", {}, "gateway.upstream or upstreams is required"),
     ("replicaCount 3 without Redis", with_upstream({"replicaCount": 3}), "requires Redis"),
     ("autoscaling without Redis", with_upstream({"autoscaling": {"enabled": True}}),
      "requires Redis"),
@@ -1228,6 +1758,21 @@ def values_paths(values: Any, schema: dict, prefix: str = "") -> list[str]:
     return out
 
 
+# Values that are maps NAME -> settings, whose settings the README documents one by one.
+MAP_VALUES = ["upstreams"]
+
+
+def map_entry_paths(schema: dict) -> list[str]:
+    """`upstreams.NAME.key` for every key of an entry of the MAP_VALUES, walked like
+    schema_paths."""
+    out: list[str] = []
+    for name in MAP_VALUES:
+        entry = schema["properties"][name]["additionalProperties"]
+        assert entry.get("properties"), f"{name}: the schema describes no entry"
+        out.extend(schema_paths(entry, f"{name}.NAME"))
+    return out
+
+
 def check_values_documented() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     values = yaml.safe_load((CHART / "values.yaml").read_text())
@@ -1237,6 +1782,8 @@ def check_values_documented() -> None:
         f"values.yaml and values.schema.json differ: only in values.yaml: "
         f"{sorted(in_values - in_schema)}; only in the schema: {sorted(in_schema - in_values)}")
     readme = (CHART / "README.md").read_text()
+    # Maps of NAME -> object (`upstreams`): every key of an entry, as `upstreams.NAME.key`.
+    in_values |= set(map_entry_paths(schema))
     missing = [p for p in sorted(in_values) if f"`{p}`" not in readme]
     assert not missing, "README.md does not document: " + ", ".join(missing)
 
@@ -1257,6 +1804,8 @@ def check_rendering(chart: helm.Chart, label: str, values: dict,
     check(f"{label}: Grafana dashboard", lambda: check_dashboard(docs, merged))
     check(f"{label}: admin API wiring", lambda: check_admin(docs, merged))
     check(f"{label}: TLS, tokens and credentials wiring", lambda: check_security(docs, merged))
+    check(f"{label}: upstreams: config file, credentials, Ingress paths",
+          lambda: check_upstreams(docs, merged))
     if expect is None:
         print(f"note  {label} has no specific expectations in validate.py")
     else:
@@ -1284,6 +1833,7 @@ def chart_checks() -> None:
         for what, values, needle in MUST_FAIL:
             check(f"chart: rejects {what}",
                   lambda values=values, needle=needle: check_must_fail(chart, values, needle))
+        upstream_refusal_checks(chart)
         # The default namespace is the release name: one named like a legacy key word
         # must name another namespace.
         check("chart: rejects a release name that cannot be the store namespace",

@@ -119,6 +119,8 @@ request-state-previous-key
 point cannot be made inside another read-only volume). */}}
 {{- define "mtg.tls.dir" -}}/etc/mcp-task-gateway-tls{{- end }}
 {{- define "mtg.upstreamCredential.dir" -}}/etc/mcp-task-gateway-upstream{{- end }}
+{{- /* The named upstreams' static credentials: NAME/credential under it, one projected volume. */}}
+{{- define "mtg.upstreams.credentialDir" -}}/etc/mcp-task-gateway-upstreams{{- end }}
 {{- define "mtg.redis.caDir" -}}/etc/mcp-task-gateway-redis-ca{{- end }}
 
 {{/* "true" when the gateway is given a CA for its rediss:// connection. */}}
@@ -182,8 +184,9 @@ them, so `helm template`/`install` stop with a clear message.
 {{- if and $sources (kindIs "invalid" $r.storeNamespace) (has .Release.Name (list "owned" "by-principal" "lease" "instances" "handover" "wake" "changes")) }}
 {{- fail (printf "the release name %q is a word of the gateway's legacy Redis key layout and cannot be its store namespace: set redis.storeNamespace" .Release.Name) }}
 {{- end }}
-{{- if not .Values.gateway.upstream }}
-{{- fail "gateway.upstream is required: the URL of the plain MCP server, e.g. --set gateway.upstream=http://my-mcp-server:8000/mcp" }}
+{{- include "mtg.validateUpstreams" . }}
+{{- if not (or .Values.gateway.upstream .Values.upstreams) }}
+{{- fail "gateway.upstream or upstreams is required: the URL of the plain MCP server served at /mcp, e.g. --set gateway.upstream=http://my-mcp-server:8000/mcp, or named upstreams served at /mcp/NAME, e.g. --set upstreams.files.url=http://files-mcp:8000/mcp" }}
 {{- end }}
 {{- if eq (len $sources) 0 }}
 {{- if .Values.autoscaling.enabled }}
@@ -271,5 +274,190 @@ them, so `helm template`/`install` stop with a clear message.
 {{- fail "admin.enabled needs a token: admin.existingSecret (a Secret you manage, e.g. kubectl create secret generic mtg-admin --from-literal=token=\"$(openssl rand -hex 32)\"), or admin.token for evaluation only" }}
 {{- end }}
 {{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Named upstreams (`upstreams`, served at /mcp/NAME). Refuses, naming the entry, every map the
+gateway would refuse (and a few it would ignore), as values.schema.json does where JSON schema
+can say it: the checks hold with --skip-schema-validation too.
+*/}}
+{{- define "mtg.validateUpstreams" -}}
+{{- $ups := default dict .Values.upstreams }}
+{{- if not (kindIs "map" $ups) }}
+{{- fail (printf "upstreams must be a map NAME -> {url|cmd, ...}, not %s" (kindOf $ups)) }}
+{{- end }}
+{{- if hasKey (default dict .Values.gateway.configFile) "upstreams" }}
+{{- fail "gateway.configFile.upstreams: set named upstreams in the value upstreams, which the chart renders into the config file (with their credential Secrets mounted)" }}
+{{- end }}
+{{- $allowed := list "url" "cmd" "env" "cwd" "pool" "toolPolicy" "promoteAfterMs" "upstreamTimeoutMs" "deferAfterMs" "retryOnOwnerLoss" "upstreamCredential" "upstreamCredentialSecret" "authAudience" }}
+{{- range $name := keys $ups | sortAlpha }}
+{{- $u := get $ups $name }}
+{{- $at := printf "upstreams.%s" $name }}
+{{- if not (regexMatch "^[a-z0-9][a-z0-9-]{0,62}$" $name) }}
+{{- fail (printf "%s: the name %q is not a path segment the gateway accepts (/mcp/NAME): 1-63 characters of a-z 0-9 -, starting with a letter or digit" $at $name) }}
+{{- end }}
+{{- if not (kindIs "map" $u) }}
+{{- fail (printf "%s must be a map with url or cmd, not %s" $at (kindOf $u)) }}
+{{- end }}
+{{- range $k := keys $u | sortAlpha }}
+{{- if not (has $k $allowed) }}
+{{- fail (printf "%s.%s: unknown key; an upstream takes %s" $at $k (join ", " $allowed)) }}
+{{- end }}
+{{- end }}
+{{- $hasUrl := not (kindIs "invalid" $u.url) }}
+{{- $hasCmd := not (kindIs "invalid" $u.cmd) }}
+{{- if and $hasUrl $hasCmd }}
+{{- fail (printf "%s: set url or cmd, not both" $at) }}
+{{- end }}
+{{- if not (or $hasUrl $hasCmd) }}
+{{- fail (printf "%s: needs url (an http(s) MCP server) or cmd (a stdio MCP server's command line)" $at) }}
+{{- end }}
+{{- if $hasUrl }}
+{{- if not (and (kindIs "string" $u.url) (regexMatch "^https?://[^/\\s]+\\S*$" $u.url)) }}
+{{- fail (printf "%s.url: %v is not an http(s) URL" $at $u.url) }}
+{{- end }}
+{{- range $k := list "env" "cwd" "pool" }}
+{{- if hasKey $u $k }}
+{{- fail (printf "%s.%s: only an upstream with cmd (a process the gateway starts) takes %s; this one has url" $at $k $k) }}
+{{- end }}
+{{- end }}
+{{- else }}
+{{- if not (and (kindIs "string" $u.cmd) (regexMatch "\\S" $u.cmd)) }}
+{{- fail (printf "%s.cmd: must be a non-empty command line" $at) }}
+{{- end }}
+{{- end }}
+{{- with $u.env }}
+{{- if not (kindIs "map" .) }}
+{{- fail (printf "%s.env must be a map NAME: value" $at) }}
+{{- end }}
+{{- range $k, $v := . }}
+{{- if not (kindIs "string" $v) }}
+{{- fail (printf "%s.env.%s: the value must be a string (quote it)" $at $k) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and (hasKey $u "cwd") (not (and (kindIs "string" $u.cwd) $u.cwd)) }}
+{{- fail (printf "%s.cwd must be a non-empty path" $at) }}
+{{- end }}
+{{- if hasKey $u "pool" }}
+{{- if not (and (include "mtg.isInteger" $u.pool) (ge (int64 $u.pool) 1) (le (int64 $u.pool) 64)) }}
+{{- fail (printf "%s.pool: %v is not an integer from 1 to 64" $at $u.pool) }}
+{{- end }}
+{{- end }}
+{{- range $k := list "promoteAfterMs" "upstreamTimeoutMs" "deferAfterMs" }}
+{{- if hasKey $u $k }}
+{{- $v := get $u $k }}
+{{- if not (and (include "mtg.isInteger" $v) (ge (int64 $v) 0)) }}
+{{- fail (printf "%s.%s: %v is not a non-negative integer" $at $k $v) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- with $u.toolPolicy }}
+{{- if not (kindIs "map" .) }}
+{{- fail (printf "%s.toolPolicy must be a map toolName: required|optional|forbidden" $at) }}
+{{- end }}
+{{- range $tool, $policy := . }}
+{{- if not (has $policy (list "required" "optional" "forbidden")) }}
+{{- fail (printf "%s.toolPolicy.%s: %v is not required, optional or forbidden" $at $tool $policy) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if hasKey $u "retryOnOwnerLoss" }}
+{{- if not (kindIs "slice" $u.retryOnOwnerLoss) }}
+{{- fail (printf "%s.retryOnOwnerLoss must be a list of tool names" $at) }}
+{{- end }}
+{{- range $u.retryOnOwnerLoss }}
+{{- if not (and (kindIs "string" .) .) }}
+{{- fail (printf "%s.retryOnOwnerLoss: %v is not a tool name" $at .) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $mode := $u.upstreamCredential }}
+{{- if and (hasKey $u "upstreamCredential") (not (has $mode (list "client" "none" "static"))) }}
+{{- fail (printf "%s.upstreamCredential: %v is not client, none or static" $at $mode) }}
+{{- end }}
+{{- $secret := $u.upstreamCredentialSecret }}
+{{- if eq (toString $mode) "static" }}
+{{- if not (and (kindIs "map" $secret) $secret.name) }}
+{{- fail (printf "%s.upstreamCredential static needs %s.upstreamCredentialSecret.name: a Secret holding the whole Authorization value, e.g. kubectl create secret generic %s-upstream --from-literal=authorization=\"Bearer $TOKEN\"" $at $at $name) }}
+{{- end }}
+{{- range $k := keys $secret | sortAlpha }}
+{{- if not (has $k (list "name" "key")) }}
+{{- fail (printf "%s.upstreamCredentialSecret.%s: unknown key; it takes name and key" $at $k) }}
+{{- end }}
+{{- end }}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$" (toString $secret.name)) }}
+{{- fail (printf "%s.upstreamCredentialSecret.name: %v is not a Secret name" $at $secret.name) }}
+{{- end }}
+{{- if and (hasKey $secret "key") (not (regexMatch "^[-._a-zA-Z0-9]+$" (toString $secret.key))) }}
+{{- fail (printf "%s.upstreamCredentialSecret.key: %v is not a Secret key" $at $secret.key) }}
+{{- end }}
+{{- else if hasKey $u "upstreamCredentialSecret" }}
+{{- fail (printf "%s.upstreamCredentialSecret is only used with %s.upstreamCredential: static (the gateway would not send it): set it, or drop the Secret" $at $at) }}
+{{- end }}
+{{- if hasKey $u "authAudience" }}
+{{- if not (and (kindIs "string" $u.authAudience) $u.authAudience) }}
+{{- fail (printf "%s.authAudience must be a non-empty resource URI" $at) }}
+{{- end }}
+{{- if not $.Values.auth.jwt.issuer }}
+{{- fail (printf "%s.authAudience set without auth.jwt.issuer: tokens are only validated with an issuer (and auth.jwt.audience)" $at) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when a value is a whole number (YAML numbers reach templates as float64). */}}
+{{- define "mtg.isInteger" -}}
+{{- if or (kindIs "int" .) (kindIs "int64" .) }}true
+{{- else if and (kindIs "float64" .) (eq (float64 (int64 .)) .) }}true
+{{- end }}
+{{- end }}
+
+{{/* The Secret key of a named upstream's static credential. */}}
+{{- define "mtg.upstreams.secretKey" -}}
+{{- default "authorization" .key }}
+{{- end }}
+
+{{/*
+The gateway's config file (YAML): gateway.configFile, plus the named upstreams with the
+gateway's kebab-case keys. Empty when there is nothing to write.
+*/}}
+{{- define "mtg.configFile" -}}
+{{- $file := deepCopy (default dict .Values.gateway.configFile) }}
+{{- if .Values.upstreams }}
+{{- $out := dict }}
+{{- range $name, $u := .Values.upstreams }}
+{{- $e := dict }}
+{{- with $u.url }}{{ $_ := set $e "url" . }}{{ end }}
+{{- with $u.cmd }}{{ $_ := set $e "cmd" . }}{{ end }}
+{{- if hasKey $u "env" }}{{ $_ := set $e "env" (default dict $u.env) }}{{ end }}
+{{- with $u.cwd }}{{ $_ := set $e "cwd" . }}{{ end }}
+{{- if hasKey $u "pool" }}{{ $_ := set $e "pool" (int64 $u.pool) }}{{ end }}
+{{- if hasKey $u "toolPolicy" }}{{ $_ := set $e "tool-policy" (default dict $u.toolPolicy) }}{{ end }}
+{{- if hasKey $u "promoteAfterMs" }}{{ $_ := set $e "promote-after-ms" (int64 $u.promoteAfterMs) }}{{ end }}
+{{- if hasKey $u "upstreamTimeoutMs" }}{{ $_ := set $e "upstream-timeout-ms" (int64 $u.upstreamTimeoutMs) }}{{ end }}
+{{- if hasKey $u "deferAfterMs" }}{{ $_ := set $e "defer-after-ms" (int64 $u.deferAfterMs) }}{{ end }}
+{{- if hasKey $u "retryOnOwnerLoss" }}{{ $_ := set $e "retry-on-owner-loss" (default list $u.retryOnOwnerLoss) }}{{ end }}
+{{- with $u.upstreamCredential }}
+{{- $_ := set $e "upstream-credential" . }}
+{{- if eq . "static" }}
+{{- $_ := set $e "upstream-credential-file" (printf "%s/%s/credential" (include "mtg.upstreams.credentialDir" $) $name) }}
+{{- end }}
+{{- end }}
+{{- with $u.authAudience }}{{ $_ := set $e "auth-jwt-audience" . }}{{ end }}
+{{- $_ := set $out $name $e }}
+{{- end }}
+{{- $_ := set $file "upstreams" $out }}
+{{- end }}
+{{- if $file }}
+{{- toYaml $file }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when a named upstream sends a static credential (the projected volume is needed). */}}
+{{- define "mtg.upstreams.hasStatic" -}}
+{{- range $name, $u := .Values.upstreams }}
+{{- if eq (toString $u.upstreamCredential) "static" }}true{{ end }}
 {{- end }}
 {{- end }}
