@@ -36,6 +36,11 @@ struct AdminCli {
     #[arg(long, global = true)]
     json: bool,
 
+    /// The named upstream (`/mcp/NAME`) whose tasks to act on; default: the one at
+    /// `/mcp`, or the only one.
+    #[arg(long, global = true, value_name = "NAME")]
+    upstream: Option<String>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -321,6 +326,8 @@ fn task_id(text: &str) -> Result<&str, String> {
 struct Api {
     base: String,
     token: String,
+    /// `--upstream`, added to every call's query.
+    upstream: Option<String>,
     client: Client<HttpConnector, Full<Bytes>>,
 }
 
@@ -337,6 +344,7 @@ impl Api {
         Ok(Self {
             base,
             token,
+            upstream: cli.upstream.clone(),
             client: Client::builder(TokioExecutor::new()).build_http(),
         })
     }
@@ -347,7 +355,12 @@ impl Api {
         method: Method,
         path: &str,
     ) -> Result<(serde_json::Value, T), String> {
-        let url = format!("{}/admin/{path}", self.base);
+        let mut url = format!("{}/admin/{path}", self.base);
+        if let Some(upstream) = &self.upstream {
+            let query = serde_urlencoded::to_string([("upstream", upstream)]).unwrap_or_default();
+            url.push(if path.contains('?') { '&' } else { '?' });
+            url.push_str(&query);
+        }
         let request = Request::builder()
             .method(method)
             .uri(&url)
