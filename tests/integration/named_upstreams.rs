@@ -254,7 +254,7 @@ retry-on-owner-loss = ["sleep"]
             assert_eq!(&tool_names(listed.result()), tools, "{}", client.url);
             let discover = client.request("server/discover", json!({})).await;
             assert_eq!(
-                &discover.result()["serverInfo"]["name"],
+                &discover.result()["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
                 server,
                 "{}: {}",
                 client.url,
