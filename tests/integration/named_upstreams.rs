@@ -913,3 +913,174 @@ async fn the_admin_api_selects_an_upstreams_tasks() {
     on_b.wait_status(&b_sleeps, "cancelled").await;
     assert_eq!(on_a.get_task(&a_sleeps).await["status"], "working");
 }
+
+// ---------------------------------------------------------------------------------
+// Each client generation on a named path
+// ---------------------------------------------------------------------------------
+
+/// The TypeScript SDK 1.x (a 2025-11-25 session client with tasks), rmcp 3.x (a
+/// 2026-07-28 client with the extension) and the Python SDK 2.x (2026-07-28, no
+/// extension: a held call answered by MRTR retries), each at a named path, each seeing
+/// that path's upstream only.
+#[tokio::test]
+async fn each_client_generation_works_on_a_named_path() {
+    use crate::bridged_clients::python_client;
+    use crate::rmcp_client::{connect, poll_payload, start};
+    use crate::session_tasks::{line, ts_client_with};
+    use rmcp::model::{CallToolResult, TaskPayload};
+
+    let (_plain, plain_url) = start_plain_server();
+    let (_everything, everything_url) = start_everything();
+    let (_gateway, base) = start_gateway(
+        &format!("plain={plain_url}"),
+        &["--upstream", &format!("everything={everything_url}")],
+    );
+    let plain = format!("{base}/plain");
+    let everything = format!("{base}/everything");
+
+    // TypeScript SDK 1.x: plain's tools, and a task whose elicitation reaches the
+    // client on its tasks/result stream.
+    let plan = json!({"url": plain, "steps": [
+        {"do": "listTools"},
+        {"do": "callToolStream", "name": "ask_name", "task": {}},
+    ]});
+    let lines = tokio::task::spawn_blocking(move || ts_client_with(plan))
+        .await
+        .unwrap();
+    let tools = line(&lines, "tools")["tools"].as_object().unwrap();
+    assert!(
+        tools.contains_key("lookup") && !tools.contains_key("get-sum"),
+        "{tools:?}"
+    );
+    let created = &line(&lines, "taskCreated")["taskCreated"];
+    let elicited = line(&lines, "elicited");
+    assert_eq!(
+        elicited["meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        created["taskId"]
+    );
+    assert_eq!(
+        line(&lines, "result")["result"]["content"][0]["text"],
+        "Hello, Ada!"
+    );
+
+    // rmcp 3.x at the everything path: server-everything's echo as a task.
+    let client = connect(&everything).await;
+    let task_id = start(&client, "echo", json!({"message": "from rmcp"})).await;
+    let payload = poll_payload(&client, &task_id, |p| {
+        matches!(p, TaskPayload::Completed { .. })
+    })
+    .await;
+    let TaskPayload::Completed { result } = payload else {
+        unreachable!()
+    };
+    let result: CallToolResult = serde_json::from_value(Value::Object(result)).unwrap();
+    assert_eq!(
+        serde_json::to_value(&result.content).unwrap()[0]["text"],
+        "Echo: from rmcp"
+    );
+    // The same id at the plain path is unknown to rmcp too.
+    let other = connect(&plain).await;
+    assert!(
+        other
+            .get_task(rmcp::model::GetTaskParams::new(task_id.clone()))
+            .await
+            .is_err(),
+        "a task of /mcp/everything was found at /mcp/plain"
+    );
+
+    // Python SDK 2.x, no extension: an elicitation bridged with MRTR rounds, on each
+    // path with that path's tool.
+    let (plain_for_python, everything_for_python) = (plain.clone(), everything.clone());
+    let (named, elicited) = tokio::task::spawn_blocking(move || {
+        let named = python_client(
+            &plain_for_python,
+            "ask_name",
+            json!({}),
+            &["--elicit", r#"{"name": "Ada"}"#],
+        );
+        let elicited = python_client(
+            &everything_for_python,
+            "trigger-elicitation-request",
+            json!({}),
+            &["--elicit", r#"{"name": "Grace Hopper", "check": true}"#],
+        );
+        (named, elicited)
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        named["result"]["content"][0]["text"], "Hello, Ada!",
+        "{named}"
+    );
+    assert_eq!(named["asked"], json!(["elicitation/create"]));
+    assert!(
+        elicited["result"].to_string().contains("Grace Hopper"),
+        "{elicited}"
+    );
+}
+
+/// A held call's `requestState` names its path's world (on a shared Redis): retried at another path (in
+/// front of the very same server, by the same caller) it resumes nothing there, and it
+/// still resumes the call at its own path.
+#[tokio::test]
+async fn a_held_calls_request_state_is_bound_to_its_path() {
+    let redis = RedisServer::start();
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, base) = start_gateway(
+        &format!("a={upstream_url}"),
+        &[
+            "--upstream",
+            &format!("b={upstream_url}"),
+            "--request-state-key",
+            STATE_KEY,
+            "--redis",
+            &redis.url(),
+        ],
+    );
+    let asking = |name: &str| {
+        let mut client = Client::new(
+            &format!("{base}/{name}"),
+            json!({"elicitation": {"form": {}}}),
+        );
+        client.authorization = Some("Bearer alice".into());
+        client
+    };
+    let (at_a, at_b) = (asking("a"), asking("b"));
+    let asked = at_a.call_tool("ask_name", json!({})).await;
+    let asked = asked.result().clone();
+    assert_eq!(asked["resultType"], "input_required", "{asked}");
+    let answer = json!({"input-0": accept(json!({"name": "Mallory"}))});
+
+    let elsewhere = at_b
+        .retry_tool(
+            "ask_name",
+            json!({}),
+            answer.clone(),
+            &asked["requestState"],
+        )
+        .await;
+    assert!(
+        !elsewhere.body.to_string().contains("Mallory"),
+        "a's held call answered through b: {}",
+        elsewhere.body
+    );
+    // What a requestState naming a call that is not there gets.
+    assert_eq!(elsewhere.error_code(), -32602, "{}", elsewhere.body);
+    elsewhere.assert_message_mentions("the held call this requestState names is gone");
+    let stats = upstream_stats(&upstream_url).await;
+    assert!(
+        responses_received(&stats).is_empty(),
+        "b delivered an answer to a's call: {stats}"
+    );
+
+    let answer = json!({"input-0": accept(json!({"name": "Ada"}))});
+    let resumed = at_a
+        .retry_tool("ask_name", json!({}), answer, &asked["requestState"])
+        .await;
+    assert_eq!(
+        first_text(resumed.result()),
+        "Hello, Ada!",
+        "{}",
+        resumed.body
+    );
+}
