@@ -1084,3 +1084,119 @@ async fn a_held_calls_request_state_is_bound_to_its_path() {
         resumed.body
     );
 }
+
+// ---------------------------------------------------------------------------------
+// Per-entry settings, and a graceful stop
+// ---------------------------------------------------------------------------------
+
+/// What an entry sets (tool policy, upstream credential) applies at its path only, even
+/// with both names in front of one server.
+#[tokio::test]
+async fn an_entrys_settings_apply_to_its_path_only() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let scratch = Scratch::new();
+    let credential = scratch.write("credential", "Bearer service-token\n");
+    let config = scratch.write(
+        "gateway.toml",
+        &format!(
+            r#"
+[upstreams.strict]
+url = "{upstream_url}"
+tool-policy = {{ echo = "forbidden", lookup = "required" }}
+upstream-credential = "static"
+upstream-credential-file = "{credential}"
+
+[upstreams.open]
+url = "{upstream_url}"
+"#,
+            credential = credential.display()
+        ),
+    );
+    let command = gateway_command(&["--config", config.to_str().unwrap()], &[], "warn");
+    let (_gateway, base) = spawn_announcing("mcp-task-gateway", command);
+    let [strict, open] = [0, 1].map(|n| clients(&base, &["strict", "open"], "alice").remove(n));
+
+    // echo is forbidden as a task at strict only: answered inline there.
+    let inline = strict.call_tool("echo", json!({"text": "hi"})).await;
+    assert_eq!(inline.result()["resultType"], "complete", "{}", inline.body);
+    assert_eq!(first_text(inline.result()), "hi");
+    open.start_task("echo", json!({"text": "hi"})).await;
+
+    // The upstream hears strict's own credential, and open's caller's.
+    for (client, expected) in [
+        (&strict, "found k for Bearer service-token"),
+        (&open, "found k for Bearer alice"),
+    ] {
+        let task_id = client
+            .start_task("lookup", json!({"key": "k", "ms": 0}))
+            .await;
+        let done = client.wait_status(&task_id, "completed").await;
+        assert_eq!(first_text(&done["result"]), expected, "{}", client.url);
+    }
+    // lookup is required as a task at strict: a client without the extension is refused
+    // there, and served at open.
+    let plain_client = |url: &str| Client::new(url, json!({}));
+    let refused = plain_client(&strict.url)
+        .call_tool("lookup", json!({"key": "k", "ms": 0}))
+        .await;
+    assert_eq!(refused.error_code(), -32021, "{}", refused.body);
+    let served = plain_client(&open.url)
+        .call_tool("lookup", json!({"key": "k", "ms": 0}))
+        .await;
+    assert_eq!(first_text(served.result()), "found k");
+}
+
+/// SIGTERM of an instance hands each path's re-runnable tasks to the other instance,
+/// each run again against its own upstream.
+#[tokio::test]
+async fn a_graceful_stop_hands_each_paths_tasks_over_to_its_own_upstream() {
+    let redis = RedisServer::start();
+    let (_one, one_url) = start_plain_server();
+    let (_two, two_url) = start_plain_server();
+    let flags = |id: &'static str| {
+        vec![
+            "--upstream".to_owned(),
+            format!("two={two_url}"),
+            "--instance-id".into(),
+            id.into(),
+            "--redis".into(),
+            redis.url(),
+            "--lease-timeout-ms".into(),
+            LEASE_TIMEOUT_MS.to_string(),
+            "--drain-timeout-ms".into(),
+            "200".into(),
+            "--retry-on-owner-loss".into(),
+            "sleep".into(),
+            "--request-state-key".into(),
+            STATE_KEY.into(),
+        ]
+    };
+    let start = |id: &'static str| {
+        let flags = flags(id);
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        start_gateway(&format!("one={one_url}"), &flags)
+    };
+    let (mut a, a_url) = start("gw-a");
+    let (_b, b_url) = start("gw-b");
+    let on_a = clients(&a_url, &["one", "two"], "alice");
+    let on_b = clients(&b_url, &["one", "two"], "alice");
+    let one = on_a[0].start_task("sleep", json!({"ms": 3000})).await;
+    let two = on_a[1].start_task("sleep", json!({"ms": 3000})).await;
+    eventually("both calls to reach their upstreams", || async {
+        let one = upstream_stats(&one_url).await;
+        let two = upstream_stats(&two_url).await;
+        (one["callsInFlight"] == 1 && two["callsInFlight"] == 1).then_some(())
+    })
+    .await;
+    sigterm(&a);
+    wait_exit(&mut a);
+    for (client, task_id) in [(&on_b[0], &one), (&on_b[1], &two)] {
+        let done = wait_terminal(client, task_id).await;
+        assert_eq!(done["status"], "completed", "{done}");
+        assert_eq!(first_text(&done["result"]), "slept 3000 ms");
+        assert_eq!(owner_of(&redis, task_id), "gw-b");
+    }
+    // Each upstream ran its own call twice (A's, cut short, and B's), nothing more.
+    assert_eq!(upstream_stats(&one_url).await["callsStarted"], 2);
+    assert_eq!(upstream_stats(&two_url).await["callsStarted"], 2);
+}
