@@ -1200,3 +1200,62 @@ async fn a_graceful_stop_hands_each_paths_tasks_over_to_its_own_upstream() {
     assert_eq!(upstream_stats(&one_url).await["callsStarted"], 2);
     assert_eq!(upstream_stats(&two_url).await["callsStarted"], 2);
 }
+
+/// A `subscriptions/listen` stream hears its own path's tasks only: a task id of another
+/// path, named by the same caller, is never reported, while that path's own listener
+/// hears it.
+#[tokio::test]
+async fn a_listen_stream_hears_only_its_paths_tasks() {
+    let redis = RedisServer::start();
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, base) = start_gateway(
+        &format!("a={upstream_url}"),
+        &[
+            "--upstream",
+            &format!("b={upstream_url}"),
+            "--redis",
+            &redis.url(),
+        ],
+    );
+    let [at_a, at_b] = [0, 1].map(|n| clients(&base, &["a", "b"], "alice").remove(n));
+    let a_task = at_a.start_task("sleep", json!({"ms": 300})).await;
+    let b_task = at_b.start_task("sleep", json!({"ms": 1500})).await;
+    let ids = json!({"taskIds": [a_task, b_task]});
+    let mut on_a = at_a
+        .listen(1, ids.clone())
+        .await
+        .unwrap_or_else(|reply| panic!("listen refused at a: {}", reply.body));
+    let mut on_b = at_b
+        .listen(2, ids)
+        .await
+        .unwrap_or_else(|reply| panic!("listen refused at b: {}", reply.body));
+
+    /// The task notifications of a stream until `last` is reported completed.
+    async fn until_completed(stream: &mut mrtr::SseMessages, last: &str) -> Vec<Value> {
+        let mut heard = Vec::new();
+        loop {
+            let message = stream.next().await.expect("the stream to go on");
+            if message["method"] != "notifications/tasks" {
+                continue;
+            }
+            let done =
+                message["params"]["taskId"] == last && message["params"]["status"] == "completed";
+            heard.push(message["params"].clone());
+            if done {
+                return heard;
+            }
+        }
+    }
+    let heard_at_a = until_completed(&mut on_a, &a_task).await;
+    assert!(
+        heard_at_a.iter().all(|task| task["taskId"] == a_task),
+        "a's stream reported b's task: {heard_at_a:?}"
+    );
+    // a's task ended before b's: b's stream, read to b's task's end, had its chance.
+    at_a.wait_status(&a_task, "completed").await;
+    let heard_at_b = until_completed(&mut on_b, &b_task).await;
+    assert!(
+        heard_at_b.iter().all(|task| task["taskId"] == b_task),
+        "b's stream reported a's task: {heard_at_b:?}"
+    );
+}
