@@ -906,6 +906,41 @@ async fn the_admin_api_selects_an_upstreams_tasks() {
     let (status, _) = get("instances".into()).await;
     assert_eq!(status, 400);
 
+    // The CLI picks the upstream the same way (`--upstream`, before or after the
+    // subcommand), and says what to do without it.
+    let cli = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_mcp-task-gateway"))
+            .arg("admin")
+            .args(["--url", &format!("http://{listen}")])
+            .args(["--token-file", token_file.to_str().unwrap()])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for (args, expected) in [
+        (
+            &["--upstream", "a", "--json", "tasks", "list"][..],
+            vec![a_sleeps.clone()],
+        ),
+        (&["--json", "tasks", "list", "--upstream", "b"][..], b_tasks),
+    ] {
+        let output = cli(args);
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let page: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(listed_ids(&page), expected, "{args:?}: {page}");
+    }
+    let output = cli(&["--json", "tasks", "list"]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("400") && stderr.contains("a, b"),
+        "{stderr}"
+    );
+
     // A cancel through the right upstream reaches the caller's task.
     let url = format!("{admin}/tasks/{b_sleeps}/cancel?upstream=b");
     let (status, body) = crate::common::admin::request("POST", &url, ADMIN_TOKEN).await;
