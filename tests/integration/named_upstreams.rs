@@ -1294,3 +1294,42 @@ async fn a_listen_stream_hears_only_its_paths_tasks() {
         "b's stream reported a's task: {heard_at_b:?}"
     );
 }
+
+/// A session the gateway serves itself (a stdio upstream has none of its own) belongs
+/// to its path: its id is unknown at another stdio path, and still good at its own.
+#[tokio::test]
+async fn a_gateway_served_session_belongs_to_its_path() {
+    let scratch = Scratch::new();
+    let everything = crate::common::stdio::everything_cmd().replace('"', "\\\"");
+    let config = scratch.write(
+        "gateway.toml",
+        &format!(
+            "[upstreams.x]\ncmd = \"{everything}\"\npool = 1\n\
+             [upstreams.y]\ncmd = \"{everything}\"\npool = 1\n"
+        ),
+    );
+    let command = gateway_command(&["--config", config.to_str().unwrap()], &[], "warn");
+    let (_gateway, base) = spawn_announcing("mcp-task-gateway", command);
+    let mut at_x = SessionClient::new(&format!("{base}/x"));
+    let initialized = at_x.initialize("2025-11-25", json!({})).await;
+    assert!(initialized["serverInfo"].is_object(), "{initialized}");
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+
+    let mut at_y = at_x.clone();
+    at_y.url = format!("{base}/y");
+    let refused = at_y.post(list.clone()).await;
+    assert_eq!(refused.status(), 404);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], -32600, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Session not found"),
+        "{body}"
+    );
+
+    let listed = read_messages(at_x.post(list).await).await;
+    let listed = listed.iter().find(|m| m["id"] == 1).expect("an answer");
+    assert!(tool_names(&listed["result"]).contains("echo"), "{listed}");
+}
