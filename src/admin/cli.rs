@@ -36,9 +36,9 @@ struct AdminCli {
     #[arg(long, global = true)]
     json: bool,
 
-    /// The named upstream (`/mcp/NAME`) whose tasks to act on; default: the one at
-    /// `/mcp`, or the only one.
-    #[arg(long, global = true, value_name = "NAME")]
+    /// The named upstream (`/mcp/NAME`) whose tasks and instances to see. Needed when
+    /// the gateway serves several and none at `/mcp`.
+    #[arg(long, env = "MTG_ADMIN_UPSTREAM", global = true)]
     upstream: Option<String>,
 
     #[command(subcommand)]
@@ -326,7 +326,7 @@ fn task_id(text: &str) -> Result<&str, String> {
 struct Api {
     base: String,
     token: String,
-    /// `--upstream`, added to every call's query.
+    /// `upstream=NAME`, added to every call's query.
     upstream: Option<String>,
     client: Client<HttpConnector, Full<Bytes>>,
 }
@@ -341,10 +341,16 @@ impl Api {
             .map_err(|e| format!("cannot read {}: {e}", cli.token_file.display()))?
             .trim()
             .to_owned();
+        let upstream = cli
+            .upstream
+            .as_deref()
+            .map(|name| serde_urlencoded::to_string([("upstream", name)]))
+            .transpose()
+            .map_err(|e| e.to_string())?;
         Ok(Self {
             base,
             token,
-            upstream: cli.upstream.clone(),
+            upstream,
             client: Client::builder(TokioExecutor::new()).build_http(),
         })
     }
@@ -355,12 +361,13 @@ impl Api {
         method: Method,
         path: &str,
     ) -> Result<(serde_json::Value, T), String> {
-        let mut url = format!("{}/admin/{path}", self.base);
-        if let Some(upstream) = &self.upstream {
-            let query = serde_urlencoded::to_string([("upstream", upstream)]).unwrap_or_default();
-            url.push(if path.contains('?') { '&' } else { '?' });
-            url.push_str(&query);
-        }
+        let url = match &self.upstream {
+            None => format!("{}/admin/{path}", self.base),
+            Some(upstream) => {
+                let join = if path.contains('?') { '&' } else { '?' };
+                format!("{}/admin/{path}{join}{upstream}", self.base)
+            }
+        };
         let request = Request::builder()
             .method(method)
             .uri(&url)

@@ -13,19 +13,19 @@ use ring::rand::SystemRandom;
 use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, Ed25519KeyPair, KeyPair};
 use serde_json::{Value, json};
 
-const ISSUER: &str = "https://issuer.test";
+pub(crate) const ISSUER: &str = "https://issuer.test";
 const AUDIENCE: &str = "https://gateway.test/mcp";
 
 /// A signing key of the test's issuer, and its public JWK.
-struct SigningKey {
+pub(crate) struct SigningKey {
     kid: String,
     alg: Algorithm,
     encoding: EncodingKey,
-    jwk: Value,
+    pub(crate) jwk: Value,
 }
 
 impl SigningKey {
-    fn es256(kid: &str) -> Self {
+    pub(crate) fn es256(kid: &str) -> Self {
         let rng = SystemRandom::new();
         let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
         let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng)
@@ -60,14 +60,14 @@ impl SigningKey {
         }
     }
 
-    fn sign(&self, claims: &Value) -> String {
+    pub(crate) fn sign(&self, claims: &Value) -> String {
         let mut header = Header::new(self.alg);
         header.kid = Some(self.kid.clone());
         jsonwebtoken::encode(&header, claims, &self.encoding).unwrap()
     }
 }
 
-fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -81,14 +81,14 @@ fn claims(sub: &str) -> Value {
 }
 
 /// The issuer's JWKS endpoint: serves whatever keys the test puts in, counts fetches.
-struct Issuer {
+pub(crate) struct Issuer {
     keys: Arc<Mutex<Vec<Value>>>,
     fetches: Arc<Mutex<u32>>,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Issuer {
-    async fn start(keys: Vec<Value>) -> Self {
+    pub(crate) async fn start(keys: Vec<Value>) -> Self {
         let keys = Arc::new(Mutex::new(keys));
         let fetches = Arc::new(Mutex::new(0));
         let (served, counted) = (keys.clone(), fetches.clone());
