@@ -7,6 +7,7 @@ pub mod deferred;
 pub mod passthrough;
 pub mod served;
 pub mod tasks;
+pub mod watched;
 
 use http::Response;
 use http::StatusCode;
@@ -49,6 +50,25 @@ pub async fn serve(
                     gateway, pinned, url, parts, id, params, declared,
                 )
                 .await;
+            }
+            if parts.method == http::Method::POST
+                && watched::may_watch(gateway, &body)
+                && let Ok(message) = Message::parse(&body)
+            {
+                let session = tasks::marked::plain_session(gateway, &parts);
+                match watched::route(gateway, &session, &message).await {
+                    watched::Route::Answer(response) => return response,
+                    watched::Route::Watch(watch) => {
+                        return watched::call(gateway, url, parts, body, session, *watch).await;
+                    }
+                    watched::Route::ListTools(id) => {
+                        let listed = watched::listed(gateway, &session).await;
+                        let response =
+                            passthrough::forward(&gateway.client, pinned, url, parts, body).await;
+                        return tasks::marked::list_tools(response, &id, None, listed).await;
+                    }
+                    watched::Route::PassOn => {}
+                }
             }
             passthrough::forward(&gateway.client, pinned, url, parts, body).await
         }

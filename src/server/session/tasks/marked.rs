@@ -18,6 +18,7 @@ use super::{Handled, TaskSession};
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};
 use crate::server::session::passthrough::forward;
+use crate::server::session::watched::{self, Route};
 use crate::upstream::SessionRef;
 use crate::upstream::pinned::PinnedConn;
 use mtg_protocol::headers::MCP_PROTOCOL_VERSION;
@@ -134,19 +135,51 @@ pub async fn serve(
     if let Handled::Reply(response) = super::handle(gateway, &session, &message).await {
         return response;
     }
-    let response = remarked(
-        forward(&gateway.client, pinned, url, parts, body).await,
-        marked.modes,
-    );
+    let route = match gateway.deferrals.after().is_some() || gateway.progress_keepalive.is_some() {
+        true => watched::route(gateway, &session, &message).await,
+        false => Route::PassOn,
+    };
+    let response = match route {
+        Route::Answer(response) => return response,
+        Route::Watch(watch) => {
+            let session = session.clone();
+            watched::call(gateway, url, parts, body, session, *watch).await
+        }
+        Route::ListTools(_) | Route::PassOn => {
+            forward(&gateway.client, pinned, url, parts, body).await
+        }
+    };
+    let response = remarked(response, marked.modes);
     match message {
         Message::Request { id, method, .. } if method == method::TOOLS_LIST => {
-            rewrite_result(response, &id, |result| {
-                negotiate::annotate_tools(result, &gateway.policies);
-            })
-            .await
+            let listed = watched::listed(gateway, &session).await;
+            list_tools(response, &id, Some(&gateway.policies), listed).await
         }
         _ => response,
     }
+}
+
+/// The upstream's `tools/list` answer with each tool's task support (a session that
+/// declared tasks) and, with deferral on, the gateway's two tools and the output
+/// schemas that admit a deferred result.
+pub async fn list_tools(
+    response: Response<Body>,
+    id: &Value,
+    policies: Option<&crate::tasks::policy::Policies>,
+    listed: Option<(u64, mtg_protocol::wire::deferred::ToolNames)>,
+) -> Response<Body> {
+    if policies.is_none() && listed.is_none() {
+        return response;
+    }
+    rewrite_result(response, id, |result| {
+        if let Some(policies) = policies {
+            negotiate::annotate_tools(result, policies);
+        }
+        if let Some((max_wait, names)) = &listed {
+            mtg_protocol::wire::deferred::advertise(result, names, *max_wait);
+        }
+    })
+    .await
 }
 
 /// A request of an unmarked session (it did not declare `capabilities.tasks`) that is
@@ -169,6 +202,14 @@ pub async fn serve_undeclared(
         Handled::Reply(response) => Some(response),
         Handled::PassOn => None,
     }
+}
+
+/// An unmarked pass-through session (it did not declare tasks) as the task handlers
+/// see it: the client's session id is the upstream's own.
+pub fn plain_session(gateway: &Gateway, parts: &Parts) -> TaskSession {
+    let id = parts.headers.get(MCP_SESSION_ID);
+    let client_id = id.and_then(|id| id.to_str().ok()).unwrap_or_default();
+    task_session(gateway, parts, client_id.to_owned(), id.cloned(), false)
 }
 
 /// A pass-through session as the task handlers see it: its calls run in the client's
