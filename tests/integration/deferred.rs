@@ -706,6 +706,16 @@ mod pass_through {
         assert!(started.elapsed() >= Duration::from_secs(90), "{lines:#?}");
     }
 
+    #[test]
+    fn without_deferral_the_same_client_gives_up_on_a_90_s_tool_through_a_pass_through_session() {
+        let (_upstream, upstream_url) = start_plain_server();
+        let (_gateway, url) = start_gateway(&upstream_url, &[]);
+        let lines = ts_client_with(json!({"url": url, "noTasks": true, "steps": [
+            {"do": "callTool", "name": "sleep", "arguments": {"ms": 90000, "steps": 0}},
+        ]}));
+        assert_eq!(line(&lines, "error")["error"]["code"], -32001, "{lines:#?}");
+    }
+
     /// The raw bodies of a session's quick calls: an `echo`, and a `sleep` that reports
     /// progress under the client's token.
     async fn quick_bodies(url: &str) -> Vec<String> {
@@ -717,6 +727,17 @@ mod pass_through {
                    "_meta": {"progressToken": "p-7"}}),
         ];
         let mut bodies = Vec::new();
+        let list = json!({"jsonrpc": "2.0", "id": 0, "method": "tools/list", "params": {}});
+        let listed = read_messages(client.post(list).await).await;
+        let tools = listed[0]["result"]["tools"]
+            .as_array()
+            .expect("tools")
+            .clone();
+        let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+        bodies.push(format!(
+            "get_task_result listed: {}",
+            names.contains(&"get_task_result")
+        ));
         for (n, params) in calls.into_iter().enumerate() {
             let body =
                 json!({"jsonrpc": "2.0", "id": n + 1, "method": "tools/call", "params": params});
@@ -732,8 +753,11 @@ mod pass_through {
         let (_watching, url) = start_gateway(&upstream_url, &["--defer-after-ms", "5000"]);
         let flags = ["--progress-keepalive-ms", "0"];
         let (_plain, plain_url) = start_gateway(&upstream_url, &flags);
-        let watched = quick_bodies(&url).await;
-        let plain = quick_bodies(&plain_url).await;
+        let mut watched = quick_bodies(&url).await;
+        let mut plain = quick_bodies(&plain_url).await;
+        // Only with the flag does tools/list name the gateway's tools.
+        assert_eq!(watched.remove(0), "get_task_result listed: true");
+        assert_eq!(plain.remove(0), "get_task_result listed: false");
         assert_eq!(watched, plain);
         assert!(
             watched[0].contains(r#""echo":{"text":"hi"}"#),
@@ -812,6 +836,71 @@ mod pass_through {
             (cancels_heard(&stats) == 1 && stats["callsInFlight"] == 0).then_some(())
         })
         .await;
+    }
+
+    /// A session that declared `capabilities.tasks` (its id marked by the gateway) and
+    /// calls a tool without `params.task`: deferred the same way; `tools/list` keeps
+    /// each tool's task support and gains the gateway's tools; the deferral and the
+    /// tool calls are counted.
+    #[tokio::test]
+    async fn a_session_that_declared_tasks_gets_a_deferred_result_for_a_plain_call() {
+        let (_upstream, upstream_url) = start_plain_server();
+        let metrics_port = free_port();
+        let listen = format!("127.0.0.1:{metrics_port}");
+        let flags = ["--defer-after-ms", "500", "--metrics-listen", &listen];
+        let (_gateway, url) = start_gateway(&upstream_url, &flags);
+        let mut session = SessionClient::new(&url);
+        session
+            .initialize("2025-11-25", json!({"tasks": {"list": {}, "cancel": {}}}))
+            .await;
+        assert!(
+            session
+                .session
+                .as_deref()
+                .is_some_and(|id| id.starts_with("mtg-t.")),
+            "{:?}",
+            session.session
+        );
+        let request = |id: u64, method: &str, params: Value| {
+            let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+            let session = session.clone();
+            async move {
+                let messages = read_messages(session.post(body).await).await;
+                let answer = messages
+                    .into_iter()
+                    .find(|m| m["id"] == id)
+                    .expect("an answer");
+                answer["result"].clone()
+            }
+        };
+        let listed = request(1, "tools/list", json!({})).await;
+        let tools = listed["tools"].as_array().expect("tools");
+        let sleep = tools.iter().find(|t| t["name"] == "sleep").expect("sleep");
+        assert_eq!(sleep["execution"]["taskSupport"], "optional", "{sleep}");
+        assert!(
+            tools.iter().any(|t| t["name"] == "get_task_result"),
+            "{listed}"
+        );
+
+        let call = json!({"name": "sleep", "arguments": {"ms": 2000, "steps": 0}});
+        let first = request(2, "tools/call", call).await;
+        let task_id = deferred_task(&first);
+        let mut id = 3;
+        let result = loop {
+            let fetch = json!({"name": "get_task_result", "arguments": {"taskId": task_id}});
+            let result = request(id, "tools/call", fetch).await;
+            id += 1;
+            if !is_deferred(&result) {
+                break result;
+            }
+        };
+        assert_eq!(first_text(&result), "slept 2000 ms", "{result}");
+        let metrics = scrape_metrics(metrics_port).await;
+        assert_eq!(
+            metric_sample(&metrics, "mtg_deferred_calls_total"),
+            Some(1.0),
+            "{metrics}"
+        );
     }
 
     fn tokio_block_on<F: std::future::Future>(future: F) -> F::Output {
