@@ -18,7 +18,6 @@ use super::{Handled, TaskSession};
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};
 use crate::server::session::passthrough::forward;
-use crate::server::session::watched::{self, Route};
 use crate::upstream::SessionRef;
 use crate::upstream::pinned::PinnedConn;
 use mtg_protocol::headers::MCP_PROTOCOL_VERSION;
@@ -92,6 +91,47 @@ pub async fn initialize(
     .await
 }
 
+/// What [`serve`] did with a request of a marked session.
+pub enum Served {
+    Answered(Response<Body>),
+    /// A POST the task handlers did not take: the caller sends it upstream (under the
+    /// upstream's session id, already in `parts`) and gives the answer to
+    /// [`MarkedCall::answer`].
+    PassedOn(Box<PassedOn>),
+}
+
+pub struct PassedOn {
+    pub parts: Parts,
+    pub body: Bytes,
+    pub call: MarkedCall,
+}
+
+/// A marked session's message on its way upstream.
+pub struct MarkedCall {
+    pub message: Message,
+    pub session: TaskSession,
+    modes: bool,
+}
+
+impl MarkedCall {
+    /// The upstream's answer as the client gets it: the session id marked again, and
+    /// `tools/list` annotated (with `listed`, the gateway's tools added).
+    pub async fn answer(
+        self,
+        gateway: &Gateway,
+        response: Response<Body>,
+        listed: Option<(u64, mtg_protocol::wire::deferred::ToolNames)>,
+    ) -> Response<Body> {
+        let response = remarked(response, self.modes);
+        match self.message {
+            Message::Request { id, method, .. } if method == method::TOOLS_LIST => {
+                list_tools(response, &id, Some(&gateway.policies), listed).await
+            }
+            _ => response,
+        }
+    }
+}
+
 /// Any request of a marked session: the gateway's own methods are answered here; the
 /// rest goes to the upstream under the upstream's session id.
 pub async fn serve(
@@ -101,7 +141,7 @@ pub async fn serve(
     mut parts: Parts,
     body: Bytes,
     marked: Marked,
-) -> Response<Body> {
+) -> Served {
     match &marked.upstream {
         Some(id) => parts.headers.insert(MCP_SESSION_ID, id.clone()),
         None => parts.headers.remove(MCP_SESSION_ID),
@@ -115,15 +155,20 @@ pub async fn serve(
             push::discard(upstream).await;
             None
         };
-        return push::stream(gateway.tasks.clone(), marked.client_id, principal, upstream);
+        return Served::Answered(push::stream(
+            gateway.tasks.clone(),
+            marked.client_id,
+            principal,
+            upstream,
+        ));
     }
     if parts.method != Method::POST {
         let response = forward(&gateway.client, pinned, url, parts, body).await;
-        return remarked(response, marked.modes);
+        return Served::Answered(remarked(response, marked.modes));
     }
     let message = match Message::parse(&body) {
         Ok(message) => message,
-        Err(e) => return reply::error(None, &e.to_error_object()),
+        Err(e) => return Served::Answered(reply::error(None, &e.to_error_object())),
     };
     let session = task_session(
         gateway,
@@ -133,30 +178,14 @@ pub async fn serve(
         marked.modes,
     );
     if let Handled::Reply(response) = super::handle(gateway, &session, &message).await {
-        return response;
+        return Served::Answered(response);
     }
-    let route = match gateway.deferrals.after().is_some() || gateway.progress_keepalive.is_some() {
-        true => watched::route(gateway, &session, &message).await,
-        false => Route::PassOn,
+    let call = MarkedCall {
+        message,
+        session,
+        modes: marked.modes,
     };
-    let response = match route {
-        Route::Answer(response) => return response,
-        Route::Watch(watch) => {
-            let session = session.clone();
-            watched::call(gateway, url, parts, body, session, *watch).await
-        }
-        Route::ListTools(_) | Route::PassOn => {
-            forward(&gateway.client, pinned, url, parts, body).await
-        }
-    };
-    let response = remarked(response, marked.modes);
-    match message {
-        Message::Request { id, method, .. } if method == method::TOOLS_LIST => {
-            let listed = watched::listed(gateway, &session).await;
-            list_tools(response, &id, Some(&gateway.policies), listed).await
-        }
-        _ => response,
-    }
+    Served::PassedOn(Box::new(PassedOn { parts, body, call }))
 }
 
 /// The upstream's `tools/list` answer with each tool's task support (a session that
