@@ -216,7 +216,8 @@ impl TaskService {
         call: ToolCall,
         exchange: Box<dyn crate::upstream::Exchange>,
     ) -> Result<Arc<TaskRecord>, ErrorObject> {
-        let record = self.new_record(&call);
+        let mut record = self.new_record(&call);
+        record.resume = takeover::resume_of(&self.settings.state_keys, &call, &record.task_id);
         let task_id = record.task_id.clone();
         let seed = Arc::new(record.clone());
         if let Some(link) = &call.session {
