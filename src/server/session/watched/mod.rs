@@ -10,6 +10,8 @@
 //! (`TaskService::start_adopted`, the upstream's `adopt`): its runner reads on and
 //! records, as for any task of the session. The watching itself is `watcher.rs`.
 
+mod answer;
+mod client;
 mod events;
 mod watcher;
 
@@ -17,7 +19,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{Method, Response, Uri, Version, header};
+use http::{Response, Uri, Version, header};
 use serde_json::Value;
 
 use super::deferred;
@@ -126,7 +128,6 @@ pub async fn call(
     session: TaskSession,
     watch: Watch,
 ) -> Response<Body> {
-    debug_assert_eq!(parts.method, Method::POST);
     let accepts_sse = parts
         .headers
         .get_all(header::ACCEPT)

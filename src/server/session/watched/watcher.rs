@@ -2,21 +2,20 @@
 //! client leaving (which cancels it upstream). It runs as a tokio task of its own, so
 //! that the upstream's answer can outlive the client's request.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Response, StatusCode, header};
-use http_body_util::combinators::Collect;
-use http_body_util::{BodyExt, StreamBody};
-use hyper::body::{Frame, Incoming};
+use http_body_util::BodyExt;
 use hyper_util::client::legacy::ResponseFuture;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::Watch;
+use super::answer::{Answer, Step};
+use super::client::{BACKLOG, Client, channel_body};
 use super::events::{Events, message_of};
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};
@@ -28,12 +27,9 @@ use crate::tasks::deferral::{Deferrals, deferred_of};
 use crate::telemetry;
 use crate::upstream::http::{describe_client_error, remove_hop_by_hop};
 use crate::upstream::stream::PendingHead;
-use crate::upstream::{CallStream, Caller, Upstream, UpstreamError};
+use crate::upstream::{Caller, Upstream, UpstreamError};
 use mtg_protocol::jsonrpc::{self, ErrorObject};
 use mtg_protocol::names::method;
-
-/// Room for events the client has not read yet.
-const BACKLOG: usize = 64;
 
 pub struct Watcher {
     tasks: Arc<TaskService>,
@@ -51,83 +47,6 @@ pub struct Watcher {
     accepts_sse: bool,
     /// The upstream's answer to the call has passed: nothing to defer or cancel.
     finished: bool,
-}
-
-/// The upstream's side of the call.
-enum Answer {
-    /// The response head has not come.
-    Waiting(PendingHead),
-    /// An SSE stream, cut into events.
-    Sse {
-        body: Incoming,
-        events: Events,
-    },
-    /// Any other body, read whole: one JSON message, or an error the client gets as it
-    /// came.
-    Whole {
-        head: http::response::Parts,
-        body: Collect<Incoming>,
-    },
-    Ended,
-}
-
-/// The client's side.
-enum Client {
-    /// Nothing sent yet.
-    Unanswered(oneshot::Sender<Response<Body>>),
-    /// A stream of events: the upstream's SSE, or the gateway's own.
-    Streaming(mpsc::Sender<Bytes>),
-}
-
-impl Client {
-    /// Resolves when the client went away.
-    async fn gone(&mut self) {
-        match self {
-            Client::Unanswered(answer) => answer.closed().await,
-            Client::Streaming(events) => events.closed().await,
-        }
-    }
-
-    /// The client's last message: a JSON body, or the last event of its stream.
-    async fn finish(self, message: Vec<u8>) {
-        match self {
-            Client::Unanswered(answer) => {
-                let _ = answer.send(reply::json(StatusCode::OK, message));
-            }
-            Client::Streaming(events) => {
-                let _ = events.send(sse_event(&message)).await;
-            }
-        }
-    }
-}
-
-/// What the upstream did next.
-enum Step {
-    Head(Result<hyper::Response<Incoming>, UpstreamError>),
-    Frame(Option<Result<Frame<Bytes>, hyper::Error>>),
-    Whole(Result<Bytes, hyper::Error>),
-}
-
-impl Answer {
-    /// Cancel-safe: each state keeps what it read.
-    async fn step(&mut self) -> Step {
-        match self {
-            Answer::Waiting(head) => Step::Head(head.await),
-            Answer::Sse { body, .. } => Step::Frame(body.frame().await),
-            Answer::Whole { body, .. } => Step::Whole((&mut *body).await.map(|c| c.to_bytes())),
-            Answer::Ended => std::future::pending().await,
-        }
-    }
-
-    /// What is left to read, for a task's runner.
-    fn into_stream(self) -> Option<CallStream> {
-        match self {
-            Answer::Waiting(head) => Some(CallStream::pending(head)),
-            Answer::Sse { body, events } => Some(CallStream::resumed(events.rest(), body)),
-            Answer::Whole { body, .. } => Some(CallStream::Json(Some(body))),
-            Answer::Ended => None,
-        }
-    }
 }
 
 /// Whether to go on watching.
@@ -460,17 +379,6 @@ async fn at(when: Option<Instant>) {
         Some(when) => tokio::time::sleep_until(when).await,
         None => std::future::pending().await,
     }
-}
-
-fn channel_body(mut events: mpsc::Receiver<Bytes>) -> Body {
-    let frames = futures_util::stream::poll_fn(move |cx| {
-        events
-            .poll_recv(cx)
-            .map(|event| event.map(|bytes| Ok::<_, Infallible>(Frame::data(bytes))))
-    });
-    StreamBody::new(frames)
-        .map_err(|never| match never {})
-        .boxed()
 }
 
 fn bad_gateway(error: &ErrorObject) -> Response<Body> {
