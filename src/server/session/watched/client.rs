@@ -20,6 +20,8 @@ pub enum Client {
     Unanswered(oneshot::Sender<Response<Body>>),
     /// A stream of events: the upstream's SSE, or the gateway's own.
     Streaming(mpsc::Sender<Bytes>),
+    /// Answered in full.
+    Done,
 }
 
 impl Client {
@@ -28,6 +30,7 @@ impl Client {
         match self {
             Client::Unanswered(answer) => answer.closed().await,
             Client::Streaming(events) => events.closed().await,
+            Client::Done => std::future::pending().await,
         }
     }
 
@@ -40,6 +43,7 @@ impl Client {
             Client::Streaming(events) => {
                 let _ = events.send(sse_event(&message)).await;
             }
+            Client::Done => {}
         }
     }
 }

@@ -130,7 +130,7 @@ impl Watcher {
         match client {
             Client::Streaming(_) => Some(keepalive.due()),
             Client::Unanswered(_) if self.accepts_sse => Some(keepalive.due()),
-            Client::Unanswered(_) => None,
+            Client::Unanswered(_) | Client::Done => None,
         }
     }
 
@@ -235,7 +235,7 @@ impl Watcher {
                         return Flow::Done;
                     }
                 };
-                match std::mem::replace(client, Client::Unanswered(oneshot::channel().0)) {
+                match std::mem::replace(client, Client::Done) {
                     // As it came, to the byte.
                     Client::Unanswered(answer) => {
                         let _ = answer.send(Response::from_parts(head, reply::full(bytes)));
@@ -253,6 +253,7 @@ impl Watcher {
                         };
                         let _ = out.send(sse_event(&message)).await;
                     }
+                    Client::Done => {}
                 }
                 Flow::Done
             }
@@ -293,7 +294,7 @@ impl Watcher {
 
     /// The client's answer before the upstream's end: an error.
     async fn fail(&self, client: &mut Client, error: &ErrorObject) {
-        match std::mem::replace(client, Client::Unanswered(oneshot::channel().0)) {
+        match std::mem::replace(client, Client::Done) {
             Client::Unanswered(answer) => {
                 let _ = answer.send(bad_gateway(error));
             }
@@ -301,6 +302,7 @@ impl Watcher {
                 let body = jsonrpc::error_body(Some(&self.id), error);
                 let _ = out.send(sse_event(&body)).await;
             }
+            Client::Done => {}
         }
     }
 
