@@ -208,6 +208,49 @@ impl TaskService {
         self.start_task_within(call, defer_after).await
     }
 
+    /// A running slot for a task of `principal`, for [`Self::start_adopted`]: taken
+    /// before the call is handed over, so that a refusal leaves the call where it was.
+    pub fn reserve(&self, principal: &str) -> Result<Reservation, ErrorObject> {
+        Ok(Reservation(self.running_limit.reserve(principal)?))
+    }
+
+    /// Makes a call already open upstream a task (a pass-through client's call past
+    /// `--defer-after-ms`): the runner carries `exchange` on from where its caller
+    /// stopped reading. Returns once the task is stored; if it cannot be, the exchange
+    /// is dropped, which cancels the call upstream.
+    pub async fn start_adopted(
+        self: &Arc<Self>,
+        reservation: Reservation,
+        call: ToolCall,
+        exchange: Box<dyn crate::upstream::Exchange>,
+    ) -> Result<Arc<TaskRecord>, ErrorObject> {
+        let mut record = self.new_record(&call);
+        record.resume = takeover::resume_of(&self.settings.state_keys, &call, &record.task_id);
+        let task_id = record.task_id.clone();
+        let seed = Arc::new(record.clone());
+        if let Some(link) = &call.session {
+            self.watchers.expect_session(&link.client_session);
+        }
+        let held = start::Held {
+            exchange,
+            pending: Default::default(),
+            later: Vec::new(),
+            input_wait: None,
+        };
+        let mut launched = self.spawn_runner(
+            &task_id,
+            call,
+            start::Start::New(Some(held)),
+            reservation.0,
+            Some(ToStore {
+                record,
+                stored: telemetry::task_created,
+            }),
+        );
+        launched.stored().await?;
+        Ok(seed)
+    }
+
     async fn start_task_within(
         self: &Arc<Self>,
         call: ToolCall,
@@ -528,6 +571,9 @@ impl TaskService {
         }
     }
 }
+
+/// A running slot taken for a task not yet made ([`TaskService::reserve`]).
+pub struct Reservation(Option<limits::RunningSlot>);
 
 /// A new task's record, stored by its runner before the call starts.
 struct ToStore {

@@ -117,7 +117,7 @@ async fn drive(
             )
         }
     };
-    let input_wait = held.as_ref().map(|h| h.input_wait);
+    let input_wait = held.as_ref().and_then(|h| h.input_wait);
     let mut trip = TaskTrip {
         service,
         task_id,

@@ -9,15 +9,17 @@ use super::upstream_mrtr;
 use crate::upstream::{Exchange, UpstreamEvent};
 
 /// A call already open upstream that a task takes over: a bridged call held for a
-/// 2026-07-28 client's answers (`mrtr_bridge`).
+/// 2026-07-28 client's answers (`mrtr_bridge`), or a pass-through client's call past
+/// `--defer-after-ms` ([`super::TaskService::start_adopted`]).
 pub(super) struct Held {
     pub exchange: Box<dyn Exchange>,
     /// The upstream's requests already shown to the client, by key.
     pub pending: HashMap<String, Value>,
     /// What the upstream sent after them and nobody has read yet.
     pub later: Vec<UpstreamEvent>,
-    /// How long the client may take to answer before the call is cancelled.
-    pub input_wait: std::time::Duration,
+    /// How long the client may take to answer before the call is cancelled; `None`:
+    /// as long as the task lives (a deferred pass-through call's client answers later).
+    pub input_wait: Option<std::time::Duration>,
 }
 
 /// Where a runner starts the task's call.

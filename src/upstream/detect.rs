@@ -13,7 +13,9 @@ use serde_json::{Map, Value};
 use tokio::sync::OnceCell;
 
 use super::stateless_http::{StatelessHttpExchange, StatelessHttpUpstream, post};
-use super::{Caller, Opened, SessionHttpUpstream, Upstream, UpstreamError};
+use super::{
+    CallStream, Caller, Exchange, Opened, SessionHttpUpstream, SessionRef, Upstream, UpstreamError,
+};
 use crate::http_client::HttpClient;
 use mtg_protocol::jsonrpc::{self, ErrorObject, code};
 use mtg_protocol::meta;
@@ -188,6 +190,16 @@ impl Upstream for AutoUpstream {
             Some(chosen) => chosen.passthrough_url(),
             None => Some(&self.url),
         }
+    }
+
+    fn adopt(
+        &self,
+        session: &SessionRef,
+        auth: Option<&HeaderValue>,
+        id: Value,
+        stream: CallStream,
+    ) -> Option<Box<dyn Exchange>> {
+        self.chosen.get()?.adopt(session, auth, id, stream)
     }
 
     async fn session_passthrough(

@@ -115,6 +115,20 @@ pub trait Upstream: Send + Sync + 'static {
     /// Where 2025-xx session clients are passed through to, for HTTP upstreams.
     fn passthrough_url(&self) -> Option<&::http::Uri>;
 
+    /// A request a pass-through client sent in its own upstream session (`session`) as
+    /// `id`, whose answer the gateway read up to `stream`, as an exchange a task carries
+    /// on (`--defer-after-ms`); dropped unsettled, it cancels the request upstream.
+    /// `None` (the stream dropped): the upstream has no such sessions.
+    fn adopt(
+        &self,
+        _session: &SessionRef,
+        _auth: Option<&::http::HeaderValue>,
+        _id: Value,
+        _stream: CallStream,
+    ) -> Option<Box<dyn Exchange>> {
+        None
+    }
+
     /// Whether the upstream can be reached now, for `/readyz`.
     async fn ready(&self) -> Result<(), UpstreamError>;
     /// Whether 2025-xx session clients go through to the upstream as they are (its URL),

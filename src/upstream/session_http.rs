@@ -339,22 +339,24 @@ impl SessionHttpUpstream {
         method: &str,
         params: Option<Value>,
     ) -> Opened {
-        let session = Arc::new(UpstreamSession {
-            id: client_session.id.clone(),
-            protocol_version: client_session.protocol_version.clone(),
-            server: Value::Null,
-            auth: auth.cloned(),
-            key: String::new(),
-            listener: Mutex::new(None),
-            last_used: Mutex::new(std::time::Instant::now()),
-            users: std::sync::atomic::AtomicUsize::new(0),
-        });
+        let session = in_client_session(client_session, auth);
         let id = Value::String(format!(
             "mtg-{}",
             self.next_id.fetch_add(1, Ordering::Relaxed)
         ));
         let stream = self.call(&session, id.clone(), method, params).await?;
         Ok(self.exchange(session, stream, id))
+    }
+
+    /// A request the client sent itself in its session, as an exchange.
+    fn adopted(
+        &self,
+        client_session: &SessionRef,
+        auth: Option<&HeaderValue>,
+        id: Value,
+        stream: CallStream,
+    ) -> Box<dyn Exchange> {
+        self.exchange(in_client_session(client_session, auth), stream, id)
     }
 
     /// The exchange of a request sent on `session` as `id`.
@@ -581,6 +583,16 @@ impl Upstream for SessionHttpUpstream {
         Some(&self.url)
     }
 
+    fn adopt(
+        &self,
+        session: &SessionRef,
+        auth: Option<&HeaderValue>,
+        id: Value,
+        stream: CallStream,
+    ) -> Option<Box<dyn Exchange>> {
+        Some(self.adopted(session, auth, id, stream))
+    }
+
     async fn ready(&self) -> Result<(), UpstreamError> {
         super::http::probe_reachable(&self.client, &self.url).await
     }
@@ -699,6 +711,24 @@ impl Exchange for SessionHttpExchange {
     fn request_id(&self) -> &Value {
         &self.id
     }
+}
+
+/// A client's own upstream session, for a request in it: not one of the gateway's
+/// sessions, so it is never listed, listened to or closed.
+fn in_client_session(
+    client_session: &SessionRef,
+    auth: Option<&HeaderValue>,
+) -> Arc<UpstreamSession> {
+    Arc::new(UpstreamSession {
+        id: client_session.id.clone(),
+        protocol_version: client_session.protocol_version.clone(),
+        server: Value::Null,
+        auth: auth.cloned(),
+        key: String::new(),
+        listener: Mutex::new(None),
+        last_used: Mutex::new(std::time::Instant::now()),
+        users: std::sync::atomic::AtomicUsize::new(0),
+    })
 }
 
 fn call_stream(response: hyper::Response<Incoming>) -> CallStream {

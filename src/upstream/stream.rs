@@ -1,8 +1,14 @@
 //! Reading what the upstream sends back for one POST: a JSON body or an SSE stream of
 //! JSON-RPC messages.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::task::{Context, Poll};
+
 use bytes::Bytes;
 use futures_util::StreamExt;
+use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use http_body_util::combinators::Collect;
 use hyper::body::Incoming;
@@ -21,6 +27,46 @@ pub enum CallStream {
     /// caller's `select!` may drop `next()` halfway without losing the body.
     Json(Option<Collect<Incoming>>),
     Sse(Box<SseStream<Incoming>>),
+    /// The rest of a pass-through client's SSE answer the gateway read part of:
+    /// `Resumed` starts with the unread part of an event cut by the last chunk read.
+    Resumed(Box<SseStream<Resumed>>),
+    /// A pass-through client's request whose answer has not begun (a JSON-response
+    /// upstream answers only when the call ends). Behind a lock only to be `Sync`: it
+    /// is reached through `&mut self`, never locked.
+    Pending(Mutex<PendingHead>),
+}
+
+/// The upstream's answer to a request sent by the pass-through client, not come yet.
+pub type PendingHead =
+    Pin<Box<dyn Future<Output = Result<hyper::Response<Incoming>, UpstreamError>> + Send>>;
+
+/// A body that yields `prefix` before `inner`'s frames.
+pub struct Resumed {
+    prefix: Option<Bytes>,
+    inner: Incoming,
+}
+
+impl Body for Resumed {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        if let Some(prefix) = self.prefix.take() {
+            return Poll::Ready(Some(Ok(Frame::data(prefix))));
+        }
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.prefix.is_none() && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 impl CallStream {
@@ -32,9 +78,44 @@ impl CallStream {
         }
     }
 
+    /// The rest of an SSE answer of which `prefix` (the start of an event) was read.
+    pub fn resumed(prefix: Bytes, body: Incoming) -> Self {
+        let prefix = (!prefix.is_empty()).then_some(prefix);
+        CallStream::Resumed(Box::new(SseStream::new(Resumed {
+            prefix,
+            inner: body,
+        })))
+    }
+
+    /// An answer whose head is still to come.
+    pub fn pending(head: PendingHead) -> Self {
+        CallStream::Pending(Mutex::new(head))
+    }
+
     /// The next message; `None` when the upstream ended the stream. Cancel-safe.
     pub async fn next(&mut self) -> Option<Result<UpstreamEvent, UpstreamError>> {
+        if let CallStream::Pending(head) = self {
+            let head = head.get_mut().unwrap_or_else(|p| p.into_inner());
+            let response = match head.await {
+                Ok(response) => response,
+                Err(e) => return Some(Err(e)),
+            };
+            if !response.status().is_success() {
+                return Some(Err(UpstreamError::Status {
+                    status: response.status().as_u16(),
+                    body: String::new(),
+                }));
+            }
+            let content_type = response
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            *self = CallStream::new(response.into_body(), content_type.as_deref());
+        }
         match self {
+            CallStream::Pending(_) => None,
+            CallStream::Resumed(stream) => next_sse(stream).await,
             CallStream::Json(read) => {
                 let collected = read.as_mut()?.await;
                 *read = None;
@@ -43,17 +124,26 @@ impl CallStream {
                     Err(e) => Err(UpstreamError::Lost(e.to_string())),
                 })
             }
-            CallStream::Sse(stream) => loop {
-                match stream.next().await? {
-                    Err(e) => return Some(Err(UpstreamError::Lost(e.to_string()))),
-                    // Priming events (an id and no data) exist for resumption only.
-                    Ok(sse) => match sse.data {
-                        Some(data) if !data.trim().is_empty() => {
-                            return Some(parse_event(&Bytes::from(data)));
-                        }
-                        _ => continue,
-                    },
+            CallStream::Sse(stream) => next_sse(stream).await,
+        }
+    }
+}
+
+/// The next JSON-RPC message of an SSE stream. Cancel-safe.
+async fn next_sse<B>(stream: &mut SseStream<B>) -> Option<Result<UpstreamEvent, UpstreamError>>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    loop {
+        match stream.next().await? {
+            Err(e) => return Some(Err(UpstreamError::Lost(e.to_string()))),
+            // Priming events (an id and no data) exist for resumption only.
+            Ok(sse) => match sse.data {
+                Some(data) if !data.trim().is_empty() => {
+                    return Some(parse_event(&Bytes::from(data)));
                 }
+                _ => continue,
             },
         }
     }

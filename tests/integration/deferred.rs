@@ -658,3 +658,256 @@ fn the_typescript_sdk_accepts_a_deferred_result_of_a_tool_with_an_output_schema(
     let result = &line(&lines, "result")["result"];
     assert_eq!(result["structuredContent"]["echo"], "typed", "{lines:#?}");
 }
+
+/// Session clients passed through to a 2025-xx HTTP upstream's own sessions (the fixture
+/// `plain_server`): the gateway watches a plain `tools/call` and defers it past the
+/// budget; the TypeScript SDK 1.x client without tasks, with its default options.
+mod pass_through {
+    use super::*;
+    use crate::common::session::{SessionClient, read_messages};
+    use crate::session_tasks::{line, ts_client_with};
+
+    #[test]
+    fn a_session_client_gets_a_deferred_result_then_the_tools_own() {
+        let (_upstream, upstream_url) = start_plain_server();
+        let (_gateway, url) = start_gateway(&upstream_url, &["--defer-after-ms", "1500"]);
+        let lines = ts_client_with(json!({"url": url, "noTasks": true, "steps": [
+            {"do": "listTools"},
+            {"do": "callToolFetchDeferred", "name": "sleep", "arguments": {"ms": 4000, "steps": 0}},
+        ]}));
+        let tools = &line(&lines, "tools")["tools"];
+        assert!(
+            tools.get("get_task_result").is_some() && tools.get("cancel_task").is_some(),
+            "{tools}"
+        );
+        deferred_task(&line(&lines, "first")["first"]);
+        let result = &line(&lines, "result")["result"];
+        assert_eq!(first_text(result), "slept 4000 ms", "{lines:#?}");
+        let stats = tokio_block_on(upstream_stats(&upstream_url));
+        assert_eq!(
+            stats["callsStarted"], 1,
+            "get_task_result never reached the upstream: {stats}"
+        );
+    }
+
+    /// The issue's case over an HTTP session upstream: a 90 s silent tool, the client's
+    /// fixed 60 s ceiling, `--defer-after-ms 20000`.
+    #[test]
+    fn a_90_s_tool_reaches_a_client_that_gives_up_after_60_s_through_a_pass_through_session() {
+        let (_upstream, upstream_url) = start_plain_server();
+        let (_gateway, url) = start_gateway(&upstream_url, &["--defer-after-ms", "20000"]);
+        let started = Instant::now();
+        let lines = ts_client_with(json!({"url": url, "noTasks": true, "steps": [
+            {"do": "callToolFetchDeferred", "name": "sleep", "arguments": {"ms": 90000, "steps": 0}},
+        ]}));
+        deferred_task(&line(&lines, "first")["first"]);
+        let result = &line(&lines, "result")["result"];
+        assert_eq!(first_text(result), "slept 90000 ms", "{lines:#?}");
+        assert!(started.elapsed() >= Duration::from_secs(90), "{lines:#?}");
+    }
+
+    #[test]
+    fn without_deferral_the_same_client_gives_up_on_a_90_s_tool_through_a_pass_through_session() {
+        let (_upstream, upstream_url) = start_plain_server();
+        let (_gateway, url) = start_gateway(&upstream_url, &[]);
+        let lines = ts_client_with(json!({"url": url, "noTasks": true, "steps": [
+            {"do": "callTool", "name": "sleep", "arguments": {"ms": 90000, "steps": 0}},
+        ]}));
+        assert_eq!(line(&lines, "error")["error"]["code"], -32001, "{lines:#?}");
+    }
+
+    /// The raw bodies of a session's quick calls: an `echo`, and a `sleep` that reports
+    /// progress under the client's token.
+    async fn quick_bodies(url: &str) -> Vec<String> {
+        let mut client = SessionClient::new(url);
+        client.initialize("2025-11-25", json!({})).await;
+        let calls = [
+            json!({"name": "echo", "arguments": {"text": "hi"}}),
+            json!({"name": "sleep", "arguments": {"ms": 300, "steps": 3},
+                   "_meta": {"progressToken": "p-7"}}),
+        ];
+        let mut bodies = Vec::new();
+        let list = json!({"jsonrpc": "2.0", "id": 0, "method": "tools/list", "params": {}});
+        let listed = read_messages(client.post(list).await).await;
+        let tools = listed[0]["result"]["tools"]
+            .as_array()
+            .expect("tools")
+            .clone();
+        let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+        bodies.push(format!(
+            "get_task_result listed: {}",
+            names.contains(&"get_task_result")
+        ));
+        for (n, params) in calls.into_iter().enumerate() {
+            let body =
+                json!({"jsonrpc": "2.0", "id": n + 1, "method": "tools/call", "params": params});
+            let response = client.post(body).await;
+            bodies.push(response.text().await.expect("a body"));
+        }
+        bodies
+    }
+
+    #[tokio::test]
+    async fn a_quick_call_is_answered_to_the_byte_as_without_the_flags() {
+        let (_upstream, upstream_url) = start_plain_server();
+        let (_watching, url) = start_gateway(&upstream_url, &["--defer-after-ms", "5000"]);
+        let flags = ["--progress-keepalive-ms", "0"];
+        let (_plain, plain_url) = start_gateway(&upstream_url, &flags);
+        let mut watched = quick_bodies(&url).await;
+        let mut plain = quick_bodies(&plain_url).await;
+        // Only with the flag does tools/list name the gateway's tools.
+        assert_eq!(watched.remove(0), "get_task_result listed: true");
+        assert_eq!(plain.remove(0), "get_task_result listed: false");
+        assert_eq!(watched, plain);
+        assert!(
+            watched[0].contains(r#""echo":{"text":"hi"}"#),
+            "{watched:?}"
+        );
+        assert_eq!(
+            watched[1].matches(r#""progressToken":"p-7""#).count(),
+            3,
+            "{watched:?}"
+        );
+    }
+
+    /// The upstream asks after the deferral: the TypeScript client's elicitation handler
+    /// gets the question on `get_task_result`'s stream, and the answer reaches the
+    /// upstream once.
+    #[test]
+    fn a_question_after_the_deferral_is_answered_through_get_task_result_once() {
+        let (_upstream, upstream_url) = start_plain_server();
+        let (_gateway, url) = start_gateway(&upstream_url, &["--defer-after-ms", "500"]);
+        let lines = ts_client_with(json!({"url": url, "noTasks": true, "steps": [
+            {"do": "callToolFetchDeferred", "name": "wait_then_ask", "arguments": {"ms": 1500}},
+        ]}));
+        deferred_task(&line(&lines, "first")["first"]);
+        line(&lines, "elicited");
+        let result = &line(&lines, "result")["result"];
+        assert_eq!(first_text(result), "Hello, Ada!", "{lines:#?}");
+        let stats = tokio_block_on(upstream_stats(&upstream_url));
+        assert_eq!(responses_received(&stats), [1], "{stats}");
+    }
+
+    /// A session client's deferred call, fetched and cancelled from another instance
+    /// (Redis): the same session id through gateway B.
+    #[tokio::test]
+    async fn a_deferred_call_is_fetched_and_cancelled_through_another_instance() {
+        let redis = RedisServer::start();
+        let (_upstream, upstream_url) = start_plain_server();
+        let shared = ["--defer-after-ms", "500", "--redis", &redis.url()];
+        let (_a, url_a) = start_gateway(&upstream_url, &shared);
+        let (_b, url_b) = start_gateway(&upstream_url, &shared);
+        let mut on_a = SessionClient::new(&url_a);
+        on_a.initialize("2025-11-25", json!({})).await;
+        let mut on_b = on_a.clone();
+        on_b.url = url_b;
+
+        let call = |client: &SessionClient, id: u64, name: &str, arguments: Value| {
+            let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                              "params": {"name": name, "arguments": arguments}});
+            let client = client.clone();
+            async move {
+                let messages = read_messages(client.post(body).await).await;
+                let answer = messages
+                    .into_iter()
+                    .find(|m| m["id"] == id)
+                    .expect("an answer");
+                answer["result"].clone()
+            }
+        };
+        let first = call(&on_a, 1, "sleep", json!({"ms": 2500, "steps": 0})).await;
+        let task_id = deferred_task(&first);
+        let mut id = 2;
+        let result = loop {
+            let result = call(&on_b, id, "get_task_result", json!({"taskId": task_id})).await;
+            id += 1;
+            if !is_deferred(&result) {
+                break result;
+            }
+        };
+        assert_eq!(first_text(&result), "slept 2500 ms", "{result}");
+
+        let long = call(&on_a, 100, "sleep", json!({"ms": 60000, "steps": 0})).await;
+        let long_id = deferred_task(&long);
+        let cancelled = call(&on_b, 101, "cancel_task", json!({"taskId": long_id})).await;
+        assert_eq!(cancelled["isError"], false, "{cancelled}");
+        eventually("the upstream hears the cancel from the owner", || async {
+            let stats = upstream_stats(&upstream_url).await;
+            (cancels_heard(&stats) == 1 && stats["callsInFlight"] == 0).then_some(())
+        })
+        .await;
+    }
+
+    /// A session that declared `capabilities.tasks` (its id marked by the gateway) and
+    /// calls a tool without `params.task`: deferred the same way; `tools/list` keeps
+    /// each tool's task support and gains the gateway's tools; the deferral and the
+    /// tool calls are counted.
+    #[tokio::test]
+    async fn a_session_that_declared_tasks_gets_a_deferred_result_for_a_plain_call() {
+        let (_upstream, upstream_url) = start_plain_server();
+        let metrics_port = free_port();
+        let listen = format!("127.0.0.1:{metrics_port}");
+        let flags = ["--defer-after-ms", "500", "--metrics-listen", &listen];
+        let (_gateway, url) = start_gateway(&upstream_url, &flags);
+        let mut session = SessionClient::new(&url);
+        session
+            .initialize("2025-11-25", json!({"tasks": {"list": {}, "cancel": {}}}))
+            .await;
+        assert!(
+            session
+                .session
+                .as_deref()
+                .is_some_and(|id| id.starts_with("mtg-t.")),
+            "{:?}",
+            session.session
+        );
+        let request = |id: u64, method: &str, params: Value| {
+            let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+            let session = session.clone();
+            async move {
+                let messages = read_messages(session.post(body).await).await;
+                let answer = messages
+                    .into_iter()
+                    .find(|m| m["id"] == id)
+                    .expect("an answer");
+                answer["result"].clone()
+            }
+        };
+        let listed = request(1, "tools/list", json!({})).await;
+        let tools = listed["tools"].as_array().expect("tools");
+        let sleep = tools.iter().find(|t| t["name"] == "sleep").expect("sleep");
+        assert_eq!(sleep["execution"]["taskSupport"], "optional", "{sleep}");
+        assert!(
+            tools.iter().any(|t| t["name"] == "get_task_result"),
+            "{listed}"
+        );
+
+        let call = json!({"name": "sleep", "arguments": {"ms": 2000, "steps": 0}});
+        let first = request(2, "tools/call", call).await;
+        let task_id = deferred_task(&first);
+        let mut id = 3;
+        let result = loop {
+            let fetch = json!({"name": "get_task_result", "arguments": {"taskId": task_id}});
+            let result = request(id, "tools/call", fetch).await;
+            id += 1;
+            if !is_deferred(&result) {
+                break result;
+            }
+        };
+        assert_eq!(first_text(&result), "slept 2000 ms", "{result}");
+        let metrics = scrape_metrics(metrics_port).await;
+        assert_eq!(
+            metric_sample(&metrics, "mtg_deferred_calls_total"),
+            Some(1.0),
+            "{metrics}"
+        );
+    }
+
+    fn tokio_block_on<F: std::future::Future>(future: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(future)
+    }
+}

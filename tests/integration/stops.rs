@@ -427,3 +427,61 @@ async fn stops_of_deferred_calls_reach_a_json_response_upstream() {
     drop(response);
     upstream.assert_stopped(2, since, "closed stream").await;
 }
+
+/// A pass-through session client's plain call (no tasks declared), `--defer-after-ms`:
+/// `cancel_task` of its deferred call, the client closing the call's request within the
+/// budget, and the deferred task's TTL each reach the upstream.
+async fn stops_of_deferred_pass_through_calls_reach_the_upstream(kind: Kind) {
+    let upstream = Upstream::start(kind);
+    let flags = ["--defer-after-ms", "1500", "--default-ttl-ms", "4000"];
+    let (_gateway, url, _admin) = start_gateway_for(&upstream, &flags);
+    let mut session = SessionClient::new(&url);
+    session.initialize("2025-11-25", json!({})).await;
+    let sleep = json!({"name": "sleep", "arguments": {"ms": 60000}});
+
+    // cancel_task of the deferred call.
+    let first = session_request(&session, 1, "tools/call", sleep.clone()).await;
+    let task_id = first["result"]["structuredContent"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not deferred: {first}"))
+        .to_owned();
+    upstream.wait_started(1).await;
+    let since = Instant::now();
+    let cancel = json!({"name": "cancel_task", "arguments": {"taskId": task_id}});
+    let cancelled = session_request(&session, 2, "tools/call", cancel).await;
+    assert_eq!(cancelled["result"]["isError"], false, "{cancelled}");
+    upstream.assert_stopped(1, since, "cancel_task").await;
+
+    // The client closes the call's request before the budget passed.
+    let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": sleep});
+    let waiting = {
+        let session = session.clone();
+        tokio::spawn(async move { read_messages(session.post(body).await).await })
+    };
+    upstream.wait_started(2).await;
+    let since = Instant::now();
+    waiting.abort();
+    upstream.assert_stopped(2, since, "closed request").await;
+
+    // The deferred call's task expires (a TTL of 4 s from its deferral).
+    let started = Instant::now() + Duration::from_millis(1500);
+    let deferred = session_request(&session, 4, "tools/call", sleep.clone()).await;
+    assert!(
+        deferred["result"]["structuredContent"]["taskId"].is_string(),
+        "{deferred}"
+    );
+    upstream.wait_started(3).await;
+    upstream
+        .assert_stopped(3, started + Duration::from_secs(4), "TTL expiry")
+        .await;
+}
+
+#[tokio::test]
+async fn stops_of_deferred_pass_through_calls_reach_a_json_response_upstream() {
+    stops_of_deferred_pass_through_calls_reach_the_upstream(Kind::Json).await;
+}
+
+#[tokio::test]
+async fn stops_of_deferred_pass_through_calls_reach_an_sse_upstream() {
+    stops_of_deferred_pass_through_calls_reach_the_upstream(Kind::Sse).await;
+}

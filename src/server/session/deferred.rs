@@ -48,16 +48,33 @@ pub async fn serve(
     if params.get("task").is_some() || policy != TaskSupport::Optional {
         return None;
     }
-    if deferred::may_be_gateway_tool(tool) {
-        let names = tool_names(gateway, session).await;
-        if tool == names.get_result {
-            return Some(get_result(gateway, session, id, params, &names, after).await);
-        }
-        if tool == names.cancel {
-            return Some(cancel(gateway, session, id, params).await);
-        }
+    if let Some(answer) = gateway_tool(gateway, session, id, params, after).await {
+        return Some(answer);
     }
     Some(call(gateway, session, id, params, tool, after).await)
+}
+
+/// Answers a call of the gateway's `get_task_result` or `cancel_task`; `None` for any
+/// other tool. For the sessions passed through too (`super::watched`).
+pub async fn gateway_tool(
+    gateway: &Gateway,
+    session: &TaskSession,
+    id: &Value,
+    params: &Value,
+    after: Duration,
+) -> Option<Response<Body>> {
+    let tool = params.get("name")?.as_str()?;
+    if !deferred::may_be_gateway_tool(tool) {
+        return None;
+    }
+    let names = tool_names(gateway, session).await;
+    if tool == names.get_result {
+        return Some(get_result(gateway, session, id, params, &names, after).await);
+    }
+    if tool == names.cancel {
+        return Some(cancel(gateway, session, id, params).await);
+    }
+    None
 }
 
 /// The names of the gateway's tools for this session's upstream.

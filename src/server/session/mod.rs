@@ -7,6 +7,7 @@ pub mod deferred;
 pub mod passthrough;
 pub mod served;
 pub mod tasks;
+pub mod watched;
 
 use http::Response;
 use http::StatusCode;
@@ -32,7 +33,12 @@ pub async fn serve(
     match gateway.upstream.session_passthrough(auth).await {
         Ok(Some(url)) => {
             if let Some(marked) = tasks::marked::unmark(&parts.headers) {
-                return tasks::marked::serve(gateway, pinned, url, parts, body, marked).await;
+                let passed =
+                    match tasks::marked::serve(gateway, pinned, url, parts, body, marked).await {
+                        tasks::marked::Served::Answered(response) => return response,
+                        tasks::marked::Served::PassedOn(passed) => *passed,
+                    };
+                return marked_passed_on(gateway, pinned, url, passed).await;
             }
             if let Some(response) = tasks::marked::serve_undeclared(gateway, &parts, &body).await {
                 return response;
@@ -50,10 +56,61 @@ pub async fn serve(
                 )
                 .await;
             }
+            if parts.method == http::Method::POST
+                && watched::may_watch(gateway, &body)
+                && let Ok(message) = Message::parse(&body)
+            {
+                let session = tasks::marked::plain_session(gateway, &parts);
+                match watched::route(gateway, &session, &message).await {
+                    watched::Route::Answer(response) => return response,
+                    watched::Route::Watch(watch) => {
+                        return watched::call(gateway, url, parts, body, session, *watch).await;
+                    }
+                    watched::Route::ListTools(id) => {
+                        let listed = watched::listed(gateway, &session).await;
+                        let response =
+                            passthrough::forward(&gateway.client, pinned, url, parts, body).await;
+                        return tasks::marked::list_tools(response, &id, None, listed).await;
+                    }
+                    watched::Route::PassOn => {}
+                }
+            }
             passthrough::forward(&gateway.client, pinned, url, parts, body).await
         }
         // No upstream session to pass through to: the gateway serves the session.
         Ok(None) => gateway.sessions.serve(gateway, &parts, body).await,
         Err(e) => reply::error_with_status(StatusCode::BAD_GATEWAY, &ErrorObject::from(e)),
     }
+}
+
+/// A marked session's POST that is not a task message: watched when it is a call to
+/// watch, else passed through; either way its answer is the marked session's.
+async fn marked_passed_on(
+    gateway: &Gateway,
+    pinned: &PinnedConn,
+    url: &http::Uri,
+    passed: tasks::marked::PassedOn,
+) -> Response<Body> {
+    let tasks::marked::PassedOn { parts, body, call } = passed;
+    let watching = gateway.deferrals.after().is_some() || gateway.progress_keepalive.is_some();
+    let route = match watching {
+        true => watched::route(gateway, &call.session, &call.message).await,
+        false => watched::Route::PassOn,
+    };
+    let listing = matches!(route, watched::Route::ListTools(_));
+    let response = match route {
+        watched::Route::Answer(response) => return response,
+        watched::Route::Watch(watch) => {
+            let session = call.session.clone();
+            watched::call(gateway, url, parts, body, session, *watch).await
+        }
+        watched::Route::ListTools(_) | watched::Route::PassOn => {
+            passthrough::forward(&gateway.client, pinned, url, parts, body).await
+        }
+    };
+    let listed = match listing {
+        true => watched::listed(gateway, &call.session).await,
+        false => None,
+    };
+    call.answer(gateway, response, listed).await
 }

@@ -71,12 +71,23 @@ impl ProgressKeepAlive {
         else {
             return frame;
         };
-        let Some(params) = message
-            .get_mut("params")
-            .filter(|p| p["progressToken"] == self.token)
-        else {
+        let Some(params) = message.get_mut("params").filter(|p| self.is_for_token(p)) else {
             return frame;
         };
+        if !self.raise(params) {
+            return frame;
+        }
+        sse_event(&serde_json::to_vec(&message).unwrap_or_default())
+    }
+
+    /// Whether `params` are of a progress notification for this call's token.
+    pub fn is_for_token(&self, params: &Value) -> bool {
+        params.get("progressToken") == Some(&self.token)
+    }
+
+    /// Notes the progress in `params` (the token's) as sent; `true` when its value had
+    /// to be raised above the last one sent, which `params` then carry.
+    pub fn raise(&mut self, params: &mut Value) -> bool {
         let value = params["progress"].as_f64().unwrap_or(0.0);
         let sent = match self.last {
             Some(last) if value <= last => last + STEP,
@@ -85,10 +96,10 @@ impl ProgressKeepAlive {
         self.last = Some(sent);
         self.last_at = Instant::now();
         if sent == value {
-            return frame;
+            return false;
         }
         params["progress"] = json!(sent);
-        sse_event(&serde_json::to_vec(&message).unwrap_or_default())
+        true
     }
 
     /// The keep-alive to send now.

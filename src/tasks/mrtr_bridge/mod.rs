@@ -129,7 +129,7 @@ impl MrtrBridge {
             exchange,
             pending,
             later,
-            input_wait: self.tasks.settings.input_wait,
+            input_wait: Some(self.tasks.settings.input_wait),
         };
         // Stored by the runner, which holds the open call from here on: if the store
         // fails, the call is dropped and so cancelled upstream.

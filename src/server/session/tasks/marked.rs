@@ -91,6 +91,47 @@ pub async fn initialize(
     .await
 }
 
+/// What [`serve`] did with a request of a marked session.
+pub enum Served {
+    Answered(Response<Body>),
+    /// A POST the task handlers did not take: the caller sends it upstream (under the
+    /// upstream's session id, already in `parts`) and gives the answer to
+    /// [`MarkedCall::answer`].
+    PassedOn(Box<PassedOn>),
+}
+
+pub struct PassedOn {
+    pub parts: Parts,
+    pub body: Bytes,
+    pub call: MarkedCall,
+}
+
+/// A marked session's message on its way upstream.
+pub struct MarkedCall {
+    pub message: Message,
+    pub session: TaskSession,
+    modes: bool,
+}
+
+impl MarkedCall {
+    /// The upstream's answer as the client gets it: the session id marked again, and
+    /// `tools/list` annotated (with `listed`, the gateway's tools added).
+    pub async fn answer(
+        self,
+        gateway: &Gateway,
+        response: Response<Body>,
+        listed: Option<(u64, mtg_protocol::wire::deferred::ToolNames)>,
+    ) -> Response<Body> {
+        let response = remarked(response, self.modes);
+        match self.message {
+            Message::Request { id, method, .. } if method == method::TOOLS_LIST => {
+                list_tools(response, &id, Some(&gateway.policies), listed).await
+            }
+            _ => response,
+        }
+    }
+}
+
 /// Any request of a marked session: the gateway's own methods are answered here; the
 /// rest goes to the upstream under the upstream's session id.
 pub async fn serve(
@@ -100,7 +141,7 @@ pub async fn serve(
     mut parts: Parts,
     body: Bytes,
     marked: Marked,
-) -> Response<Body> {
+) -> Served {
     match &marked.upstream {
         Some(id) => parts.headers.insert(MCP_SESSION_ID, id.clone()),
         None => parts.headers.remove(MCP_SESSION_ID),
@@ -114,15 +155,20 @@ pub async fn serve(
             push::discard(upstream).await;
             None
         };
-        return push::stream(gateway.tasks.clone(), marked.client_id, principal, upstream);
+        return Served::Answered(push::stream(
+            gateway.tasks.clone(),
+            marked.client_id,
+            principal,
+            upstream,
+        ));
     }
     if parts.method != Method::POST {
         let response = forward(&gateway.client, pinned, url, parts, body).await;
-        return remarked(response, marked.modes);
+        return Served::Answered(remarked(response, marked.modes));
     }
     let message = match Message::parse(&body) {
         Ok(message) => message,
-        Err(e) => return reply::error(None, &e.to_error_object()),
+        Err(e) => return Served::Answered(reply::error(None, &e.to_error_object())),
     };
     let session = task_session(
         gateway,
@@ -132,21 +178,37 @@ pub async fn serve(
         marked.modes,
     );
     if let Handled::Reply(response) = super::handle(gateway, &session, &message).await {
+        return Served::Answered(response);
+    }
+    let call = MarkedCall {
+        message,
+        session,
+        modes: marked.modes,
+    };
+    Served::PassedOn(Box::new(PassedOn { parts, body, call }))
+}
+
+/// The upstream's `tools/list` answer with each tool's task support (a session that
+/// declared tasks) and, with deferral on, the gateway's two tools and the output
+/// schemas that admit a deferred result.
+pub async fn list_tools(
+    response: Response<Body>,
+    id: &Value,
+    policies: Option<&crate::tasks::policy::Policies>,
+    listed: Option<(u64, mtg_protocol::wire::deferred::ToolNames)>,
+) -> Response<Body> {
+    if policies.is_none() && listed.is_none() {
         return response;
     }
-    let response = remarked(
-        forward(&gateway.client, pinned, url, parts, body).await,
-        marked.modes,
-    );
-    match message {
-        Message::Request { id, method, .. } if method == method::TOOLS_LIST => {
-            rewrite_result(response, &id, |result| {
-                negotiate::annotate_tools(result, &gateway.policies);
-            })
-            .await
+    rewrite_result(response, id, |result| {
+        if let Some(policies) = policies {
+            negotiate::annotate_tools(result, policies);
         }
-        _ => response,
-    }
+        if let Some((max_wait, names)) = &listed {
+            mtg_protocol::wire::deferred::advertise(result, names, *max_wait);
+        }
+    })
+    .await
 }
 
 /// A request of an unmarked session (it did not declare `capabilities.tasks`) that is
@@ -169,6 +231,14 @@ pub async fn serve_undeclared(
         Handled::Reply(response) => Some(response),
         Handled::PassOn => None,
     }
+}
+
+/// An unmarked pass-through session (it did not declare tasks) as the task handlers
+/// see it: the client's session id is the upstream's own.
+pub fn plain_session(gateway: &Gateway, parts: &Parts) -> TaskSession {
+    let id = parts.headers.get(MCP_SESSION_ID);
+    let client_id = id.and_then(|id| id.to_str().ok()).unwrap_or_default();
+    task_session(gateway, parts, client_id.to_owned(), id.cloned(), false)
 }
 
 /// A pass-through session as the task handlers see it: its calls run in the client's
