@@ -244,7 +244,7 @@ impl TaskService {
             reservation.0,
             Some(ToStore {
                 record,
-                stored: telemetry::task_created,
+                stored: telemetry::Meter::task_created,
             }),
         );
         launched.stored().await?;

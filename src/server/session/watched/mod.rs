@@ -91,7 +91,8 @@ pub async fn route(gateway: &Gateway, session: &TaskSession, message: &Message) 
             defer = Some(after);
         }
     }
-    let keepalive = ProgressKeepAlive::for_request(Some(params), gateway.progress_keepalive);
+    let keepalive =
+        ProgressKeepAlive::for_request(Some(params), gateway.progress_keepalive.as_ref());
     if defer.is_none() && keepalive.is_none() {
         return Route::PassOn;
     }

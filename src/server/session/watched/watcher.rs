@@ -24,7 +24,6 @@ use crate::server::sse::keepalive::ProgressKeepAlive;
 use crate::server::sse::{sse_event, sse_response};
 use crate::tasks::TaskService;
 use crate::tasks::deferral::{Deferrals, deferred_of};
-use crate::telemetry;
 use crate::upstream::http::{describe_client_error, remove_hop_by_hop};
 use crate::upstream::stream::PendingHead;
 use crate::upstream::{Caller, Upstream, UpstreamError};
@@ -346,7 +345,7 @@ impl Watcher {
             .tasks
             .start_adopted(reservation, call, exchange)
             .await?;
-        telemetry::call_deferred();
+        self.tasks.meter().call_deferred();
         let caller = Caller {
             capabilities: &self.session.capabilities,
             auth: self.session.auth.as_ref(),
