@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use crate::config::upstreams::{NamedUpstream, Source};
 use crate::config::{CommandLine, Config};
 use crate::store::redis::{RedisSettings, StoreNamespace, Target};
 use crate::tasks::TaskSettings;
@@ -171,8 +170,12 @@ fn state_keys(config: &Config) -> crate::tasks::mrtr_bridge::StateKeys {
     }
 }
 
-/// `--store-namespace`, else the one derived from the upstream.
+/// `--store-namespace`, else the one derived from the upstream; a named upstream's
+/// own (`named_store_namespace`).
 pub fn store_namespace(config: &Config) -> StoreNamespace {
+    if let Some(name) = &config.upstream_name {
+        return named_store_namespace(config, name);
+    }
     config.store_namespace.clone().unwrap_or_else(|| {
         StoreNamespace::derived_from(&canonical_upstream(
             config.upstream.as_ref(),
@@ -181,18 +184,15 @@ pub fn store_namespace(config: &Config) -> StoreNamespace {
     })
 }
 
-/// A named upstream's namespace: `--store-namespace` with `.NAME` appended, else one
-/// derived from the name and the upstream, so two names never share tasks, even in
-/// front of one server.
-pub fn named_store_namespace(config: &Config, named: &NamedUpstream) -> StoreNamespace {
-    if let Some(StoreNamespace::Named(base)) = &config.store_namespace {
-        return StoreNamespace::Named(format!("{base}.{}", named.name));
+/// A named upstream's namespace (`world` is its `Config::for_upstream`):
+/// `--store-namespace` with `.NAME` appended, else one derived from the name and the
+/// upstream, so two names never share tasks, even in front of one server.
+fn named_store_namespace(world: &Config, name: &str) -> StoreNamespace {
+    if let Some(StoreNamespace::Named(base)) = &world.store_namespace {
+        return StoreNamespace::Named(format!("{base}.{name}"));
     }
-    let canonical = match &named.source {
-        Source::Url(url) => canonical_upstream(Some(url), None),
-        Source::Cmd { command, .. } => canonical_upstream(None, Some(command)),
-    };
-    StoreNamespace::derived_from(&format!("name {}\0{canonical}", named.name))
+    let canonical = canonical_upstream(world.upstream.as_ref(), world.upstream_cmd.as_ref());
+    StoreNamespace::derived_from(&format!("name {name}\0{canonical}"))
 }
 
 /// The upstream as one string that does not change with how it was spelled (case of
@@ -313,6 +313,32 @@ mod tests {
             let error = refused.expect_err(bad).to_string();
             assert!(error.contains("--store-namespace"), "{bad:?}: {error}");
         }
+    }
+
+    #[test]
+    fn each_named_upstream_has_a_namespace_of_its_own() {
+        let namespaces = |extra: &[&str]| {
+            let base = ["mcp-task-gateway", "--upstream", "a=http://h/mcp"];
+            let args = [&base[..], &["--upstream", "b=http://h/mcp"], extra].concat();
+            let config = Config::from_args(args).unwrap();
+            let of = |i: usize| store_namespace(&config.for_upstream(&config.upstreams[i]));
+            (of(0), of(1))
+        };
+        // One server behind two names: still two namespaces, the same on every replica.
+        let (a, b) = namespaces(&[]);
+        assert_ne!(a, b);
+        assert_eq!(namespaces(&[]), (a.clone(), b));
+        assert_ne!(a, StoreNamespace::derived_from("url http://h:80/mcp"));
+        let (a, b) = namespaces(&["--store-namespace", "prod"]);
+        assert_eq!(a, StoreNamespace::Named("prod.a".into()));
+        assert_eq!(b, StoreNamespace::Named("prod.b".into()));
+        let legacy = Config::from_args([
+            "mcp-task-gateway",
+            "--upstream",
+            "a=http://h/mcp",
+            "--store-namespace=",
+        ]);
+        assert!(legacy.is_err());
     }
 
     #[test]

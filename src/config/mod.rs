@@ -491,7 +491,6 @@ impl Config {
                 .as_ref()
                 .map(|audience| format!("{}/{}", audience.trim_end_matches('/'), named.name))
         });
-        world.store_namespace = Some(crate::settings::named_store_namespace(self, named));
         world
     }
 
