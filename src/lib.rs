@@ -79,6 +79,7 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         auth: auth.as_ref(),
         closing: &closing,
         namespace_given: config.store_namespace.is_some(),
+        running_counts: tasks::limits::RunningCounts::default(),
     };
     let mut worlds = Vec::new();
     if config.upstream.is_some() || config.upstream_cmd.is_some() {
@@ -159,6 +160,8 @@ struct Shared<'a> {
     closing: &'a tokio_util::sync::CancellationToken,
     /// Whether `--store-namespace` was given (else each namespace is derived).
     namespace_given: bool,
+    /// `--max-running-tasks-per-principal` counts a caller's tasks of every upstream.
+    running_counts: tasks::limits::RunningCounts,
 }
 
 /// One upstream and everything of its own: the store namespace, the task service, its
@@ -191,7 +194,11 @@ impl World {
                 Store::new(redis.with_namespace(namespace))
             }
         };
-        let tasks = TaskService::start(&store, upstream.clone(), settings::tasks(config));
+        let tasks = TaskService::start(
+            &store,
+            upstream.clone(),
+            settings::tasks(config, &shared.running_counts),
+        );
         let takeovers = Arc::new(Takeovers::new(tasks.clone()));
         let membership = Membership::start(
             store.membership.clone(),

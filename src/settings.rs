@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::config::{CommandLine, Config};
 use crate::store::redis::{RedisSettings, StoreNamespace, Target};
 use crate::tasks::TaskSettings;
+use crate::tasks::limits::RunningCounts;
 use crate::tasks::policy::Policies;
 
 /// The edge's settings, shared by every upstream's path.
@@ -56,8 +57,8 @@ pub fn cluster(config: &Config) -> crate::cluster::ClusterSettings {
     }
 }
 
-/// The task service's settings.
-pub fn tasks(config: &Config) -> TaskSettings {
+/// The task service's settings; `running_counts` is shared by every upstream's.
+pub fn tasks(config: &Config, running_counts: &RunningCounts) -> TaskSettings {
     TaskSettings {
         instance_id: config.instance_id.clone(),
         ttl_ms: config.task_ttl_ms(),
@@ -69,6 +70,7 @@ pub fn tasks(config: &Config) -> TaskSettings {
         defer_after: (config.defer_after_ms > 0)
             .then(|| Duration::from_millis(config.defer_after_ms)),
         max_running_per_principal: config.max_running_tasks_per_principal,
+        running_counts: running_counts.clone(),
         input_wait: Duration::from_millis(config.input_wait_timeout_ms),
         state_keys: state_keys(config),
         takeover: takeover(config),

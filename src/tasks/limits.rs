@@ -12,6 +12,11 @@ use mtg_protocol::jsonrpc::{ErrorObject, code};
 
 type Running = Arc<Mutex<HashMap<String, u32>>>;
 
+/// The running tasks of each principal on this instance, counted across every upstream
+/// (`/mcp/NAME`): the limit is the gateway's, not each path's.
+#[derive(Debug, Clone, Default)]
+pub struct RunningCounts(Running);
+
 /// Running tasks per principal, when a limit is set.
 pub struct RunningLimit {
     limit: Option<NonZeroU32>,
@@ -27,11 +32,12 @@ pub struct RunningSlot {
 }
 
 impl RunningLimit {
-    /// `limit` 0 means none: nothing is counted.
-    pub fn new(limit: u32, meter: crate::telemetry::Meter) -> Self {
+    /// `limit` 0 means none: nothing is counted. `counts` may be shared with other
+    /// upstreams' limits.
+    pub fn new(limit: u32, counts: RunningCounts, meter: crate::telemetry::Meter) -> Self {
         Self {
             limit: NonZeroU32::new(limit),
-            running: Arc::default(),
+            running: counts.0,
             meter,
         }
     }
@@ -86,7 +92,11 @@ mod tests {
 
     #[test]
     fn a_principal_gets_its_own_count_up_to_the_limit_and_slots_free_on_drop() {
-        let limit = RunningLimit::new(2, crate::telemetry::Meter::new(None));
+        let limit = RunningLimit::new(
+            2,
+            RunningCounts::default(),
+            crate::telemetry::Meter::new(None),
+        );
         let a1 = limit.reserve("a").unwrap();
         let _a2 = limit.reserve("a").unwrap();
         let refused = limit.reserve("a").err().unwrap();
@@ -102,14 +112,22 @@ mod tests {
 
     #[test]
     fn without_a_limit_nothing_is_counted() {
-        let limit = RunningLimit::new(0, crate::telemetry::Meter::new(None));
+        let limit = RunningLimit::new(
+            0,
+            RunningCounts::default(),
+            crate::telemetry::Meter::new(None),
+        );
         assert!(limit.reserve("a").unwrap().is_none());
         assert!(lock(&limit.running).is_empty());
     }
 
     #[test]
     fn a_principal_with_nothing_running_is_forgotten() {
-        let limit = RunningLimit::new(1, crate::telemetry::Meter::new(None));
+        let limit = RunningLimit::new(
+            1,
+            RunningCounts::default(),
+            crate::telemetry::Meter::new(None),
+        );
         drop(limit.reserve("a").unwrap());
         assert!(lock(&limit.running).is_empty());
     }

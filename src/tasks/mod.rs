@@ -5,7 +5,7 @@ mod credential;
 pub mod deferral;
 pub mod dialect_2025;
 mod halt;
-mod limits;
+pub mod limits;
 pub mod listen;
 pub mod mrtr_bridge;
 pub mod policy;
@@ -53,6 +53,8 @@ pub struct TaskSettings {
     pub defer_after: Option<Duration>,
     /// Tasks one principal may have running on this instance; 0 = no limit.
     pub max_running_per_principal: u32,
+    /// Where the running tasks are counted: one for every upstream of the gateway.
+    pub running_counts: limits::RunningCounts,
     /// How long a held call waits for its client's answers (`--input-wait-timeout-ms`).
     pub input_wait: Duration,
     /// What held calls' `requestState`s are sealed with.
@@ -138,8 +140,11 @@ impl TaskService {
     pub fn start(store: &Store, upstream: Arc<dyn Upstream>, settings: TaskSettings) -> Arc<Self> {
         let mut wakeups = store.wakeups.wakeups(&settings.instance_id);
         let mut changes = store.changes.changes();
-        let running_limit =
-            limits::RunningLimit::new(settings.max_running_per_principal, settings.meter.clone());
+        let running_limit = limits::RunningLimit::new(
+            settings.max_running_per_principal,
+            settings.running_counts.clone(),
+            settings.meter.clone(),
+        );
         let service = Arc::new(Self {
             store: store.tasks.clone(),
             membership: store.membership.clone(),

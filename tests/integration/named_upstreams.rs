@@ -1333,3 +1333,39 @@ async fn a_gateway_served_session_belongs_to_its_path() {
     let listed = listed.iter().find(|m| m["id"] == 1).expect("an answer");
     assert!(tool_names(&listed["result"]).contains("echo"), "{listed}");
 }
+
+/// `--max-running-tasks-per-principal` is the gateway's: a caller at its limit on one
+/// path is refused on another, and the slot a finished task frees is free on every path.
+#[tokio::test]
+async fn the_running_task_limit_counts_a_callers_tasks_on_every_path() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let command = gateway_command(
+        &[
+            "--upstream",
+            &format!("a={upstream_url}"),
+            "--upstream",
+            &format!("b={upstream_url}"),
+        ],
+        &["--max-running-tasks-per-principal", "1"],
+        "warn",
+    );
+    let (_gateway, base) = spawn_announcing("mcp-task-gateway", command);
+    let [a, b] = <[Client; 2]>::try_from(clients(&base, &["a", "b"], "alice"))
+        .ok()
+        .unwrap();
+    let running = a.start_task("sleep", json!({"ms": 60_000})).await;
+    let refused = b.call_tool("echo", json!({"text": "one too many"})).await;
+    assert_eq!(refused.error_code(), -31429, "{}", refused.body);
+    refused.assert_message_mentions("on this gateway");
+    // Another caller is not held back by alice's task.
+    let bob = clients(&base, &["b"], "bob").remove(0);
+    let other = bob.start_task("echo", json!({"text": "bob"})).await;
+    bob.wait_status(&other, "completed").await;
+    assert!(a.cancel(&running).await.body.get("error").is_none());
+    a.wait_status(&running, "cancelled").await;
+    eventually("alice's slot to be free on path b", || async {
+        let reply = b.call_tool("echo", json!({"text": "now"})).await;
+        (reply.body.get("error").is_none()).then_some(())
+    })
+    .await;
+}
