@@ -16,7 +16,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient};
 use serde_json::json;
 
-async fn connect(url: &str) -> RunningService<RoleClient, ClientConfig> {
+pub(crate) async fn connect(url: &str) -> RunningService<RoleClient, ClientConfig> {
     let capabilities = ClientCapabilities::builder()
         .enable_extensions()
         .enable_elicitation_with(
@@ -41,11 +41,11 @@ async fn connect(url: &str) -> RunningService<RoleClient, ClientConfig> {
         .expect("rmcp accepts the gateway's server/discover")
 }
 
-fn args(value: serde_json::Value) -> JsonObject {
+pub(crate) fn args(value: serde_json::Value) -> JsonObject {
     serde_json::from_value(value).unwrap()
 }
 
-async fn start(
+pub(crate) async fn start(
     client: &RunningService<RoleClient, ClientConfig>,
     tool: &str,
     arguments: serde_json::Value,
@@ -57,7 +57,7 @@ async fn start(
     }
 }
 
-async fn poll_payload(
+pub(crate) async fn poll_payload(
     client: &RunningService<RoleClient, ClientConfig>,
     task_id: &str,
     done: impl Fn(&TaskPayload) -> bool,
