@@ -530,8 +530,8 @@ async fn hold_stream(
 /// gateway with `--named-upstreams` of them configured (`--upstream NAME=URL`, each the
 /// same fixture's URL), against `/mcp` of a single-upstream gateway in front of the same
 /// fixture. Both gateways run for the whole scenario, so each side's measurement has the
-/// other's idle background; the sides alternate, `--i-rounds` times each, at 1 and 16
-/// connections, and the notes compare the medians of the rounds.
+/// other's idle background; the sides alternate (ABBA), `--i-rounds` times each, at 1 and
+/// 16 connections, and the notes compare the medians of the rounds.
 pub(crate) async fn scenario_i(args: &Args, bins: &Binaries, report: &mut Report) {
     let count = args.named_upstreams as usize;
     report.section(&format!(
@@ -610,7 +610,11 @@ pub(crate) async fn scenario_i(args: &Args, bins: &Binaries, report: &mut Report
         for (what, [single_load, named_load]) in &workloads {
             let mut runs: [Vec<crate::driver::Stats>; 2] = [Vec::new(), Vec::new()];
             for round in 1..=args.i_rounds {
-                for (side, workload) in [(0, *single_load), (1, *named_load)] {
+                // ABBA: odd rounds start with the single gateway, even rounds with the
+                // named one, so that neither side always runs second.
+                let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
+                for side in order {
+                    let workload = [*single_load, *named_load][side];
                     let (label, target, gateway) = &sides[side];
                     let pids = Pids::new(Some(gateway), Some(&fixture));
                     let stats = load(args, target, workload, conns, &pids).await;
