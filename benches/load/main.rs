@@ -25,7 +25,7 @@ use crate::readings::machine_description;
 use crate::report::Report;
 use crate::scenarios::{
     scenario_a, scenario_b, scenario_c, scenario_d, scenario_e, scenario_f, scenario_g, scenario_h,
-    sweep,
+    scenario_i, sweep,
 };
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -46,8 +46,9 @@ pub(crate) struct Args {
     /// Scenarios, comma-separated: a (pass-through overhead), b (CreateTaskResult),
     /// c (tasks/get), d (create -> poll -> completed), e (10k tasks in flight),
     /// f (another proxy in front of a stdio server), g (deferred calls in flight against
-    /// tasks), h (progress keep-alive CPU), sweep (latency vs concurrency plot).
-    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d,e,f,g,h,sweep")]
+    /// tasks), h (progress keep-alive CPU), i (/mcp/NAME with many named upstreams
+    /// against a single-upstream gateway), sweep (latency vs concurrency plot).
+    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d,e,f,g,h,i,sweep")]
     scenarios: Vec<String>,
     /// Measured seconds of each run.
     #[arg(long, default_value_t = 5.0)]
@@ -78,6 +79,12 @@ pub(crate) struct Args {
     /// since one run's p99 swings with the scheduling of a shared 2-core machine.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=20))]
     e_rounds: u64,
+    /// Named upstreams of scenario i's second gateway (all with the one fixture's URL).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=999))]
+    named_upstreams: u64,
+    /// Measured runs of each side of scenario i, alternating; its ratios compare medians.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=20))]
+    i_rounds: u64,
     /// Completed tasks that scenario c polls, round robin.
     #[arg(long, default_value_t = 1000)]
     tasks: usize,
@@ -183,6 +190,9 @@ async fn run(args: &Args, report: &mut Report) {
     }
     if wanted(args, "h") {
         scenario_h(args, &bins, report).await;
+    }
+    if wanted(args, "i") {
+        scenario_i(args, &bins, report).await;
     }
     if wanted(args, "sweep") {
         sweep(args, &bins, report).await;

@@ -525,3 +525,151 @@ async fn hold_stream(
     }
     Ok(())
 }
+
+/// i. Named upstreams (#30): pass-through and task creation through `/mcp/NAME` of a
+/// gateway with `--named-upstreams` of them configured (`--upstream NAME=URL`, each the
+/// same fixture's URL), against `/mcp` of a single-upstream gateway in front of the same
+/// fixture. Both gateways run for the whole scenario, so each side's measurement has the
+/// other's idle background; the sides alternate (ABBA), `--i-rounds` times each, at 1 and
+/// 16 connections, and the notes compare the medians of the rounds.
+pub(crate) async fn scenario_i(args: &Args, bins: &Binaries, report: &mut Report) {
+    let count = args.named_upstreams as usize;
+    report.section(&format!(
+        "i. {count} named upstreams against one: /mcp/NAME against /mcp"
+    ));
+    if !bins.gateway_supports("NAME=URL") {
+        report.note("skipped: this gateway has no named upstreams (--upstream NAME=URL)");
+        return;
+    }
+    let (fixture, fixture_url) = bins.fixture();
+    let (single, single_url) = bins.gateway(&fixture_url, &[]);
+    let names: Vec<String> = (0..count).map(|i| format!("up-{i:03}")).collect();
+    let extra: Vec<String> = names[1..]
+        .iter()
+        .flat_map(|name| ["--upstream".to_owned(), format!("{name}={fixture_url}")])
+        .collect();
+    let started = Instant::now();
+    let (named, named_url) = bins.gateway(&format!("{}={fixture_url}", names[0]), &extra);
+    let named_start_s = started.elapsed().as_secs_f64();
+    // The middle name: not the first or the last of anything.
+    let chosen = &names[count / 2];
+    let sides = [
+        ("single upstream, /mcp", Target::parse(&single_url), &single),
+        (
+            "named, /mcp/NAME",
+            Target::parse(&format!("{named_url}/{chosen}")),
+            &named,
+        ),
+    ];
+    report.note(&format!(
+        "one plain_server behind both gateways; the named gateway has {count} names \
+         (up-000 … up-{:03}), all with its URL, and the load goes to /mcp/{chosen}; it announced \
+         itself {named_start_s:.2} s after it was started",
+        count - 1
+    ));
+    const IDLE: Duration = Duration::from_secs(3);
+    let idle_before = sides
+        .each_ref()
+        .map(|(_, _, gateway)| cpu_seconds(gateway.pid()));
+    tokio::time::sleep(IDLE).await;
+    let idle_after = sides
+        .each_ref()
+        .map(|(_, _, gateway)| cpu_seconds(gateway.pid()));
+    for (i, (label, _, gateway)) in sides.iter().enumerate() {
+        let idle = idle_after[i]
+            .zip(idle_before[i])
+            .map_or(f64::NAN, |(after, before)| after - before);
+        report.note(&format!(
+            "{label}: VmRSS {} KiB before the load; CPU while idle {:.2} % of one core over {} s",
+            rss_kib(gateway.pid()),
+            idle / IDLE.as_secs_f64() * 100.0,
+            IDLE.as_secs()
+        ));
+    }
+
+    let create = Workload::fixed(
+        vec![modern_request(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "hi"}}),
+            true,
+        )],
+        Expect::Contains(br#""resultType":"task""#),
+    );
+    let mut passthrough = Vec::new();
+    for (_, target, _) in &sides {
+        passthrough.push(legacy_echo_requests(target).await);
+    }
+    let workloads: [(&str, [&Workload; 2]); 2] = [
+        (
+            "pass-through (2025-11-25 session)",
+            [&passthrough[0], &passthrough[1]],
+        ),
+        ("create task (2026-07-28, tasks ext.)", [&create, &create]),
+    ];
+    for conns in [1, 16] {
+        for (what, [single_load, named_load]) in &workloads {
+            let mut runs: [Vec<crate::driver::Stats>; 2] = [Vec::new(), Vec::new()];
+            for round in 1..=args.i_rounds {
+                // ABBA: odd rounds start with the single gateway, even rounds with the
+                // named one, so that neither side always runs second.
+                let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
+                for side in order {
+                    let workload = [*single_load, *named_load][side];
+                    let (label, target, gateway) = &sides[side];
+                    let pids = Pids::new(Some(gateway), Some(&fixture));
+                    let stats = load(args, target, workload, conns, &pids).await;
+                    report.row(
+                        "i",
+                        &format!("{what}, {label} (run {round})"),
+                        conns,
+                        &stats,
+                    );
+                    runs[side].push(stats);
+                }
+            }
+            let medians = runs.each_ref().map(|stats| {
+                let of = |f: &dyn Fn(&crate::driver::Stats) -> f64| {
+                    median(&stats.iter().map(f).collect::<Vec<_>>())
+                };
+                [
+                    of(&|s| s.p(50.0)),
+                    of(&|s| s.p(99.0)),
+                    of(&|s| s.requests_per_sec()),
+                    of(&|s| s.cpu_us_per_request(0).unwrap_or(f64::NAN)),
+                ]
+            });
+            let [single_m, named_m] = medians;
+            report.note(&format!(
+                "{what} at {conns} conns, medians of {} runs, named / single: p50 {:.3} vs {:.3} ms \
+                 (×{:.2}); p99 {:.3} vs {:.3} ms (×{:.2}); req/s {:.0} vs {:.0} (×{:.2}); gateway CPU \
+                 {:.1} vs {:.1} µs/req (×{:.2})",
+                args.i_rounds,
+                named_m[0],
+                single_m[0],
+                named_m[0] / single_m[0],
+                named_m[1],
+                single_m[1],
+                named_m[1] / single_m[1],
+                named_m[2],
+                single_m[2],
+                named_m[2] / single_m[2],
+                named_m[3],
+                single_m[3],
+                named_m[3] / single_m[3],
+            ));
+            report.record_extra(json!({
+                "scenario": "i", "workload": what, "conns": conns, "rounds": args.i_rounds,
+                "named_upstreams": count,
+                "single": {"p50_ms": single_m[0], "p99_ms": single_m[1], "req_per_s": single_m[2], "gateway_cpu_us_per_req": single_m[3]},
+                "named": {"p50_ms": named_m[0], "p99_ms": named_m[1], "req_per_s": named_m[2], "gateway_cpu_us_per_req": named_m[3]},
+            }));
+        }
+    }
+    for (label, _, gateway) in &sides {
+        report.note(&format!(
+            "{label}: VmRSS {} KiB after the load",
+            rss_kib(gateway.pid())
+        ));
+    }
+    drop((named, single, fixture));
+}

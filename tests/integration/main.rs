@@ -18,6 +18,7 @@ mod hostile_props;
 mod keepalive;
 mod listen;
 mod mrtr_upstream;
+mod named_clients;
 mod named_upstreams;
 mod namespaces;
 mod operations;

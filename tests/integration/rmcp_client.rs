@@ -41,7 +41,7 @@ pub(crate) async fn connect(url: &str) -> RunningService<RoleClient, ClientConfi
         .expect("rmcp accepts the gateway's server/discover")
 }
 
-fn args(value: serde_json::Value) -> JsonObject {
+pub(crate) fn args(value: serde_json::Value) -> JsonObject {
     serde_json::from_value(value).unwrap()
 }
 
