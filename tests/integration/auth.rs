@@ -151,7 +151,7 @@ fn client_with(url: &str, token: &str) -> Client {
 }
 
 /// A raw `tools/call` with `authorization`; its status, `WWW-Authenticate` and body.
-async fn call_raw(url: &str, authorization: Option<&str>) -> (u16, String, Value) {
+pub(crate) async fn call_raw(url: &str, authorization: Option<&str>) -> (u16, String, Value) {
     let client = Client::with_tasks(url);
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                       "params": client.params(json!({"name": "echo", "arguments": {"text": "x"}}))});

@@ -134,15 +134,6 @@ fn namespace_of(redis: &RedisServer, task_id: &str) -> String {
         .to_owned()
 }
 
-fn owner_of(redis: &RedisServer, task_id: &str) -> String {
-    let mut conn = redis.connection();
-    redis::cmd("HGET")
-        .arg(task_key(&mut conn, task_id))
-        .arg("owner")
-        .query(&mut conn)
-        .unwrap()
-}
-
 /// Polls until the task ends; its final state.
 async fn wait_terminal(client: &Client, task_id: &str) -> Value {
     client
@@ -644,32 +635,11 @@ fn metadata_of(resource: &str) -> String {
     format!("{scheme}://{host}/.well-known/oauth-protected-resource/{path}")
 }
 
-/// A raw `tools/call` of plain_server's `echo` at `url`: status, `WWW-Authenticate`, body.
+/// A raw `tools/call` of plain_server's `echo` at `url` with `token`: status,
+/// `WWW-Authenticate`, body.
 async fn call_with(url: &str, token: Option<&str>) -> (u16, String, Value) {
-    let mut client = Client::with_tasks(url);
-    client.authorization = token.map(|t| format!("Bearer {t}"));
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                      "params": client.params(json!({"name": "echo", "arguments": {"text": "x"}}))});
-    let mut request = reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", MODERN)
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "echo")
-        .json(&body);
-    if let Some(auth) = &client.authorization {
-        request = request.header("authorization", auth);
-    }
-    let response = request.send().await.unwrap();
-    let status = response.status().as_u16();
-    let challenge = response
-        .headers()
-        .get("www-authenticate")
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
-    let body = response.json().await.unwrap_or(Value::Null);
-    (status, challenge, body)
+    let authorization = token.map(|t| format!("Bearer {t}"));
+    crate::auth::call_raw(url, authorization.as_deref()).await
 }
 
 #[tokio::test]

@@ -32,16 +32,6 @@ fn gateway(upstream_url: &str, redis: &RedisServer, id: &str, extra: &[&str]) ->
     (proc, Client::with_tasks(&url))
 }
 
-/// The instance that owns the task, as the store says.
-fn owner_of(redis: &RedisServer, task_id: &str) -> String {
-    let mut conn = redis.connection();
-    redis::cmd("HGET")
-        .arg(task_key(&mut conn, task_id))
-        .arg("owner")
-        .query(&mut conn)
-        .unwrap()
-}
-
 /// Polls until the task ends; panics if it fails or is cancelled.
 async fn wait_completed(client: &Client, task_id: &str) -> Value {
     let task = client

@@ -437,6 +437,16 @@ pub fn sigterm(proc: &Proc) {
 
 /// A task's hash in a test's own Redis, whatever the store namespace of the gateway that
 /// made it (`mtg:<ns>:{<taskId>}`).
+/// The instance that owns the task, as the store says.
+pub fn owner_of(redis: &test_support::RedisServer, task_id: &str) -> String {
+    let mut conn = redis.connection();
+    redis::cmd("HGET")
+        .arg(task_key(&mut conn, task_id))
+        .arg("owner")
+        .query(&mut conn)
+        .unwrap()
+}
+
 pub fn task_key(conn: &mut redis::Connection, task_id: &str) -> String {
     let mut keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("mtg:*{{{task_id}}}"))
