@@ -25,7 +25,7 @@ use crate::readings::machine_description;
 use crate::report::Report;
 use crate::scenarios::{
     scenario_a, scenario_b, scenario_c, scenario_d, scenario_e, scenario_f, scenario_g, scenario_h,
-    sweep,
+    scenario_m, sweep,
 };
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -46,7 +46,8 @@ pub(crate) struct Args {
     /// Scenarios, comma-separated: a (pass-through overhead), b (CreateTaskResult),
     /// c (tasks/get), d (create -> poll -> completed), e (10k tasks in flight),
     /// f (another proxy in front of a stdio server), g (deferred calls in flight against
-    /// tasks), h (progress keep-alive CPU), sweep (latency vs concurrency plot).
+    /// tasks), h (progress keep-alive CPU), m (memory per in-flight task: stores × 1 and
+    /// 64 connections; not run by default), sweep (latency vs concurrency plot).
     #[arg(long, value_delimiter = ',', default_value = "a,b,c,d,e,f,g,h,sweep")]
     scenarios: Vec<String>,
     /// Measured seconds of each run.
@@ -183,6 +184,9 @@ async fn run(args: &Args, report: &mut Report) {
     }
     if wanted(args, "h") {
         scenario_h(args, &bins, report).await;
+    }
+    if wanted(args, "m") {
+        scenario_m(args, &bins, report, redis_ok).await;
     }
     if wanted(args, "sweep") {
         sweep(args, &bins, report).await;
