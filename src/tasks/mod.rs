@@ -345,7 +345,17 @@ impl TaskService {
                 let _ = stored_tx.send(stored);
                 if !failed {
                     service.settings.meter.task_runner_started();
-                    let run = runner::run(&service, &runner_task_id, call, start, signals, done_tx);
+                    // Boxed: `scope_runner` holds its argument and the scope it builds
+                    // from it, so an inline runner future took twice its size in every
+                    // running task (docs/benchmarks.md, run 16).
+                    let run = Box::pin(runner::run(
+                        &service,
+                        &runner_task_id,
+                        call,
+                        start,
+                        signals,
+                        done_tx,
+                    ));
                     service.settings.meter.clone().scope_runner(run).await;
                     service.settings.meter.task_runner_ended();
                 }
