@@ -7,11 +7,23 @@ use mcp_task_gateway::config::{Config, ConfigError};
 
 // glibc's malloc slows down once many tasks' allocations interleave with the requests'
 // (docs/benchmarks.md, run 6); jemalloc does not.
-#[cfg(not(target_env = "msvc"))]
+#[cfg(all(not(target_env = "msvc"), not(feature = "dhat-heap")))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+// A heap profile instead (`--features dhat-heap`, never in a release): every allocation's
+// call stack, written at exit to `$MTG_DHAT_FILE` (default `dhat-heap.json`); its
+// "t-gmax" view is the heap at its peak, e.g. with every task of a load in flight.
+#[cfg(feature = "dhat-heap")]
+#[global_allocator]
+static ALLOCATOR: dhat::Alloc = dhat::Alloc;
+
 fn main() -> ExitCode {
+    #[cfg(feature = "dhat-heap")]
+    let _profiler = dhat::Profiler::builder()
+        .file_name(std::env::var_os("MTG_DHAT_FILE").unwrap_or_else(|| "dhat-heap.json".into()))
+        .trim_backtraces(Some(60))
+        .build();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|first| first == "admin") {
         return mcp_task_gateway::admin::cli::main(args);

@@ -25,7 +25,7 @@ use crate::readings::machine_description;
 use crate::report::Report;
 use crate::scenarios::{
     scenario_a, scenario_b, scenario_c, scenario_d, scenario_e, scenario_f, scenario_g, scenario_h,
-    scenario_i, sweep,
+    scenario_i, scenario_m, sweep,
 };
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -47,7 +47,8 @@ pub(crate) struct Args {
     /// c (tasks/get), d (create -> poll -> completed), e (10k tasks in flight),
     /// f (another proxy in front of a stdio server), g (deferred calls in flight against
     /// tasks), h (progress keep-alive CPU), i (/mcp/NAME with many named upstreams
-    /// against a single-upstream gateway), sweep (latency vs concurrency plot).
+    /// against a single-upstream gateway), m (memory per in-flight task: stores × 1 and
+    /// 64 connections; not run by default), sweep (latency vs concurrency plot).
     #[arg(long, value_delimiter = ',', default_value = "a,b,c,d,e,f,g,h,i,sweep")]
     scenarios: Vec<String>,
     /// Measured seconds of each run.
@@ -193,6 +194,9 @@ async fn run(args: &Args, report: &mut Report) {
     }
     if wanted(args, "i") {
         scenario_i(args, &bins, report).await;
+    }
+    if wanted(args, "m") {
+        scenario_m(args, &bins, report, redis_ok).await;
     }
     if wanted(args, "sweep") {
         sweep(args, &bins, report).await;

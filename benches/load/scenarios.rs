@@ -431,6 +431,60 @@ pub(crate) async fn scenario_g(args: &Args, bins: &Binaries, report: &mut Report
     }
 }
 
+/// m. Memory per in-flight task (issue #31): for each store (memory, Redis) and each
+/// number of client connections (1 and 64), a fresh gateway and fixture, 100 warm-up
+/// tasks, then `--in-flight` tasks of `sleep` (600 s, no progress); the gateway's VmRSS
+/// before and after, divided by the calls the upstream then held.
+pub(crate) async fn scenario_m(args: &Args, bins: &Binaries, report: &mut Report, redis_ok: bool) {
+    report.section(&format!(
+        "m. memory per in-flight task: {} tasks (sleep 600 s upstream), per store and client connections",
+        args.in_flight
+    ));
+    const WARM: usize = 100;
+    let sleeping = json!({"name": "sleep", "arguments": {"ms": 600_000, "steps": 0}});
+    for store in stores(redis_ok) {
+        for conns in [1usize, 64] {
+            let (fixture, fixture_url) = bins.fixture();
+            let redis = store.start(args);
+            let (gateway, gateway_url) = bins.gateway(&fixture_url, &redis.flags());
+            let target = Target::parse(&gateway_url);
+            let upstream = Target::parse(&fixture_url);
+            let request = modern_request("tools/call", sleeping.clone(), true);
+            // The first tasks grow pools and caches that every later one shares.
+            create_many(&target, &request, WARM, conns.min(16)).await;
+            wait_in_flight(&upstream, WARM as u64, Duration::from_secs(30)).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let rss_before = rss_kib(gateway.pid());
+            let started = Instant::now();
+            let created = create_many(&target, &request, args.in_flight, conns).await;
+            let total = (WARM + args.in_flight) as u64;
+            let waiting = wait_in_flight(&upstream, total, Duration::from_secs(120))
+                .await
+                .saturating_sub(WARM as u64);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let rss_after = rss_kib(gateway.pid());
+            let per = rss_after.saturating_sub(rss_before) as f64 * 1024.0 / waiting.max(1) as f64;
+            report.note(&format!(
+                "{} store, {conns} conn(s): created {created}, {waiting} in flight after {:.1} s; \
+                 gateway VmRSS {rss_before} -> {rss_after} KiB: {:.1} KB ({:.2} KiB) per task",
+                store.name(),
+                started.elapsed().as_secs_f64(),
+                per / 1000.0,
+                per / 1024.0
+            ));
+            report.record_extra(json!({
+                "scenario": "m", "store": store.name(), "conns": conns, "in_flight": waiting,
+                "rss_before_kib": rss_before, "rss_after_kib": rss_after, "bytes_per_task": per,
+            }));
+            // The fixture first: a gateway under a heap profiler (`--gateway-wrap`) then
+            // sees its calls end as lost streams, not a storm of cancels on new
+            // connections, so the profile's peak is the heap with every task in flight.
+            drop(fixture);
+            drop((gateway, redis));
+        }
+    }
+}
+
 /// h. `--streams` quiet calls answered on SSE (a 2026-07-28 client that asked for
 /// progress; `sleep` 120 s, no progress of the upstream's), with
 /// `--progress-keepalive-ms 1000` against keep-alive off: the gateway's CPU while they

@@ -393,7 +393,17 @@ impl TaskService {
                 let _ = stored_tx.send(stored);
                 if !failed {
                     service.settings.meter.task_runner_started();
-                    let run = runner::run(&service, &runner_task_id, call, start, signals, done_tx);
+                    // Boxed, so the spawned task's cell stays small while the call
+                    // waits (docs/benchmarks.md, run 17: an inline runner future, held
+                    // twice by the first `scope_runner`, took 6.8 KB a task).
+                    let run = Box::pin(runner::run(
+                        &service,
+                        &runner_task_id,
+                        call,
+                        start,
+                        signals,
+                        done_tx,
+                    ));
                     service.settings.meter.clone().scope_runner(run).await;
                     service.settings.meter.task_runner_ended();
                 }

@@ -137,14 +137,17 @@ async fn drive(
         stop: &signals.stop,
         deadline,
     };
-    let driven = async {
-        let first = match round {
-            None => params.clone(),
-            Some(round) => answers.resume(round, &params).await?,
-        };
-        driver::drive_from(&mut trip, &mut answers, params, first).await
+    // `params` is moved into the first request: the call's wait holds only the raw
+    // `call.params` (the retries' original).
+    let first = match round {
+        None => Ok(params),
+        Some(round) => Box::pin(answers.resume(round, &params)).await,
     };
-    match driven.await {
+    let driven = match first {
+        Ok(first) => driver::drive_from(&mut trip, &mut answers, &call.params, first).await,
+        Err(halt) => Err(halt),
+    };
+    match driven {
         Ok(outcome) | Err(Halt::Finish(outcome)) => Some(outcome),
         Err(Halt::Ended) => None,
     }

@@ -65,8 +65,12 @@ tokio::task_local! {
 
 impl Meter {
     /// Runs a task's runner with this meter as the one its upstream errors count in.
-    pub async fn scope_runner<F: std::future::Future>(self, runner: F) -> F::Output {
-        RUNNER_METER.scope(self, runner).await
+    /// Not an `async fn`: that would hold `runner` and the scope made of it both.
+    pub fn scope_runner<F: std::future::Future>(
+        self,
+        runner: F,
+    ) -> tokio::task::futures::TaskLocalFuture<Meter, F> {
+        RUNNER_METER.scope(self, runner)
     }
 
     /// An upstream failure of the runner this is called in.

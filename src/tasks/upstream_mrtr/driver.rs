@@ -7,6 +7,7 @@
 //! asking for nothing is stopped.
 
 use async_trait::async_trait;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use mtg_protocol::jsonrpc::ErrorObject;
@@ -69,16 +70,19 @@ where
     T: RoundTrip,
     A: RoundAnswers<Stop = T::Stop>,
 {
-    let first = original.clone();
-    drive_from(trip, answers, original, first).await
+    // Serialisation of a `Value` cannot fail; were it to, no retry could be built.
+    let raw = serde_json::value::to_raw_value(&original).unwrap_or_default();
+    drive_from(trip, answers, &raw, original).await
 }
 
 /// The same, with `first` as the first request's params: a call resumed in a later
-/// round (`original` plus that round's answers and `requestState`).
+/// round (`original` plus that round's answers and `requestState`). `original` is raw
+/// JSON, parsed only for a retry: a task's call may wait for hours, and as a tree even
+/// small params take ~2 KB (a B-tree node per object) for nothing while it does.
 pub async fn drive_from<T, A>(
     trip: &mut T,
     answers: &mut A,
-    original: Value,
+    original: &RawValue,
     first: Value,
 ) -> Result<T::Done, T::Stop>
 where
@@ -109,6 +113,8 @@ where
             answers.answer(&round).await?
         };
         let state = round.asked.request_state.as_deref();
+        // The gateway serialised `original` from a `Value`, so it parses.
+        let original: Value = serde_json::from_str(original.get()).unwrap_or_default();
         params = mrtr::retry_params(&original, responses, state);
     }
 }

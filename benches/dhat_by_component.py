@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Sums a dhat heap profile of the gateway by component, per task.
+
+Usage: benches/dhat_by_component.py dhat-heap.json TASKS
+
+The profile comes from a gateway built with `--features dhat-heap` (docs/benchmarks.md,
+run 17); TASKS is how many tasks were in flight at the heap's peak ("t-gmax"). Each
+allocation stack is put in one component by its allocation site and the gateway's
+innermost frame; the rules are rough, and anything they miss is listed as "other".
+"""
+import json, sys, re, collections
+path, n = sys.argv[1], int(sys.argv[2])
+d = json.load(open(path)); ftbl = d['ftbl']
+def cat(frames):
+    s = frames[0] if frames else ''
+    gw = next((f for f in frames if 'mcp_task_gateway' in f), '')
+    allf = ' '.join(frames)
+    if 'spawn_runner' in gw and 'Cell<T,S>::new' in s: return 'runner: tokio task (the runner future)'
+    if 'RoundTrip>::send' in gw or 'TaskTrip' in s: return 'runner: send future (boxed) and its boxed waits'
+    if 'TaskLocalFuture' in s: return 'runner: boxed futures polled in the runner (exchange next, run)'
+    if 'params_value' in gw: return 'runner: params as a Value tree (MRTR original)'
+    if 'spawn_runner' in gw or 'request_digest' in gw: return 'runner: signals, channels, digest'
+    if 'caller_of' in gw: return 'call: client capabilities (ToolCall)'
+    if 'store::memory' in gw or 'new_record' in gw or 'store::redis' in allf: return 'store: record and indexes'
+    if 'runners::Runners' in gw: return 'runners registry'
+    if 'mpsc::block::Block' in s and 'hyper' in allf or ('mpsc::block' in s and ('send_built' in gw or gw=='' or 'main' in gw)): return 'hyper: dispatch channel block (8,992 B)'
+    if 'Buffered<T,B>::new' in s: return 'hyper: h1 write buffer (8 KiB)'
+    if 'BytesMut::reserve_inner' in s: return 'hyper: h1 read buffer (--upstream-read-buffer-bytes)'
+    if 'SessionHttpExchange' in allf or 'CallStream' in allf or 'SessionHttpUpstream::exchange' in gw: return 'upstream: exchange and SSE stream'
+    if 'hyper' in allf or 'want::new' in s or 'registration_set' in s or 'send_built' in gw: return 'hyper: connection tasks, channels, registration, other'
+    return 'other: ' + s[:60] + ' <= ' + gw[:60]
+agg = collections.Counter(); blk = collections.Counter()
+for pp in d['pps']:
+    gb = pp.get('gb', 0)
+    if not gb: continue
+    frames = [re.sub(r' \(\?\?\?:0:0\)','',ftbl[i]) for i in pp['fs']]
+    frames = [re.sub(r'^0x[0-9a-f]+: ','',f) for f in frames]
+    frames = [f for f in frames if not f.startswith(('alloc::','<alloc','dhat::','__rust','core::ptr','<dhat','[root]'))]
+    c = cat(frames); agg[c] += gb; blk[c] += pp.get('gbk',0)
+tot = sum(agg.values())
+print(f"heap at peak: {tot/n:.0f} B per task ({n} tasks)")
+small = 0
+for k, v in agg.most_common():
+    if v/n < 40: small += v; continue
+    print(f"{v/n:8.0f} B  {blk[k]/n:5.2f} blocks  {k}")
+print(f"{small/n:8.0f} B  (items under 40 B each)")
