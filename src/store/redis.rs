@@ -75,6 +75,8 @@ pub struct RedisSettings {
 
 pub struct RedisStore {
     conn: Conn,
+    /// The one pub/sub connection, shared with the stores of other namespaces.
+    subscriber: Arc<wakeups::Subscriber>,
     settings: RedisSettings,
     scripts: &'static Scripts,
     keys: Keys,
@@ -125,6 +127,11 @@ impl RedisStore {
         .map_err(Unavailable::BadAddress)?;
         Ok(Arc::new(Self {
             conn,
+            subscriber: wakeups::Subscriber::new(
+                &settings.target,
+                settings.ca_cert.clone(),
+                settings.timeout,
+            ),
             keys: Keys::new(&settings.namespace),
             settings,
             scripts: Scripts::get(),
@@ -137,6 +144,7 @@ impl RedisStore {
     pub fn with_namespace(&self, namespace: StoreNamespace) -> Arc<Self> {
         Arc::new(Self {
             conn: self.conn.clone(),
+            subscriber: self.subscriber.clone(),
             keys: Keys::new(&namespace),
             settings: RedisSettings {
                 namespace,
@@ -472,13 +480,7 @@ impl WakeUps for RedisStore {
         if owner == self.settings.instance_id {
             *self.local_wake.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx.clone());
         }
-        wakeups::spawn_subscriber(
-            &self.settings.target,
-            self.settings.ca_cert.clone(),
-            self.keys.wake(owner),
-            self.settings.timeout,
-            tx,
-        );
+        self.subscriber.subscribe(self.keys.wake(owner), tx);
         rx
     }
 }

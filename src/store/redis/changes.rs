@@ -6,7 +6,6 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use super::RedisStore;
-use super::wakeups::spawn_subscriber;
 use crate::store::{ChangeReceiver, Changes, StoreError, TaskChange, WAKE_ALL};
 
 #[async_trait]
@@ -20,13 +19,7 @@ impl Changes for RedisStore {
 
     fn changes(&self) -> ChangeReceiver {
         let (lines_tx, mut lines) = mpsc::unbounded_channel::<String>();
-        spawn_subscriber(
-            &self.settings.target,
-            self.settings.ca_cert.clone(),
-            self.keys.changes(),
-            self.settings.timeout,
-            lines_tx,
-        );
+        self.subscriber.subscribe(self.keys.changes(), lines_tx);
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             while let Some(line) = lines.recv().await {

@@ -1,54 +1,113 @@
-//! The owner's wake-up subscriber: SUBSCRIBE to `mtg:<ns>:wake:<instance>` and pass each
-//! task id to the runners. The stored state is the truth; a wake-up only says "look
-//! again". Pub/sub forgets what it sent while nobody listened, so after every
-//! (re)subscription the runners are told to look at everything ([`WAKE_ALL`]).
+//! The pub/sub subscriber: one connection per Redis target, shared by every namespace of
+//! this process (each upstream's world has its own), on which each subscribes its
+//! channels: an owner's wake-ups (`mtg:<ns>:wake:<instance>`) and the namespace's
+//! changes. The stored state is the truth; a message only says "look again". Pub/sub
+//! forgets what it sent while nobody listened, so after every (re)subscription each
+//! channel's listeners are told to look at everything ([`WAKE_ALL`]).
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::RedisError;
-use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 
 use super::conn::{PubSubSource, Target};
 use crate::store::WAKE_ALL;
 
-/// How often an idle subscription is checked (PING), so a dead connection is noticed.
+/// How often an idle subscription is checked (PING), so a dead connection is noticed,
+/// and how often the listeners are checked for any left.
 const CHECK_EVERY: Duration = Duration::from_secs(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
-pub(super) fn spawn_subscriber(
-    target: &Target,
+pub(super) struct Subscriber {
+    sources: Vec<PubSubSource>,
     ca_cert: Option<Vec<u8>>,
-    channel: String,
     timeout: Duration,
-    tx: UnboundedSender<String>,
-) {
-    let sources = PubSubSource::all_of(target);
-    tokio::spawn(async move {
+    hub: Mutex<Hub>,
+}
+
+#[derive(Default)]
+struct Hub {
+    /// Each channel's listeners.
+    channels: HashMap<String, Vec<UnboundedSender<String>>>,
+    /// Tells the running connection of a channel to subscribe; `None` while none runs.
+    running: Option<UnboundedSender<String>>,
+}
+
+impl Subscriber {
+    pub fn new(target: &Target, ca_cert: Option<Vec<u8>>, timeout: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            sources: PubSubSource::all_of(target),
+            ca_cert,
+            timeout,
+            hub: Mutex::default(),
+        })
+    }
+
+    /// Passes what is published on `channel` to `tx` (and [`WAKE_ALL`] after each
+    /// (re)subscription) until `tx`'s receiver is dropped.
+    pub fn subscribe(self: &Arc<Self>, channel: String, tx: UnboundedSender<String>) {
+        let mut hub = self.lock();
+        hub.channels.entry(channel.clone()).or_default().push(tx);
+        if let Some(running) = &hub.running
+            && running.send(channel).is_ok()
+        {
+            return;
+        }
+        let (commands_tx, commands) = mpsc::unbounded_channel();
+        hub.running = Some(commands_tx);
+        tokio::spawn(self.clone().run(commands));
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Hub> {
+        self.hub.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sends `message` to `channel`'s listeners, forgetting those gone.
+    fn dispatch(&self, channel: &str, message: &str) {
+        let mut hub = self.lock();
+        if let Some(listeners) = hub.channels.get_mut(channel) {
+            listeners.retain(|tx| tx.send(message.to_owned()).is_ok());
+            if listeners.is_empty() {
+                hub.channels.remove(channel);
+            }
+        }
+    }
+
+    /// Whether nobody listens any more; then the connection stops (under the same lock
+    /// as `subscribe`, so a listener that comes meanwhile starts a new one).
+    fn stop_if_unused(&self) -> bool {
+        let mut hub = self.lock();
+        hub.channels.retain(|_, listeners| {
+            listeners.retain(|tx| !tx.is_closed());
+            !listeners.is_empty()
+        });
+        if hub.channels.is_empty() {
+            hub.running = None;
+            return true;
+        }
+        false
+    }
+
+    async fn run(self: Arc<Self>, mut commands: UnboundedReceiver<String>) {
         let mut backoff = Duration::from_millis(50);
         let mut was_down = false;
         for turn in 0.. {
-            if tx.is_closed() {
+            if self.stop_if_unused() {
                 return;
             }
             let mut subscribed = false;
-            let ca_cert = ca_cert.as_deref();
-            let source = &sources[turn % sources.len()];
-            match listen(
-                source,
-                ca_cert,
-                &channel,
-                timeout,
-                &tx,
-                &mut subscribed,
-                was_down,
-            )
-            .await
+            let source = &self.sources[turn % self.sources.len()];
+            match self
+                .listen(source, &mut commands, &mut subscribed, was_down)
+                .await
             {
                 Ok(()) => return,
                 Err(e) => {
                     if subscribed || !was_down {
-                        tracing::warn!(channel, error = %e, "wake-up subscription lost; reconnecting");
+                        tracing::warn!(error = %e, "pub/sub subscription lost; reconnecting");
                     }
                     if subscribed {
                         backoff = Duration::from_millis(50);
@@ -56,16 +115,77 @@ pub(super) fn spawn_subscriber(
                     was_down = true;
                 }
             }
-            tokio::select! {
-                () = tokio::time::sleep(backoff) => {}
-                () = tx.closed() => return,
-            }
+            tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
-    });
+    }
+
+    /// Listens until the connection fails (`Err`) or nobody listens any more (`Ok`).
+    async fn listen(
+        &self,
+        source: &PubSubSource,
+        commands: &mut UnboundedReceiver<String>,
+        subscribed: &mut bool,
+        was_down: bool,
+    ) -> Result<(), SubscriptionLost> {
+        let timeout = self.timeout;
+        // Both steps bounded: a master that Sentinel names may be unreachable.
+        let client = tokio::time::timeout(timeout, source.client(self.ca_cert.as_deref()))
+            .await
+            .map_err(|_| SubscriptionLost::TimedOut("finding the master"))??;
+        let pubsub = tokio::time::timeout(timeout, client.get_async_pubsub())
+            .await
+            .map_err(|_| SubscriptionLost::TimedOut("connect"))??;
+        let (mut sink, mut stream) = pubsub.split();
+        // Every channel known now; those asked for meanwhile are in the list already.
+        while commands.try_recv().is_ok() {}
+        let channels: Vec<String> = self.lock().channels.keys().cloned().collect();
+        for channel in &channels {
+            tokio::time::timeout(timeout, sink.subscribe(channel))
+                .await
+                .map_err(|_| SubscriptionLost::TimedOut("SUBSCRIBE"))??;
+        }
+        *subscribed = true;
+        if was_down {
+            tracing::info!(channels = channels.len(), "pub/sub subscription restored");
+        }
+        // Anything published while we were away is covered by looking at every task.
+        for channel in &channels {
+            self.dispatch(channel, WAKE_ALL);
+        }
+        let mut check = tokio::time::interval(CHECK_EVERY);
+        check.tick().await;
+        loop {
+            tokio::select! {
+                message = stream.next() => {
+                    let Some(message) = message else {
+                        return Err(SubscriptionLost::Closed);
+                    };
+                    if let Ok(payload) = message.get_payload::<String>() {
+                        self.dispatch(message.get_channel_name(), &payload);
+                    }
+                }
+                Some(channel) = commands.recv() => {
+                    tokio::time::timeout(timeout, sink.subscribe(&channel))
+                        .await
+                        .map_err(|_| SubscriptionLost::TimedOut("SUBSCRIBE"))??;
+                    tracing::debug!(channel, "subscribed");
+                    self.dispatch(&channel, WAKE_ALL);
+                }
+                _ = check.tick() => {
+                    if self.stop_if_unused() {
+                        return Ok(());
+                    }
+                    tokio::time::timeout(timeout, sink.ping::<redis::Value>())
+                        .await
+                        .map_err(|_| SubscriptionLost::TimedOut("PING"))??;
+                }
+            }
+        }
+    }
 }
 
-/// Why a subscription ended while the receiver still wanted wake-ups.
+/// Why a subscription ended while listeners still wanted messages.
 #[derive(Debug, thiserror::Error)]
 enum SubscriptionLost {
     #[error("Redis: {0}")]
@@ -74,59 +194,4 @@ enum SubscriptionLost {
     TimedOut(&'static str),
     #[error("connection closed")]
     Closed,
-}
-
-/// Listens until the connection fails (`Err`) or the receiver is gone (`Ok`).
-async fn listen(
-    source: &PubSubSource,
-    ca_cert: Option<&[u8]>,
-    channel: &str,
-    timeout: Duration,
-    tx: &UnboundedSender<String>,
-    subscribed: &mut bool,
-    was_down: bool,
-) -> Result<(), SubscriptionLost> {
-    // Both steps bounded: a master that Sentinel names may be unreachable.
-    let client = tokio::time::timeout(timeout, source.client(ca_cert))
-        .await
-        .map_err(|_| SubscriptionLost::TimedOut("finding the master"))??;
-    let pubsub = tokio::time::timeout(timeout, client.get_async_pubsub())
-        .await
-        .map_err(|_| SubscriptionLost::TimedOut("connect"))??;
-    let (mut sink, mut stream) = pubsub.split();
-    tokio::time::timeout(timeout, sink.subscribe(channel))
-        .await
-        .map_err(|_| SubscriptionLost::TimedOut("SUBSCRIBE"))??;
-    *subscribed = true;
-    if was_down {
-        tracing::info!(channel, "wake-up subscription restored");
-    } else {
-        tracing::debug!(channel, "listening for wake-ups");
-    }
-    // Anything published while we were away is covered by looking at every task.
-    if tx.send(WAKE_ALL.to_owned()).is_err() {
-        return Ok(());
-    }
-    let mut check = tokio::time::interval(CHECK_EVERY);
-    check.tick().await;
-    loop {
-        tokio::select! {
-            message = stream.next() => {
-                let Some(message) = message else {
-                    return Err(SubscriptionLost::Closed);
-                };
-                if let Ok(task_id) = message.get_payload::<String>()
-                    && tx.send(task_id).is_err()
-                {
-                    return Ok(());
-                }
-            }
-            _ = check.tick() => {
-                tokio::time::timeout(timeout, sink.ping::<redis::Value>())
-                    .await
-                    .map_err(|_| SubscriptionLost::TimedOut("PING"))??;
-            }
-            () = tx.closed() => return Ok(()),
-        }
-    }
 }
