@@ -90,6 +90,7 @@ pub fn redis(config: &Config) -> std::io::Result<Option<RedisSettings>> {
         wait_replicas: config.redis_wait_replicas,
         timeout: Duration::from_millis(config.redis_timeout_ms),
         max_ttl: Duration::from_millis(config.max_ttl_ms),
+        terminal_cache_bytes: config.terminal_cache_bytes,
         ca_cert: config
             .redis_ca_file
             .as_ref()

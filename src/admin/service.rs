@@ -431,6 +431,7 @@ mod tests {
                     max_ttl: Duration::from_secs(600),
                     ca_cert: None,
                     namespace: StoreNamespace::Named("paging".into()),
+                    terminal_cache_bytes: 0,
                 })
                 .unwrap(),
             )

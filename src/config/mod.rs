@@ -334,6 +334,13 @@ pub struct Config {
     #[arg(long, env = "MTG_STORE_NAMESPACE", value_name = "NAME", value_parser = parse_store_namespace)]
     pub store_namespace: Option<StoreNamespace>,
 
+    /// Memory for finished tasks' records, in bytes, per process: a poll of a finished
+    /// task is then answered without a Redis round trip (a finished task never changes;
+    /// expiry is checked on each answer). Dropped whenever the link to Redis drops or an
+    /// operation fails. 0 turns it off. Only with Redis.
+    #[arg(long, env = "MTG_TERMINAL_CACHE_BYTES", default_value_t = 32 * 1024 * 1024)]
+    pub terminal_cache_bytes: u64,
+
     /// Time limit for one Redis operation, connecting included. Past it the request
     /// gets -32603 "task store unavailable".
     #[arg(long, env = "MTG_REDIS_TIMEOUT_MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]

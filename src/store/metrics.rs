@@ -2,7 +2,9 @@
 //!
 //! - `mtg_tasks_total{status}`: tasks reaching each status (creation counts as `working`);
 //! - `mtg_store_errors_total{backend}`: store operations that failed;
-//! - `mtg_store_roundtrip_seconds{op}`: time of one store round trip, by operation.
+//! - `mtg_store_roundtrip_seconds{op}`: time of one store round trip, by operation;
+//! - `mtg_terminal_cache_reads_total{outcome}`: reads of a task by id on Redis with the
+//!   terminal cache on, `hit` (answered from memory) or `miss` (read from Redis).
 
 use std::time::Duration;
 
@@ -18,4 +20,9 @@ pub fn store_error(backend: &'static str) {
 
 pub fn roundtrip(op: &'static str, elapsed: Duration) {
     metrics::histogram!("mtg_store_roundtrip_seconds", "op" => op).record(elapsed.as_secs_f64());
+}
+
+pub fn terminal_cache_read(hit: bool) {
+    let outcome = if hit { "hit" } else { "miss" };
+    metrics::counter!("mtg_terminal_cache_reads_total", "outcome" => outcome).increment(1);
 }

@@ -22,9 +22,11 @@ mod conn;
 mod inspect;
 mod keys;
 mod leases;
+mod link;
 mod listing;
 mod scripts;
 mod takeover;
+mod terminal_cache;
 mod wakeups;
 mod walk;
 
@@ -46,8 +48,10 @@ use super::{
 };
 use conn::Conn;
 use keys::Keys;
+use link::Link;
 use mtg_protocol::wire::{InputRequest, TaskStatus};
 use scripts::Scripts;
+use terminal_cache::TerminalCache;
 
 /// How long a task's keys outlive its TTL. Reads treat the task as gone from the TTL on;
 /// the grace only keeps instances whose clocks run a little behind from seeing a task
@@ -71,6 +75,9 @@ pub struct RedisSettings {
     pub ca_cert: Option<Vec<u8>>,
     /// Whose keys these are (`--store-namespace`): nothing outside it is read or written.
     pub namespace: StoreNamespace,
+    /// Memory for finished tasks' records, so polls of them skip Redis
+    /// (`--terminal-cache-bytes`); 0 turns it off. One budget for the process.
+    pub terminal_cache_bytes: u64,
 }
 
 pub struct RedisStore {
@@ -82,6 +89,8 @@ pub struct RedisStore {
     keys: Keys,
     /// This instance's own wake-ups are delivered here directly, without Redis.
     local_wake: Mutex<Option<mpsc::UnboundedSender<String>>>,
+    /// Finished tasks read before, shared with the stores of other namespaces.
+    terminal: Option<Arc<TerminalCache>>,
 }
 
 /// Task ids are UUIDs the gateway made; anything else names no task. Checking first
@@ -119,10 +128,12 @@ impl RedisStore {
     /// A store for `settings.target`. Fails only on a malformed URL: Redis itself may be
     /// down at start; requests get clear errors until it is up.
     pub fn connect(settings: RedisSettings) -> Result<Arc<Self>, StoreError> {
+        let link = Arc::new(Link::default());
         let conn = Conn::new(
             &settings.target,
             settings.timeout,
             settings.ca_cert.as_deref(),
+            link.clone(),
         )
         .map_err(Unavailable::BadAddress)?;
         Ok(Arc::new(Self {
@@ -131,8 +142,10 @@ impl RedisStore {
                 &settings.target,
                 settings.ca_cert.clone(),
                 settings.timeout,
+                link.clone(),
             ),
             keys: Keys::new(&settings.namespace),
+            terminal: TerminalCache::new(settings.terminal_cache_bytes, link).map(Arc::new),
             settings,
             scripts: Scripts::get(),
             local_wake: Mutex::new(None),
@@ -152,6 +165,7 @@ impl RedisStore {
             },
             scripts: self.scripts,
             local_wake: Mutex::new(None),
+            terminal: self.terminal.clone(),
         })
     }
 
@@ -260,7 +274,25 @@ impl TaskStore for RedisStore {
         task_id: &str,
         principal: &str,
     ) -> Result<Option<Arc<TaskRecord>>, StoreError> {
-        let task = inspect::read_tasks(self, "get", &[task_id]).await?.pop();
+        let task = match &self.terminal {
+            None => inspect::read_tasks(self, "get", &[task_id]).await?.pop(),
+            Some(terminal) => {
+                let key = self.keys.task(task_id);
+                let remembered = terminal.get(&key, now_ms());
+                metrics::terminal_cache_read(remembered.is_some());
+                match remembered {
+                    Some(task) => Some(task),
+                    None => {
+                        let epoch = terminal.epoch();
+                        let task = inspect::read_tasks(self, "get", &[task_id]).await?.pop();
+                        if let Some(task) = &task {
+                            terminal.remember(key, epoch, task);
+                        }
+                        task
+                    }
+                }
+            }
+        };
         // Another principal's task reads exactly like an unknown one.
         Ok(task.filter(|task| task.principal == principal))
     }
@@ -278,6 +310,9 @@ impl TaskStore for RedisStore {
         // The principal is read in the same round trip, to unlist the task after: a
         // leftover member per task answered inline would pile up until the max TTL.
         let key = self.keys.task(task_id);
+        if let Some(terminal) = &self.terminal {
+            terminal.forget(&key);
+        }
         let mut principal = redis::cmd("HGET");
         principal.arg(&key).arg("principal");
         let mut del = redis::cmd("DEL");

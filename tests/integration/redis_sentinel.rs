@@ -339,25 +339,47 @@ async fn thirty_seconds_of_an_unreachable_redis_lose_no_task() {
     let stopped_at = Instant::now();
     let mut log = Vec::new();
     let mut n = 0u32;
+    // b polled the finished task to its end, so it may answer it from memory until it
+    // notices the outage (its first failed operation); a never read it finished.
+    let mut b_noticed = false;
+    let mut from_memory = 0;
     while stopped_at.elapsed() < OUTAGE {
         n += 1;
-        let client = if n.is_multiple_of(2) { &a } else { &b };
-        log.push(timed(client, "tasks/get", json!({"taskId": finished})).await);
-        log.push(
-            timed(
-                client,
-                "tools/call",
-                json!({"name": "echo", "arguments": {"text": "during"}}),
-            )
-            .await,
-        );
+        let (client, on_b) = if n.is_multiple_of(2) {
+            (&a, false)
+        } else {
+            (&b, true)
+        };
+        let get = timed(client, "tasks/get", json!({"taskId": finished})).await;
+        match &get.answer {
+            Answer::Ok(task) => {
+                assert!(
+                    on_b && !b_noticed,
+                    "answered from memory after a failure: {task}"
+                );
+                assert_eq!(task["status"], "completed", "{task}");
+                assert_eq!(first_text(&task["result"]), "before", "{task}");
+                from_memory += 1;
+            }
+            _ => b_noticed |= on_b,
+        }
+        log.push(get);
+        let call = timed(
+            client,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "during"}}),
+        )
+        .await;
+        b_noticed |= on_b;
+        log.push(call);
     }
     // The sleeps ended upstream meanwhile.
     assert_eq!(upstream_stats(&upstream_url).await["callsInFlight"], 1);
     redis.signal(libc::SIGCONT);
     let slowest = log.iter().map(|t| t.latency).max().unwrap_or_default();
     println!(
-        "{} requests during the {}-s outage, slowest {} ms",
+        "{} requests during the {}-s outage, slowest {} ms, {from_memory} finished-task \
+         answers from memory",
         log.len(),
         OUTAGE.as_secs(),
         slowest.as_millis()
@@ -365,8 +387,15 @@ async fn thirty_seconds_of_an_unreachable_redis_lose_no_task() {
     assert_bounded(&log);
     assert!(
         log.iter()
+            .filter(|t| !matches!(t.answer, Answer::Ok(_)))
             .all(|t| matches!(t.answer, Answer::Unavailable(_))),
-        "a request succeeded while Redis was stopped"
+        "a request failed otherwise than \"task store unavailable\""
+    );
+    assert!(
+        log.iter()
+            .filter(|t| t.method == "tools/call")
+            .all(|t| matches!(t.answer, Answer::Unavailable(_))),
+        "a call was accepted while Redis was stopped"
     );
 
     for (task, client) in running.iter().zip([&b, &a]) {

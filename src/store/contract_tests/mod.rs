@@ -85,7 +85,7 @@ pub(crate) use suite;
 
 const OWNER: &str = "gw-1";
 const OTHER: &str = "gw-2";
-const ALICE: &str = "alice";
+pub(crate) const ALICE: &str = "alice";
 /// How long a case waits for something that takes a round trip or a reconnect.
 const PATIENCE: Duration = Duration::from_secs(5);
 

@@ -14,6 +14,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisError, Value};
 use tracing::Instrument;
 
+use super::link::Link;
 use super::scripts::Scripts;
 use crate::store::{StoreError, Unavailable, metrics};
 use sentinel::SentinelConn;
@@ -53,6 +54,8 @@ pub struct Conn {
     backend: Backend,
     timeout: Duration,
     scripts: &'static Scripts,
+    /// Told of every failed operation (answers kept in memory are then dropped).
+    link: Arc<Link>,
 }
 
 /// A client of one server; `rediss://` servers are checked against `ca_cert` when given.
@@ -77,6 +80,7 @@ impl Conn {
         target: &Target,
         timeout: Duration,
         ca_cert: Option<&[u8]>,
+        link: Arc<Link>,
     ) -> Result<Self, RedisError> {
         // Connect attempts are bounded by the operation's own limit; one retry inside the
         // client is enough, since every request tries again anyway.
@@ -117,6 +121,7 @@ impl Conn {
             backend,
             timeout,
             scripts: Scripts::get(),
+            link,
         })
     }
 
@@ -171,6 +176,7 @@ impl Conn {
         .await;
         metrics::roundtrip(op, started.elapsed());
         result.map_err(|failure| {
+            self.link.faulted();
             metrics::store_error(self.backend_label());
             let error = failure.into_store_error(self.timeout);
             tracing::debug!(op, error = %error, "redis operation failed");

@@ -27,6 +27,7 @@ fn settings(port: u16, instance: &str, timeout: Duration) -> RedisSettings {
         wait_replicas: 0,
         timeout,
         max_ttl: Duration::from_secs(60),
+        terminal_cache_bytes: 1 << 20,
     }
 }
 
@@ -458,4 +459,194 @@ async fn namespaces_on_one_redis_never_meet() {
     legacy.announce(&change("from-legacy")).await.unwrap();
     x_peer.announce(&change("from-x")).await.unwrap();
     assert_eq!(next_of(&mut changes).await.task_id, "from-x");
+}
+
+/// A finished task, read once, is answered from memory: deleting its key behind the
+/// store's back does not change the answer, while a store of another process (its own
+/// memory) finds nothing.
+async fn remembered_task(store: &RedisStore) -> String {
+    let task = record("gw-1");
+    let id = task.task_id.clone();
+    store.create(task).await.unwrap();
+    let completed = Outcome::Completed(contract_tests::raw(r#"{"content":[]}"#));
+    assert!(store.finish(&id, completed).await.unwrap());
+    let read = store
+        .get(&id, contract_tests::ALICE)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read.status, TaskStatus::Completed);
+    delete_behind(store, &id).await;
+    id
+}
+
+async fn delete_behind(store: &RedisStore, task_id: &str) {
+    let mut del = redis::cmd("DEL");
+    del.arg(store.keys.task(task_id));
+    let deleted: i64 = query(store, del).await;
+    assert_eq!(deleted, 1);
+}
+
+/// Subscribed, so the link to Redis is up (the cache serves nothing before that).
+async fn subscribed(store: &RedisStore) -> WakeReceiver {
+    let mut wakeups = store.wakeups("gw-1");
+    assert_eq!(next_wakeup(&mut wakeups).await, WAKE_ALL);
+    wakeups
+}
+
+async fn next_wakeup(wakeups: &mut WakeReceiver) -> String {
+    tokio::time::timeout(Duration::from_secs(5), wakeups.recv())
+        .await
+        .expect("a wake-up within 5 s")
+        .expect("the subscription open")
+}
+
+#[tokio::test]
+async fn finished_tasks_are_answered_from_memory_and_only_to_their_principal() {
+    let server = redis_server();
+    let store = store(&server, "gw-1");
+    let elsewhere = store_in(&server, NAMESPACE, "gw-2");
+    let _wakeups = subscribed(&store).await;
+    let id = remembered_task(&store).await;
+
+    let again = store.get(&id, contract_tests::ALICE).await.unwrap();
+    assert_eq!(
+        again.expect("answered from memory").status,
+        TaskStatus::Completed
+    );
+    assert!(
+        elsewhere
+            .get(&id, contract_tests::ALICE)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(store.get(&id, "bob").await.unwrap().is_none());
+
+    // A running task is never kept: it still changes.
+    let running = record("gw-1");
+    let running_id = running.task_id.clone();
+    store.create(running).await.unwrap();
+    assert!(
+        store
+            .get(&running_id, contract_tests::ALICE)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    delete_behind(&store, &running_id).await;
+    assert!(
+        store
+            .get(&running_id, contract_tests::ALICE)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn memory_is_dropped_when_the_link_to_redis_drops_or_an_operation_fails() {
+    let server = redis_server();
+    let store = store(&server, "gw-1");
+    let other = store_in(&server, NAMESPACE, "gw-2");
+    let mut wakeups = subscribed(&store).await;
+
+    // The pub/sub connection drops (as on a restart or failover): Redis is believed.
+    let dropped = remembered_task(&store).await;
+    let mut kill = redis::cmd("CLIENT");
+    kill.arg("KILL").arg("TYPE").arg("pubsub");
+    let killed: i64 = query(&other, kill).await;
+    assert_eq!(killed, 1);
+    assert_eq!(
+        next_wakeup(&mut wakeups).await,
+        WAKE_ALL,
+        "subscribed again"
+    );
+    assert!(
+        store
+            .get(&dropped, contract_tests::ALICE)
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // Any failed operation does the same.
+    let faulted = remembered_task(&store).await;
+    let failed = store.conn.one("test", redis::cmd("NO-SUCH-COMMAND")).await;
+    assert!(failed.is_err());
+    assert!(
+        store
+            .get(&faulted, contract_tests::ALICE)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn a_remembered_task_expires_at_its_ttl_and_deleting_it_forgets_it() {
+    let server = redis_server();
+    let store = store(&server, "gw-1");
+    let _wakeups = subscribed(&store).await;
+
+    let mut short = record("gw-1");
+    short.ttl_ms = 300;
+    let id = short.task_id.clone();
+    let expires_at_ms = short.expires_at_ms();
+    store.create(short).await.unwrap();
+    store
+        .finish(&id, Outcome::gateway_failure("done"))
+        .await
+        .unwrap();
+    assert!(
+        store
+            .get(&id, contract_tests::ALICE)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    delete_behind(&store, &id).await;
+    assert!(
+        store
+            .get(&id, contract_tests::ALICE)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    // The TTL is the subject here: wait for the clock to pass it.
+    tokio::time::sleep(Duration::from_millis(
+        expires_at_ms.saturating_sub(now_ms()) + 20,
+    ))
+    .await;
+    assert!(
+        store
+            .get(&id, contract_tests::ALICE)
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // Deleted through the store (answered inline): forgotten at once.
+    let task = record("gw-1");
+    let inline = task.task_id.clone();
+    store.create(task).await.unwrap();
+    store
+        .finish(&inline, Outcome::gateway_failure("done"))
+        .await
+        .unwrap();
+    assert!(
+        store
+            .get(&inline, contract_tests::ALICE)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    store.delete(&inline).await.unwrap();
+    assert!(
+        store
+            .get(&inline, contract_tests::ALICE)
+            .await
+            .unwrap()
+            .is_none()
+    );
 }

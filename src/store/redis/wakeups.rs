@@ -14,6 +14,7 @@ use redis::RedisError;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 
 use super::conn::{PubSubSource, Target};
+use super::link::Link;
 use crate::store::WAKE_ALL;
 
 /// How often an idle subscription is checked (PING), so a dead connection is noticed,
@@ -26,6 +27,8 @@ pub(super) struct Subscriber {
     ca_cert: Option<Vec<u8>>,
     timeout: Duration,
     hub: Mutex<Hub>,
+    /// Up while subscribed: the one connection that hears at once when Redis goes away.
+    link: Arc<Link>,
 }
 
 #[derive(Default)]
@@ -37,12 +40,18 @@ struct Hub {
 }
 
 impl Subscriber {
-    pub fn new(target: &Target, ca_cert: Option<Vec<u8>>, timeout: Duration) -> Arc<Self> {
+    pub fn new(
+        target: &Target,
+        ca_cert: Option<Vec<u8>>,
+        timeout: Duration,
+        link: Arc<Link>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             sources: PubSubSource::all_of(target),
             ca_cert,
             timeout,
             hub: Mutex::default(),
+            link,
         })
     }
 
@@ -100,10 +109,11 @@ impl Subscriber {
             }
             let mut subscribed = false;
             let source = &self.sources[turn % self.sources.len()];
-            match self
+            let outcome = self
                 .listen(source, &mut commands, &mut subscribed, was_down)
-                .await
-            {
+                .await;
+            self.link.lost();
+            match outcome {
                 Ok(()) => return,
                 Err(e) => {
                     if subscribed || !was_down {
@@ -146,6 +156,7 @@ impl Subscriber {
                 .map_err(|_| SubscriptionLost::TimedOut("SUBSCRIBE"))??;
         }
         *subscribed = true;
+        self.link.restored();
         if was_down {
             tracing::info!(channels = channels.len(), "pub/sub subscription restored");
         }
