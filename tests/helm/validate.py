@@ -346,6 +346,7 @@ def expect_defaults(docs: list[dict], notes: str) -> None:
     assert data["MTG_UPSTREAM_CREDENTIAL"] == "client"
     assert not [k for k in data if k.startswith(("MTG_AUTH_", "MTG_TLS_"))], sorted(data)
     assert "MTG_STORE_NAMESPACE" not in data, "a store namespace without Redis"
+    assert "MTG_TERMINAL_CACHE_BYTES" not in data, "the gateway's default is left alone"
     c = container(gateway_deployment(docs), "gateway")
     assert env_of(c)["MTG_ADVERTISE_URL"]["value"] == "http://$(MTG_POD_IP):8080"
     assert {probe_scheme(c, p) for p in PROBES} == {"HTTP"}
@@ -366,6 +367,7 @@ def expect_external_redis(docs: list[dict], notes: str) -> None:
     assert data["MTG_TOOL_POLICY"] == "echo=forbidden,slow_compute=required", data["MTG_TOOL_POLICY"]
     assert data["MTG_ALLOWED_ORIGINS"] == "https://app.example.com,https://admin.example.com"
     assert data["MTG_REDIS_WAIT_REPLICAS"] == "1"
+    assert data["MTG_TERMINAL_CACHE_BYTES"] == "67108864", data.get("MTG_TERMINAL_CACHE_BYTES")
     # The release's own keys in Redis, named after it by default.
     assert data["MTG_STORE_NAMESPACE"] == RELEASE, data.get("MTG_STORE_NAMESPACE")
     assert data["MTG_LEASE_TIMEOUT_MS"] == "15000"
@@ -1657,6 +1659,9 @@ MUST_FAIL: list[tuple[str, dict, str]] = [
      "the evaluation Redis has no TLS"),
     ("a negative task request rate", with_upstream({"gateway": {"maxTaskRequestsPerSecond": -1}}),
      "/gateway/maxTaskRequestsPerSecond"),
+    ("a negative terminal cache",
+     with_upstream({"redis": {"url": "redis://redis:6379", "terminalCacheBytes": -1}}),
+     "/redis/terminalCacheBytes"),
     ("a store namespace with a glob character",
      with_upstream({"redis": {"url": "redis://redis:6379", "storeNamespace": "team*"}}),
      "/redis/storeNamespace"),
