@@ -461,9 +461,8 @@ async fn namespaces_on_one_redis_never_meet() {
     assert_eq!(next_of(&mut changes).await.task_id, "from-x");
 }
 
-/// A finished task, read once, is answered from memory: deleting its key behind the
-/// store's back does not change the answer, while a store of another process (its own
-/// memory) finds nothing.
+/// A finished task read once through `store`, then deleted from Redis behind its back:
+/// from then on only memory can answer it.
 async fn remembered_task(store: &RedisStore) -> String {
     let task = record("gw-1");
     let id = task.task_id.clone();
@@ -478,6 +477,15 @@ async fn remembered_task(store: &RedisStore) -> String {
     assert_eq!(read.status, TaskStatus::Completed);
     delete_behind(store, &id).await;
     id
+}
+
+/// Whether the task's principal gets it.
+async fn found(store: &RedisStore, task_id: &str) -> bool {
+    store
+        .get(task_id, contract_tests::ALICE)
+        .await
+        .unwrap()
+        .is_some()
 }
 
 async fn delete_behind(store: &RedisStore, task_id: &str) {
@@ -514,34 +522,16 @@ async fn finished_tasks_are_answered_from_memory_and_only_to_their_principal() {
         again.expect("answered from memory").status,
         TaskStatus::Completed
     );
-    assert!(
-        elsewhere
-            .get(&id, contract_tests::ALICE)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(!found(&elsewhere, &id).await);
     assert!(store.get(&id, "bob").await.unwrap().is_none());
 
     // A running task is never kept: it still changes.
     let running = record("gw-1");
     let running_id = running.task_id.clone();
     store.create(running).await.unwrap();
-    assert!(
-        store
-            .get(&running_id, contract_tests::ALICE)
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(found(&store, &running_id).await);
     delete_behind(&store, &running_id).await;
-    assert!(
-        store
-            .get(&running_id, contract_tests::ALICE)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(!found(&store, &running_id).await);
 }
 
 #[tokio::test]
@@ -562,25 +552,13 @@ async fn memory_is_dropped_when_the_link_to_redis_drops_or_an_operation_fails() 
         WAKE_ALL,
         "subscribed again"
     );
-    assert!(
-        store
-            .get(&dropped, contract_tests::ALICE)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(!found(&store, &dropped).await);
 
     // Any failed operation does the same.
     let faulted = remembered_task(&store).await;
     let failed = store.conn.one("test", redis::cmd("NO-SUCH-COMMAND")).await;
     assert!(failed.is_err());
-    assert!(
-        store
-            .get(&faulted, contract_tests::ALICE)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(!found(&store, &faulted).await);
 }
 
 #[tokio::test]
@@ -598,33 +576,15 @@ async fn a_remembered_task_expires_at_its_ttl_and_deleting_it_forgets_it() {
         .finish(&id, Outcome::gateway_failure("done"))
         .await
         .unwrap();
-    assert!(
-        store
-            .get(&id, contract_tests::ALICE)
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(found(&store, &id).await);
     delete_behind(&store, &id).await;
-    assert!(
-        store
-            .get(&id, contract_tests::ALICE)
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(found(&store, &id).await);
     // The TTL is the subject here: wait for the clock to pass it.
     tokio::time::sleep(Duration::from_millis(
         expires_at_ms.saturating_sub(now_ms()) + 20,
     ))
     .await;
-    assert!(
-        store
-            .get(&id, contract_tests::ALICE)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(!found(&store, &id).await);
 
     // Deleted through the store (answered inline): forgotten at once.
     let task = record("gw-1");
@@ -634,19 +594,7 @@ async fn a_remembered_task_expires_at_its_ttl_and_deleting_it_forgets_it() {
         .finish(&inline, Outcome::gateway_failure("done"))
         .await
         .unwrap();
-    assert!(
-        store
-            .get(&inline, contract_tests::ALICE)
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(found(&store, &inline).await);
     store.delete(&inline).await.unwrap();
-    assert!(
-        store
-            .get(&inline, contract_tests::ALICE)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(!found(&store, &inline).await);
 }
