@@ -40,7 +40,7 @@ pub fn call_client(read_buffer: usize) -> HttpClient {
 #[derive(Clone)]
 pub enum CallClient {
     /// A connection per call in flight (HTTP/1.1), the default.
-    Http1(HttpClient),
+    Http1(Box<HttpClient>),
     /// Streams on a pool of HTTP/2 connections (`--upstream-http2`).
     Http2(Arc<h2_pool::H2Pool>),
 }

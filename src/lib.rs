@@ -321,7 +321,7 @@ fn call_client_for(config: &Config, http1: &http_client::HttpClient) -> http_cli
                 max_streams: config.upstream_http2_max_streams as usize,
             },
         ),
-        _ => http_client::CallClient::Http1(http1.clone()),
+        _ => http_client::CallClient::Http1(Box::new(http1.clone())),
     }
 }
 

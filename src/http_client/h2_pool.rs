@@ -17,6 +17,8 @@
 //! ALPN chooses h2; when it chooses HTTP/1.1, every request goes to the HTTP/1.1 client.
 
 mod preface;
+#[cfg(test)]
+mod tests;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
