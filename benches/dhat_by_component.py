@@ -16,6 +16,10 @@ def cat(frames):
     gw = next((f for f in frames if 'mcp_task_gateway' in f), '')
     allf = ' '.join(frames)
     if 'spawn_runner' in gw and 'Cell<T,S>::new' in s: return 'runner: tokio task (the runner future)'
+    if 'Instrumented' in s and (gw == '' or gw.endswith('::main')): return 'runner: the boxed runner future (instrumented)'
+    # HTTP/2 to the upstream (--upstream-http2, run 20).
+    if 'Cell<T,S>::new' in s and 'execute_h2_future' in allf: return 'hyper h2: task per request (body pipe or response wait)'
+    if 'h2::' in allf or 'h2_pool' in allf: return 'h2: streams and connections (pool)'
     if 'RoundTrip>::send' in gw or 'TaskTrip' in s: return 'runner: send future (boxed) and its boxed waits'
     if 'TaskLocalFuture' in s: return 'runner: boxed futures polled in the runner (exchange next, run)'
     if 'params_value' in gw: return 'runner: params as a Value tree (MRTR original)'

@@ -1,8 +1,17 @@
 //! The gateway's outbound HTTP clients (http and https, keep-alive): to upstreams, and
 //! to the JWT issuer's key endpoints.
 
+pub mod h2_pool;
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
 use bytes::Bytes;
+use http::{Request, Response};
+use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
+use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -15,14 +24,104 @@ pub fn client() -> HttpClient {
     Client::builder(TokioExecutor::new()).build(connector())
 }
 
-/// The client for the upstream calls and sessions the gateway makes itself (tasks,
-/// bridged requests): many connections held open, mostly idle, each with a read buffer
-/// of `read_buffer` bytes (hyper's adaptive one starts at 8 KiB, which was a third of a
-/// running task's memory).
+/// The HTTP/1.1 client for the upstream calls and sessions the gateway makes itself
+/// (tasks, bridged requests): many connections held open, mostly idle, each with a read
+/// buffer of `read_buffer` bytes (hyper's adaptive one starts at 8 KiB, which was a third
+/// of a running task's memory). Its TLS offers HTTP/1.1 only: this client keeps one
+/// HTTP/2 connection per host, on which calls past the server's stream cap would wait
+/// behind each other; HTTP/2 is [`h2_pool`]'s, with `--upstream-http2`.
 pub fn call_client(read_buffer: usize) -> HttpClient {
     Client::builder(TokioExecutor::new())
         .http1_read_buf_exact_size(read_buffer)
-        .build(connector())
+        .build(http1_connector())
+}
+
+/// How the gateway's own calls reach one upstream.
+#[derive(Clone)]
+pub enum CallClient {
+    /// A connection per call in flight (HTTP/1.1), the default.
+    Http1(Box<HttpClient>),
+    /// Streams on a pool of HTTP/2 connections (`--upstream-http2`).
+    Http2(Arc<h2_pool::H2Pool>),
+}
+
+impl CallClient {
+    /// HTTP/2 to the upstream at `url` (falling back to `http1` when its TLS chooses
+    /// HTTP/1.1).
+    pub fn http2(url: &http::Uri, http1: HttpClient, settings: h2_pool::PoolSettings) -> Self {
+        Self::Http2(Arc::new(h2_pool::H2Pool::new(
+            url,
+            connector(),
+            http1,
+            settings,
+        )))
+    }
+
+    pub async fn request(
+        &self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<Response<CallBody>, CallError> {
+        match self {
+            Self::Http1(client) => Ok(client.request(request).await?.map(CallBody::from)),
+            Self::Http2(pool) => pool.request(request).await,
+        }
+    }
+}
+
+/// Why one of the gateway's own requests to an upstream failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error(transparent)]
+    Http1(#[from] hyper_util::client::legacy::Error),
+    #[error(transparent)]
+    Http2(#[from] h2_pool::PoolError),
+}
+
+/// A response body from an upstream; on HTTP/2 it holds its stream's place in the pool
+/// until it ends, so that the pool counts the streams open on each connection.
+pub struct CallBody {
+    inner: Incoming,
+    slot: Option<h2_pool::StreamSlot>,
+}
+
+impl CallBody {
+    fn pooled(inner: Incoming, slot: h2_pool::StreamSlot) -> Self {
+        Self {
+            inner,
+            slot: Some(slot),
+        }
+    }
+}
+
+impl From<Incoming> for CallBody {
+    fn from(inner: Incoming) -> Self {
+        Self { inner, slot: None }
+    }
+}
+
+impl Body for CallBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(None | Some(Err(_))) = polled {
+            // The stream is over: its place is free.
+            self.slot = None;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 fn connector() -> Connector {
@@ -35,6 +134,10 @@ fn connector() -> Connector {
 /// A connector for [`crate::upstream::pinned::PinnedConn`]s: HTTP/1.1 only, as a pinned
 /// connection is one HTTP/1.1 connection.
 pub fn pinned_connector() -> Connector {
+    http1_connector()
+}
+
+fn http1_connector() -> Connector {
     connector_builder().enable_http1().wrap_connector(tcp())
 }
 

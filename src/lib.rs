@@ -183,7 +183,7 @@ impl World {
         config: &Config,
         shared: &Shared<'_>,
     ) -> std::io::Result<Self> {
-        let upstream = select_upstream(config, shared.call_client);
+        let upstream = select_upstream(config, &call_client_for(config, shared.call_client));
         let mut store_namespace = None;
         let store = match shared.redis {
             None => Store::new(MemoryStore::start()),
@@ -286,7 +286,7 @@ async fn peers_alive(store: &Store, me: &str) -> bool {
 /// The upstream the flags name: a URL, or a command to run over stdio.
 fn select_upstream(
     config: &Config,
-    client: &http_client::HttpClient,
+    client: &http_client::CallClient,
 ) -> Arc<dyn upstream::Upstream> {
     let command = config
         .upstream_cmd
@@ -307,6 +307,21 @@ fn select_upstream(
         }
         // `World::start` is called only for a world with an upstream.
         (None, None) => unreachable!("a world without an upstream"),
+    }
+}
+
+/// How a world's own calls reach its upstream: HTTP/1.1 on the shared client, or, with
+/// `--upstream-http2`, a pool of HTTP/2 connections of the world's own.
+fn call_client_for(config: &Config, http1: &http_client::HttpClient) -> http_client::CallClient {
+    match &config.upstream {
+        Some(url) if config.upstream_http2 => http_client::CallClient::http2(
+            url,
+            http1.clone(),
+            http_client::h2_pool::PoolSettings {
+                max_streams: config.upstream_http2_max_streams as usize,
+            },
+        ),
+        _ => http_client::CallClient::Http1(Box::new(http1.clone())),
     }
 }
 

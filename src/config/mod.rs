@@ -179,6 +179,23 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(512..=1_048_576))]
     pub upstream_read_buffer_bytes: u32,
 
+    /// The gateway's own calls to an HTTP upstream (tasks, bridged requests) go as
+    /// HTTP/2 streams on a pool of connections instead of one HTTP/1.1 connection per
+    /// call in flight: prior-knowledge h2c for `http://`, and for `https://` whenever
+    /// TLS's ALPN chooses h2. Much less memory per held call; the upstream must speak
+    /// HTTP/2 (an HTTP/1.1-only `http://` upstream fails its calls). Pass-through
+    /// traffic is not affected.
+    #[arg(long, env = "MTG_UPSTREAM_HTTP2", default_value_t = false)]
+    pub upstream_http2: bool,
+
+    /// With `--upstream-http2`, the most calls (streams) put on one HTTP/2 connection;
+    /// past it another connection is opened. At most the upstream's
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS` (often 100 to 250; hyper servers: 200): calls
+    /// over the server's cap would wait for others to end.
+    #[arg(long, env = "MTG_UPSTREAM_HTTP2_MAX_STREAMS", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub upstream_http2_max_streams: u32,
+
     /// Threads that serve connections, each with a single-threaded runtime of its own
     /// (a connection and its upstream exchanges stay on the thread that accepted it).
     /// Default: the CPUs the process may use (affinity and cgroup quota included).
@@ -481,6 +498,10 @@ impl Config {
         world.promote_after_ms = or(named.promote_after_ms, self.promote_after_ms);
         world.upstream_timeout_ms = or(named.upstream_timeout_ms, self.upstream_timeout_ms);
         world.defer_after_ms = or(named.defer_after_ms, self.defer_after_ms);
+        world.upstream_http2 = named.upstream_http2.unwrap_or(self.upstream_http2);
+        world.upstream_http2_max_streams = named
+            .upstream_http2_max_streams
+            .unwrap_or(self.upstream_http2_max_streams);
         if let Some(policies) = &named.tool_policies {
             world.tool_policies = policies.clone();
         }

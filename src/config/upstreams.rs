@@ -19,6 +19,8 @@ pub struct NamedUpstream {
     pub tool_policies: Option<Vec<(String, TaskSupport)>>,
     pub promote_after_ms: Option<u64>,
     pub upstream_timeout_ms: Option<u64>,
+    pub upstream_http2: Option<bool>,
+    pub upstream_http2_max_streams: Option<u32>,
     pub defer_after_ms: Option<u64>,
     pub retry_on_owner_loss: Option<Vec<String>>,
     pub upstream_credential: Option<String>,
@@ -85,6 +87,8 @@ struct Entry {
     tool_policy: Option<BTreeMap<String, String>>,
     promote_after_ms: Option<u64>,
     upstream_timeout_ms: Option<u64>,
+    upstream_http2: Option<bool>,
+    upstream_http2_max_streams: Option<u32>,
     defer_after_ms: Option<u64>,
     retry_on_owner_loss: Option<Vec<String>>,
     upstream_credential: Option<String>,
@@ -123,7 +127,22 @@ fn from_entry(name: &str, entry: &Value) -> Result<NamedUpstream, String> {
             if entry.env.is_some() || entry.cwd.is_some() || entry.pool.is_some() {
                 return Err("env, cwd and pool are for a cmd upstream, not a url".into());
             }
+            if let Some(streams) = entry.upstream_http2_max_streams
+                && !(1..=10_000).contains(&streams)
+            {
+                return Err(format!(
+                    "upstream-http2-max-streams: expected 1 to 10000, got {streams}"
+                ));
+            }
             Source::Url(super::parse_upstream_url(&url).map_err(|e| format!("url: {e}"))?)
+        }
+        (None, Some(_))
+            if entry.upstream_http2.is_some() || entry.upstream_http2_max_streams.is_some() =>
+        {
+            return Err(
+                "upstream-http2 and upstream-http2-max-streams are for a url upstream, not a cmd"
+                    .into(),
+            );
         }
         (None, Some(cmd)) => Source::Cmd {
             command: super::parse_upstream_cmd(&cmd).map_err(|e| format!("cmd: {e}"))?,
@@ -183,6 +202,8 @@ fn from_entry(name: &str, entry: &Value) -> Result<NamedUpstream, String> {
         tool_policies,
         promote_after_ms: entry.promote_after_ms,
         upstream_timeout_ms: entry.upstream_timeout_ms,
+        upstream_http2: entry.upstream_http2,
+        upstream_http2_max_streams: entry.upstream_http2_max_streams,
         defer_after_ms: entry.defer_after_ms,
         retry_on_owner_loss: entry.retry_on_owner_loss,
         upstream_credential: entry.upstream_credential,
@@ -199,6 +220,8 @@ pub fn from_arg(name: String, url: http::Uri) -> NamedUpstream {
         tool_policies: None,
         promote_after_ms: None,
         upstream_timeout_ms: None,
+        upstream_http2: None,
+        upstream_http2_max_streams: None,
         defer_after_ms: None,
         retry_on_owner_loss: None,
         upstream_credential: None,
@@ -267,6 +290,14 @@ mod tests {
             ),
             (json!({"A": {"url": "http://x/mcp"}}), "not a path segment"),
             (json!({"a": {"cmd": "s", "pool": 0}}), "pool"),
+            (
+                json!({"a": {"cmd": "s", "upstream-http2": true}}),
+                "for a url upstream",
+            ),
+            (
+                json!({"a": {"url": "http://x/mcp", "upstream-http2-max-streams": 0}}),
+                "upstream-http2-max-streams",
+            ),
             (
                 json!({"a": {"url": "http://x/mcp", "tool-policy": {"t": "maybe"}}}),
                 "tool-policy.t",

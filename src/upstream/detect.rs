@@ -16,7 +16,7 @@ use super::stateless_http::{StatelessHttpExchange, StatelessHttpUpstream, post};
 use super::{
     CallStream, Caller, Exchange, Opened, SessionHttpUpstream, SessionRef, Upstream, UpstreamError,
 };
-use crate::http_client::HttpClient;
+use crate::http_client::CallClient;
 use mtg_protocol::jsonrpc::{self, ErrorObject, code};
 use mtg_protocol::meta;
 
@@ -35,7 +35,7 @@ pub enum Generation {
 /// Sends `server/discover` and reads the answer. Errors are answers that say nothing
 /// about the generation (unreachable, auth, 5xx, time-out); they are not remembered.
 pub async fn probe(
-    client: &HttpClient,
+    client: &CallClient,
     url: &Uri,
     auth: Option<&HeaderValue>,
 ) -> Result<Generation, UpstreamError> {
@@ -109,14 +109,14 @@ fn is_modern_rejection(error: &ErrorObject) -> bool {
 /// An HTTP upstream of either generation: detected at first use, then every call goes
 /// to the implementation for that generation.
 pub struct AutoUpstream {
-    client: HttpClient,
+    client: CallClient,
     url: Uri,
     roots: Vec<String>,
     chosen: OnceCell<Arc<dyn Upstream>>,
 }
 
 impl AutoUpstream {
-    pub fn new(client: HttpClient, url: Uri, roots: &[String]) -> Arc<Self> {
+    pub fn new(client: CallClient, url: Uri, roots: &[String]) -> Arc<Self> {
         Arc::new(Self {
             client,
             url,

@@ -6,7 +6,7 @@ use http::{HeaderMap, HeaderName, header};
 use bytes::Bytes;
 use http_body_util::Full;
 
-use crate::http_client::HttpClient;
+use crate::http_client::CallClient;
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1), with the
 /// obsolete `Proxy-Connection` that some clients still send.
@@ -50,7 +50,7 @@ pub fn prepare_to_send_on(headers: &mut HeaderMap) {
 /// counts: a sessionless GET is refused (400/405) by a healthy MCP server, without side
 /// effects.
 pub async fn probe_reachable(
-    client: &HttpClient,
+    client: &CallClient,
     url: &http::Uri,
 ) -> Result<(), super::UpstreamError> {
     use super::UpstreamError;

@@ -15,7 +15,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Uri, header};
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
 use serde_json::{Map, Value, json};
 use tokio::sync::OnceCell;
 use tokio::task::AbortHandle;
@@ -26,7 +25,7 @@ use super::http::{describe_client_error, truncate_on_char};
 use super::{
     CallStream, Caller, Exchange, Opened, SessionRef, Upstream, UpstreamError, UpstreamEvent,
 };
-use crate::http_client::HttpClient;
+use crate::http_client::{CallBody, CallClient};
 use mtg_protocol::jsonrpc::{self, ErrorObject, Message, code};
 use mtg_protocol::names::SESSION_VERSION;
 
@@ -107,7 +106,7 @@ type SessionCell = Arc<OnceCell<Arc<UpstreamSession>>>;
 pub struct SessionHttpUpstream {
     /// Itself, for the background tasks and exchanges it starts.
     me: std::sync::Weak<SessionHttpUpstream>,
-    client: HttpClient,
+    client: CallClient,
     url: Uri,
     /// Answer to `roots/list` requests that belong to no call.
     roots: Value,
@@ -120,7 +119,7 @@ pub struct SessionHttpUpstream {
 }
 
 impl SessionHttpUpstream {
-    pub fn new(client: HttpClient, url: Uri, roots: &[String]) -> Arc<Self> {
+    pub fn new(client: CallClient, url: Uri, roots: &[String]) -> Arc<Self> {
         let roots = roots
             .iter()
             .map(|uri| json!({"uri": uri}))
@@ -415,7 +414,7 @@ impl SessionHttpUpstream {
         &self,
         session: &UpstreamSession,
         body: &Value,
-    ) -> Result<hyper::Response<Incoming>, UpstreamError> {
+    ) -> Result<hyper::Response<CallBody>, UpstreamError> {
         self.post(
             session.id.as_ref(),
             Some(&session.protocol_version),
@@ -431,7 +430,7 @@ impl SessionHttpUpstream {
         version: Option<&HeaderValue>,
         auth: Option<&HeaderValue>,
         body: &Value,
-    ) -> Result<hyper::Response<Incoming>, UpstreamError> {
+    ) -> Result<hyper::Response<CallBody>, UpstreamError> {
         let mut request = Request::builder()
             .method(Method::POST)
             .uri(self.url.clone())
@@ -504,7 +503,7 @@ impl SessionHttpUpstream {
         &self,
         request: http::request::Builder,
         body: Bytes,
-    ) -> Result<hyper::Response<Incoming>, UpstreamError> {
+    ) -> Result<hyper::Response<CallBody>, UpstreamError> {
         let request = request
             .body(Full::new(body))
             .map_err(|e| UpstreamError::Unreachable(e.to_string()))?;
@@ -731,7 +730,7 @@ fn in_client_session(
     })
 }
 
-fn call_stream(response: hyper::Response<Incoming>) -> CallStream {
+fn call_stream(response: hyper::Response<CallBody>) -> CallStream {
     let content_type = response
         .headers()
         .get(header::CONTENT_TYPE)
@@ -741,9 +740,9 @@ fn call_stream(response: hyper::Response<Incoming>) -> CallStream {
 }
 
 async fn check_status(
-    response: hyper::Response<Incoming>,
+    response: hyper::Response<CallBody>,
     had_session: bool,
-) -> Result<hyper::Response<Incoming>, UpstreamError> {
+) -> Result<hyper::Response<CallBody>, UpstreamError> {
     let status = response.status();
     if status.is_success() {
         return Ok(response);

@@ -11,13 +11,12 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Uri, header};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
 use serde_json::Value;
 
 use super::http::{describe_client_error, truncate_on_char};
 use super::tool_headers::ToolHeaderCache;
 use super::{CallStream, Caller, Exchange, Opened, Upstream, UpstreamError, UpstreamEvent};
-use crate::http_client::HttpClient;
+use crate::http_client::{CallBody, CallClient};
 use mtg_protocol::headers::{self, MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
 use mtg_protocol::jsonrpc::{self, ErrorObject, Message};
 use mtg_protocol::meta;
@@ -27,7 +26,7 @@ use mtg_protocol::upgrade;
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
 pub struct StatelessHttpUpstream {
-    client: HttpClient,
+    client: CallClient,
     url: Uri,
     /// The upstream's `server/discover` answer when it was detected.
     discovered: Value,
@@ -39,7 +38,7 @@ pub struct StatelessHttpUpstream {
 const MAX_TOOL_PAGES: usize = 100;
 
 impl StatelessHttpUpstream {
-    pub fn new(client: HttpClient, url: Uri, discovered: Value) -> Self {
+    pub fn new(client: CallClient, url: Uri, discovered: Value) -> Self {
         Self {
             client,
             url,
@@ -159,13 +158,13 @@ impl Upstream for StatelessHttpUpstream {
 /// POSTs one JSON-RPC message to a 2026-07-28 endpoint with the standard headers, and
 /// `extra_headers` (name, unencoded value) such as `Mcp-Param-*`.
 pub(super) async fn post(
-    client: &HttpClient,
+    client: &CallClient,
     url: &Uri,
     auth: Option<&HeaderValue>,
     method: &str,
     body: &Value,
     extra_headers: &[(String, String)],
-) -> Result<hyper::Response<Incoming>, UpstreamError> {
+) -> Result<hyper::Response<CallBody>, UpstreamError> {
     let mut request = Request::builder()
         .method(Method::POST)
         .uri(url.clone())
@@ -207,7 +206,7 @@ impl StatelessHttpExchange {
     /// `requestState`, a header mismatch) with HTTP 400 and a JSON-RPC error, which is
     /// the request's answer, not a transport failure.
     pub(super) async fn open(
-        response: hyper::Response<Incoming>,
+        response: hyper::Response<CallBody>,
         id: Value,
     ) -> Result<Self, UpstreamError> {
         let status = response.status();
@@ -269,7 +268,7 @@ impl StatelessHttpExchange {
     }
 }
 
-async fn error_body(response: hyper::Response<Incoming>) -> Bytes {
+async fn error_body(response: hyper::Response<CallBody>) -> Bytes {
     Limited::new(response.into_body(), MAX_ERROR_BODY)
         .collect()
         .await

@@ -15,6 +15,7 @@ use hyper::body::Incoming;
 use sse_stream::SseStream;
 
 use super::UpstreamError;
+use crate::http_client::CallBody;
 use mtg_protocol::jsonrpc::Message;
 
 /// One message from the upstream during a call: a server-to-client request
@@ -25,8 +26,8 @@ pub type UpstreamEvent = Message;
 pub enum CallStream {
     /// A JSON body being read. The read lives here, not in `next()`'s future, so that a
     /// caller's `select!` may drop `next()` halfway without losing the body.
-    Json(Option<Collect<Incoming>>),
-    Sse(Box<SseStream<Incoming>>),
+    Json(Option<Collect<CallBody>>),
+    Sse(Box<SseStream<CallBody>>),
     /// The rest of a pass-through client's SSE answer the gateway read part of:
     /// `Resumed` starts with the unread part of an event cut by the last chunk read.
     Resumed(Box<SseStream<Resumed>>),
@@ -70,7 +71,8 @@ impl Body for Resumed {
 }
 
 impl CallStream {
-    pub fn new(body: Incoming, content_type: Option<&str>) -> Self {
+    pub fn new(body: impl Into<CallBody>, content_type: Option<&str>) -> Self {
+        let body = body.into();
         if content_type.is_some_and(|ct| ct.starts_with("text/event-stream")) {
             CallStream::Sse(Box::new(SseStream::new(body)))
         } else {

@@ -1129,12 +1129,14 @@ UPSTREAM_CREDENTIALS_DIR = "/etc/mcp-task-gateway-upstreams"
 UPSTREAM_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 UPSTREAM_FILE_KEYS = {"url", "cmd", "env", "cwd", "pool", "tool-policy", "promote-after-ms",
                       "upstream-timeout-ms", "defer-after-ms", "retry-on-owner-loss",
-                      "upstream-credential", "upstream-credential-file", "auth-jwt-audience"}
+                      "upstream-http2", "upstream-http2-max-streams", "upstream-credential", "upstream-credential-file", "auth-jwt-audience"}
 # A value's key -> the config file's (upstreamCredentialSecret becomes upstream-credential-file).
 UPSTREAM_KEBAB = {"url": "url", "cmd": "cmd", "env": "env", "cwd": "cwd", "pool": "pool",
                   "toolPolicy": "tool-policy", "promoteAfterMs": "promote-after-ms",
                   "upstreamTimeoutMs": "upstream-timeout-ms", "deferAfterMs": "defer-after-ms",
                   "retryOnOwnerLoss": "retry-on-owner-loss",
+                  "upstreamHttp2": "upstream-http2",
+                  "upstreamHttp2MaxStreams": "upstream-http2-max-streams",
                   "upstreamCredential": "upstream-credential", "authAudience": "auth-jwt-audience"}
 
 
@@ -1289,7 +1291,8 @@ def expect_upstreams(docs: list[dict], notes: str) -> None:
             "url": "http://everything.tools.svc:3001/mcp",
             "tool-policy": {"longRunningOperation": "required", "echo": "forbidden"},
             "promote-after-ms": 250,
-            "upstream-timeout-ms": 600000,
+            "upstream-timeout-ms": 600000, "upstream-http2": True,
+            "upstream-http2-max-streams": 200,
             "retry-on-owner-loss": ["longRunningOperation"],
         },
         "github": {
@@ -1423,6 +1426,14 @@ UPSTREAM_REFUSALS: list[tuple[str, Any, dict, str | None, str]] = [
      "at '/upstreams/web/cwd': false schema", "upstreams.web.cwd: only an upstream with cmd"),
     ("pool with url", {"web": {**URL_ENTRY, "pool": 2}}, {},
      "at '/upstreams/web/pool': false schema", "upstreams.web.pool: only an upstream with cmd"),
+    ("upstreamHttp2 with cmd", {"tools": {**CMD_ENTRY, "upstreamHttp2": True}}, {},
+     "at '/upstreams/tools/upstreamHttp2': false schema",
+     "upstreams.tools.upstreamHttp2: only an upstream with url (an HTTP MCP server) takes"),
+    ("upstreamHttp2 that is a string", {"x": {**URL_ENTRY, "upstreamHttp2": "yes"}}, {},
+     "at '/upstreams/x/upstreamHttp2'", "upstreams.x.upstreamHttp2: yes is not true or false"),
+    ("upstreamHttp2MaxStreams of 0", {"x": {**URL_ENTRY, "upstreamHttp2MaxStreams": 0}}, {},
+     "at '/upstreams/x/upstreamHttp2MaxStreams'",
+     "upstreams.x.upstreamHttp2MaxStreams: 0 is not an integer from 1 to 10000"),
     ("a url that is not http(s)", {"x": {"url": "ftp://files.example.com/mcp"}}, {},
      "at '/upstreams/x/url'", "upstreams.x.url: ftp://files.example.com/mcp is not an http(s) URL"),
     ("an empty cmd", {"x": {"cmd": "  "}}, {},

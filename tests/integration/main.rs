@@ -39,3 +39,4 @@ mod task_rate;
 mod tasks_plain_server;
 mod tasks_server_everything;
 mod tls;
+mod upstream_http2;

@@ -290,7 +290,7 @@ can say it: the checks hold with --skip-schema-validation too.
 {{- if hasKey (default dict .Values.gateway.configFile) "upstreams" }}
 {{- fail "gateway.configFile.upstreams: set named upstreams in the value upstreams, which the chart renders into the config file (with their credential Secrets mounted)" }}
 {{- end }}
-{{- $allowed := list "url" "cmd" "env" "cwd" "pool" "toolPolicy" "promoteAfterMs" "upstreamTimeoutMs" "deferAfterMs" "retryOnOwnerLoss" "upstreamCredential" "upstreamCredentialSecret" "authAudience" }}
+{{- $allowed := list "url" "cmd" "env" "cwd" "pool" "toolPolicy" "promoteAfterMs" "upstreamTimeoutMs" "deferAfterMs" "retryOnOwnerLoss" "upstreamCredential" "upstreamCredentialSecret" "authAudience" "upstreamHttp2" "upstreamHttp2MaxStreams" }}
 {{- range $name := keys $ups | sortAlpha }}
 {{- $u := get $ups $name }}
 {{- $at := printf "upstreams.%s" $name }}
@@ -323,6 +323,11 @@ can say it: the checks hold with --skip-schema-validation too.
 {{- end }}
 {{- end }}
 {{- else }}
+{{- range $k := list "upstreamHttp2" "upstreamHttp2MaxStreams" }}
+{{- if hasKey $u $k }}
+{{- fail (printf "%s.%s: only an upstream with url (an HTTP MCP server) takes %s; this one has cmd" $at $k $k) }}
+{{- end }}
+{{- end }}
 {{- if not (and (kindIs "string" $u.cmd) (regexMatch "\\S" $u.cmd)) }}
 {{- fail (printf "%s.cmd: must be a non-empty command line" $at) }}
 {{- end }}
@@ -343,6 +348,14 @@ can say it: the checks hold with --skip-schema-validation too.
 {{- if hasKey $u "pool" }}
 {{- if not (and (include "mtg.isInteger" $u.pool) (ge (int64 $u.pool) 1) (le (int64 $u.pool) 64)) }}
 {{- fail (printf "%s.pool: %v is not an integer from 1 to 64" $at $u.pool) }}
+{{- end }}
+{{- end }}
+{{- if and (hasKey $u "upstreamHttp2") (not (kindIs "bool" $u.upstreamHttp2)) }}
+{{- fail (printf "%s.upstreamHttp2: %v is not true or false" $at $u.upstreamHttp2) }}
+{{- end }}
+{{- if hasKey $u "upstreamHttp2MaxStreams" }}
+{{- if not (and (include "mtg.isInteger" $u.upstreamHttp2MaxStreams) (ge (int64 $u.upstreamHttp2MaxStreams) 1) (le (int64 $u.upstreamHttp2MaxStreams) 10000)) }}
+{{- fail (printf "%s.upstreamHttp2MaxStreams: %v is not an integer from 1 to 10000" $at $u.upstreamHttp2MaxStreams) }}
 {{- end }}
 {{- end }}
 {{- range $k := list "promoteAfterMs" "upstreamTimeoutMs" "deferAfterMs" }}
@@ -438,6 +451,8 @@ gateway's kebab-case keys. Empty when there is nothing to write.
 {{- if hasKey $u "promoteAfterMs" }}{{ $_ := set $e "promote-after-ms" (int64 $u.promoteAfterMs) }}{{ end }}
 {{- if hasKey $u "upstreamTimeoutMs" }}{{ $_ := set $e "upstream-timeout-ms" (int64 $u.upstreamTimeoutMs) }}{{ end }}
 {{- if hasKey $u "deferAfterMs" }}{{ $_ := set $e "defer-after-ms" (int64 $u.deferAfterMs) }}{{ end }}
+{{- if hasKey $u "upstreamHttp2" }}{{ $_ := set $e "upstream-http2" $u.upstreamHttp2 }}{{ end }}
+{{- if hasKey $u "upstreamHttp2MaxStreams" }}{{ $_ := set $e "upstream-http2-max-streams" (int64 $u.upstreamHttp2MaxStreams) }}{{ end }}
 {{- if hasKey $u "retryOnOwnerLoss" }}{{ $_ := set $e "retry-on-owner-loss" (default list $u.retryOnOwnerLoss) }}{{ end }}
 {{- with $u.upstreamCredential }}
 {{- $_ := set $e "upstream-credential" . }}

@@ -36,7 +36,7 @@ pub fn wait_for_port(port: u16) {
 }
 
 /// The fixture upstream `plain_server` (`crates/fixture-servers`), once per process.
-fn plain_server_binary() -> &'static Path {
+pub fn plain_server_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| fixture_binary("plain_server"))
 }

@@ -82,6 +82,19 @@ struct Cli {
     /// default is 60 s.
     #[arg(long, default_value_t = 60)]
     request_timeout_secs: u64,
+    /// HTTP/2's `SETTINGS_MAX_CONCURRENT_STREAMS` per connection (hyper's default: 200).
+    #[arg(long)]
+    h2_max_streams: Option<u32>,
+    /// Speak HTTP/1.1 only (no h2c), like most Node and Python servers.
+    #[arg(long)]
+    http1_only: bool,
+}
+
+/// How connections are served: HTTP/1.1 and h2c (prior knowledge), unless told otherwise.
+#[derive(Clone, Copy)]
+struct Protocols {
+    h2_max_streams: Option<u32>,
+    http1_only: bool,
 }
 
 #[tokio::main]
@@ -108,20 +121,25 @@ async fn main() -> io::Result<()> {
     let timeout =
         (cli.request_timeout_secs > 0).then(|| Duration::from_secs(cli.request_timeout_secs));
     let app = Arc::new(App::new(timeout));
+    let protocols = Protocols {
+        h2_max_streams: cli.h2_max_streams,
+        http1_only: cli.http1_only,
+    };
     tokio::select! {
-        () = accept_loop(listener, app) => Ok(()),
+        () = accept_loop(listener, app, protocols) => Ok(()),
         result = tokio::signal::ctrl_c() => result,
     }
 }
 
-async fn accept_loop(listener: TcpListener, app: Arc<App>) {
+async fn accept_loop(listener: TcpListener, app: Arc<App>, protocols: Protocols) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
                 // Like Node's HTTP server: without it, the SSE body written after the
                 // headers waits for a delayed ACK (~40 ms on Linux).
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(serve_connection(stream, app.clone()));
+                app.stats().connections_accepted += 1;
+                tokio::spawn(serve_connection(stream, app.clone(), protocols));
             }
             Err(err) => {
                 // E.g. EMFILE: back off briefly instead of spinning.
@@ -132,12 +150,19 @@ async fn accept_loop(listener: TcpListener, app: Arc<App>) {
     }
 }
 
-async fn serve_connection(stream: TcpStream, app: Arc<App>) {
+async fn serve_connection(stream: TcpStream, app: Arc<App>, protocols: Protocols) {
     let service = service_fn(move |req| {
         let app = app.clone();
         async move { Ok::<_, Infallible>(route(&app, req).await) }
     });
-    if let Err(err) = auto::Builder::new(TokioExecutor::new())
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    if protocols.http1_only {
+        builder = builder.http1_only();
+    }
+    if let Some(max) = protocols.h2_max_streams {
+        builder.http2().max_concurrent_streams(max);
+    }
+    if let Err(err) = builder
         .serve_connection(TokioIo::new(stream), service)
         .await
     {
@@ -168,6 +193,9 @@ struct Stats {
     cancelled_received: Vec<Value>,
     calls_started: u64,
     calls_in_flight: u64,
+    connections_accepted: u64,
+    /// `POST /mcp` requests by HTTP version ("HTTP/1.1", "HTTP/2.0").
+    posts_by_version: BTreeMap<String, u64>,
 }
 
 impl App {
@@ -478,7 +506,13 @@ type HttpResult = Result<Response<Body>, HttpError>;
 
 async fn route(app: &Arc<App>, req: Request<Incoming>) -> Response<Body> {
     let result = match (req.uri().path(), req.method()) {
-        ("/mcp", &Method::POST) => handle_post(app, req).await,
+        ("/mcp", &Method::POST) => {
+            *app.stats()
+                .posts_by_version
+                .entry(format!("{:?}", req.version()))
+                .or_default() += 1;
+            handle_post(app, req).await
+        }
         ("/mcp", &Method::GET) => handle_get(app, req.headers()),
         ("/mcp", &Method::DELETE) => handle_delete(app, req.headers()),
         ("/mcp", _) => Ok(method_not_allowed()),
@@ -958,6 +992,8 @@ fn stats_json(app: &App) -> Value {
         "cancelledReceived": stats.cancelled_received,
         "callsStarted": stats.calls_started,
         "callsInFlight": stats.calls_in_flight,
+        "connectionsAccepted": stats.connections_accepted,
+        "postsByVersion": stats.posts_by_version,
     })
 }
 

@@ -6,6 +6,7 @@ use http_body_util::combinators::Collect;
 use hyper::body::{Frame, Incoming};
 
 use super::events::Events;
+use crate::http_client::CallBody;
 use crate::upstream::stream::PendingHead;
 use crate::upstream::{CallStream, UpstreamError};
 
@@ -22,7 +23,7 @@ pub enum Answer {
     /// came.
     Whole {
         head: http::response::Parts,
-        body: Collect<Incoming>,
+        body: Collect<CallBody>,
     },
     Ended,
 }

@@ -169,7 +169,7 @@ impl Watcher {
                 if !sse {
                     *upstream = Answer::Whole {
                         head,
-                        body: body.collect(),
+                        body: crate::http_client::CallBody::from(body).collect(),
                     };
                     return Flow::Continue;
                 }
