@@ -59,7 +59,8 @@ pub enum PoolError {
         source: Arc<hyper::Error>,
     },
     #[error(
-        "the upstream did not answer in HTTP/2 (is it HTTP/1.1 only? --upstream-http2 needs          HTTP/2, for http:// with prior knowledge)"
+        "the upstream did not answer in HTTP/2 (is it HTTP/1.1 only? --upstream-http2 needs \
+         HTTP/2, for http:// with prior knowledge)"
     )]
     NotHttp2 {
         #[source]
