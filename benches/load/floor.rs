@@ -73,7 +73,9 @@ async fn pass_through_tail(args: &Args, bins: &Binaries, report: &mut Report) ->
         label: "direct (legacy session)".into(),
         target: &upstream,
         workload: &direct_load,
-        pids,
+        // No gateway on this side: its CPU column stays empty rather than the idle
+        // gateway's background.
+        pids: Pids::new(None, Some(&fixture)),
     };
     let proxied = Side {
         label: "gateway legacy pass-through".into(),
