@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use crate::floor::scenario_floor;
 use crate::plot::{draw_plot, sweep_from_jsonl};
 use crate::processes::{Binaries, raise_fd_limit};
 use crate::readings::machine_description;
@@ -48,7 +49,9 @@ pub(crate) struct Args {
     /// f (another proxy in front of a stdio server), g (deferred calls in flight against
     /// tasks), h (progress keep-alive CPU), i (/mcp/NAME with many named upstreams
     /// against a single-upstream gateway), m (memory per in-flight task: stores × 1 and
-    /// 64 connections; not run by default), sweep (latency vs concurrency plot).
+    /// 64 connections; not run by default), sweep (latency vs concurrency plot), floor
+    /// (issue #31's figures against their goals, from a's, c's and m's loads, in
+    /// alternating runs; not run by default).
     #[arg(long, value_delimiter = ',', default_value = "a,b,c,d,e,f,g,h,i,sweep")]
     scenarios: Vec<String>,
     /// Measured seconds of each run.
@@ -86,6 +89,9 @@ pub(crate) struct Args {
     /// Measured runs of each side of scenario i, alternating; its ratios compare medians.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=20))]
     i_rounds: u64,
+    /// Measured runs of each side of scenario floor, alternating; its figures are medians.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=20))]
+    floor_rounds: u64,
     /// Completed tasks that scenario c polls, round robin.
     #[arg(long, default_value_t = 1000)]
     tasks: usize,
@@ -198,15 +204,20 @@ async fn run(args: &Args, report: &mut Report) {
     if wanted(args, "m") {
         scenario_m(args, &bins, report, redis_ok).await;
     }
+    if wanted(args, "floor") {
+        scenario_floor(args, &bins, report, redis_ok).await;
+    }
     if wanted(args, "sweep") {
         sweep(args, &bins, report).await;
     }
 }
 
 mod driver;
+mod floor;
 mod plot;
 mod processes;
 mod readings;
 mod report;
+mod rounds;
 mod scenarios;
 mod workloads;

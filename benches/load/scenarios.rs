@@ -15,10 +15,12 @@ use crate::plot::Series;
 use crate::plot::draw_plot;
 use crate::processes::Binaries;
 use crate::processes::stores;
+use crate::processes::{Redis, Store};
 use crate::readings::cpu_seconds;
 use crate::readings::open_fds;
 use crate::readings::rss_kib;
 use crate::report::Report;
+use crate::rounds::{Medians, Side, alternate, list_ms, median};
 use crate::workloads::Expect;
 use crate::workloads::Workload;
 use crate::workloads::create_completed_tasks;
@@ -29,6 +31,7 @@ use crate::workloads::legacy_requests;
 use crate::workloads::modern_request;
 use crate::workloads::tasks_get_workload;
 use crate::workloads::wait_in_flight;
+use test_support::Proc;
 
 /// a. `tools/call` of the instant tool: straight to the upstream, through the gateway as a
 /// legacy session (byte pass-through), and as a 2026-07-28 client without the tasks
@@ -110,23 +113,50 @@ pub(crate) async fn scenario_b(args: &Args, bins: &Binaries, report: &mut Report
 pub(crate) async fn scenario_c(args: &Args, bins: &Binaries, report: &mut Report, redis_ok: bool) {
     report.section("c. tasks/get on completed tasks");
     for store in stores(redis_ok) {
+        let polled = PolledGateway::start(args, bins, store).await;
+        for conns in [1, args.concurrency] {
+            let stats = load(args, &polled.target, &polled.gets, conns, &polled.pids()).await;
+            report.row("c", &polled.label(), conns, &stats);
+        }
+    }
+}
+
+/// Scenario c's gateway: a fresh fixture, Redis for that store, and a gateway holding
+/// `--tasks` completed echo tasks, with the `tasks/get` load that polls them.
+pub(crate) struct PolledGateway {
+    // Stopped in this order when dropped.
+    gateway: Proc,
+    fixture: Proc,
+    redis: Redis,
+    store: Store,
+    pub(crate) target: Target,
+    pub(crate) gets: Workload,
+}
+
+impl PolledGateway {
+    pub(crate) async fn start(args: &Args, bins: &Binaries, store: Store) -> Self {
         let (fixture, fixture_url) = bins.fixture();
         let redis = store.start(args);
         let (gateway, gateway_url) = bins.gateway(&fixture_url, &redis.flags());
         let target = Target::parse(&gateway_url);
-        let pids = Pids::new(Some(&gateway), Some(&fixture)).with_redis(redis.pid());
         let ids = create_completed_tasks(&target, args.tasks).await;
         let gets = tasks_get_workload(&ids);
-        for conns in [1, args.concurrency] {
-            let stats = load(args, &target, &gets, conns, &pids).await;
-            report.row(
-                "c",
-                &format!("tasks/get, {} store", store.name()),
-                conns,
-                &stats,
-            );
+        Self {
+            gateway,
+            fixture,
+            redis,
+            store,
+            target,
+            gets,
         }
-        drop((gateway, fixture, redis));
+    }
+
+    pub(crate) fn label(&self) -> String {
+        format!("tasks/get, {} store", self.store.name())
+    }
+
+    pub(crate) fn pids(&self) -> Pids {
+        Pids::new(Some(&self.gateway), Some(&self.fixture)).with_redis(self.redis.pid())
     }
 }
 
@@ -238,24 +268,6 @@ pub(crate) async fn e_rounds(
         p99.push(run.p(99.0));
     }
     p99
-}
-
-pub(crate) fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    match sorted.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => sorted[n / 2],
-        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
-    }
-}
-
-pub(crate) fn list_ms(values: &[f64]) -> String {
-    values
-        .iter()
-        .map(|v| format!("{v:.3}"))
-        .collect::<Vec<_>>()
-        .join(" / ")
 }
 
 /// f. The same pass-through load through another proxy in front of a stdio server
@@ -431,58 +443,74 @@ pub(crate) async fn scenario_g(args: &Args, bins: &Binaries, report: &mut Report
     }
 }
 
-/// m. Memory per in-flight task (issue #31): for each store (memory, Redis) and each
-/// number of client connections (1 and 64), a fresh gateway and fixture, 100 warm-up
-/// tasks, then `--in-flight` tasks of `sleep` (600 s, no progress); the gateway's VmRSS
-/// before and after, divided by the calls the upstream then held.
+/// m. Memory per in-flight task (issue #31): [`memory_per_task`] for each store (memory,
+/// Redis) and each number of client connections (1 and 64).
 pub(crate) async fn scenario_m(args: &Args, bins: &Binaries, report: &mut Report, redis_ok: bool) {
     report.section(&format!(
         "m. memory per in-flight task: {} tasks (sleep 600 s upstream), per store and client connections",
         args.in_flight
     ));
-    const WARM: usize = 100;
-    let sleeping = json!({"name": "sleep", "arguments": {"ms": 600_000, "steps": 0}});
     for store in stores(redis_ok) {
-        for conns in [1usize, 64] {
-            let (fixture, fixture_url) = bins.fixture();
-            let redis = store.start(args);
-            let (gateway, gateway_url) = bins.gateway(&fixture_url, &redis.flags());
-            let target = Target::parse(&gateway_url);
-            let upstream = Target::parse(&fixture_url);
-            let request = modern_request("tools/call", sleeping.clone(), true);
-            // The first tasks grow pools and caches that every later one shares.
-            create_many(&target, &request, WARM, conns.min(16)).await;
-            wait_in_flight(&upstream, WARM as u64, Duration::from_secs(30)).await;
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let rss_before = rss_kib(gateway.pid());
-            let started = Instant::now();
-            let created = create_many(&target, &request, args.in_flight, conns).await;
-            let total = (WARM + args.in_flight) as u64;
-            let waiting = wait_in_flight(&upstream, total, Duration::from_secs(120))
-                .await
-                .saturating_sub(WARM as u64);
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let rss_after = rss_kib(gateway.pid());
-            let per = rss_after.saturating_sub(rss_before) as f64 * 1024.0 / waiting.max(1) as f64;
-            report.note(&format!(
-                "{} store, {conns} conn(s): created {created}, {waiting} in flight after {:.1} s; \
-                 gateway VmRSS {rss_before} -> {rss_after} KiB: {:.1} KB ({:.2} KiB) per task",
-                store.name(),
-                started.elapsed().as_secs_f64(),
-                per / 1000.0,
-                per / 1024.0
-            ));
-            report.record_extra(json!({
-                "scenario": "m", "store": store.name(), "conns": conns, "in_flight": waiting,
-                "rss_before_kib": rss_before, "rss_after_kib": rss_after, "bytes_per_task": per,
-            }));
-            // The fixture first: a gateway under a heap profiler (`--gateway-wrap`) then
-            // sees its calls end as lost streams, not a storm of cancels on new
-            // connections, so the profile's peak is the heap with every task in flight.
-            drop(fixture);
-            drop((gateway, redis));
+        for conns in MEMORY_CONNS {
+            memory_per_task(args, bins, store, conns, report).await;
         }
     }
+}
+
+/// The client connection counts over which scenario m creates its tasks.
+pub(crate) const MEMORY_CONNS: [usize; 2] = [1, 64];
+
+/// A fresh gateway on `store` and fixture, 100 warm-up tasks, then `--in-flight` tasks of
+/// `sleep` (600 s, no progress) created over `conns` connections: the gateway's VmRSS
+/// before and after, divided by the calls the upstream then held, in bytes (also a note
+/// and a record of the report).
+pub(crate) async fn memory_per_task(
+    args: &Args,
+    bins: &Binaries,
+    store: Store,
+    conns: usize,
+    report: &mut Report,
+) -> f64 {
+    const WARM: usize = 100;
+    let sleeping = json!({"name": "sleep", "arguments": {"ms": 600_000, "steps": 0}});
+    let (fixture, fixture_url) = bins.fixture();
+    let redis = store.start(args);
+    let (gateway, gateway_url) = bins.gateway(&fixture_url, &redis.flags());
+    let target = Target::parse(&gateway_url);
+    let upstream = Target::parse(&fixture_url);
+    let request = modern_request("tools/call", sleeping, true);
+    // The first tasks grow pools and caches that every later one shares.
+    create_many(&target, &request, WARM, conns.min(16)).await;
+    wait_in_flight(&upstream, WARM as u64, Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_before = rss_kib(gateway.pid());
+    let started = Instant::now();
+    let created = create_many(&target, &request, args.in_flight, conns).await;
+    let total = (WARM + args.in_flight) as u64;
+    let waiting = wait_in_flight(&upstream, total, Duration::from_secs(120))
+        .await
+        .saturating_sub(WARM as u64);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_after = rss_kib(gateway.pid());
+    let per = rss_after.saturating_sub(rss_before) as f64 * 1024.0 / waiting.max(1) as f64;
+    report.note(&format!(
+        "{} store, {conns} conn(s): created {created}, {waiting} in flight after {:.1} s; \
+         gateway VmRSS {rss_before} -> {rss_after} KiB: {:.1} KB ({:.2} KiB) per task",
+        store.name(),
+        started.elapsed().as_secs_f64(),
+        per / 1000.0,
+        per / 1024.0
+    ));
+    report.record_extra(json!({
+        "scenario": "m", "store": store.name(), "conns": conns, "in_flight": waiting,
+        "rss_before_kib": rss_before, "rss_after_kib": rss_after, "bytes_per_task": per,
+    }));
+    // The fixture first: a gateway under a heap profiler (`--gateway-wrap`) then sees its
+    // calls end as lost streams, not a storm of cancels on new connections, so the
+    // profile's peak is the heap with every task in flight.
+    drop(fixture);
+    drop((gateway, redis));
+    per
 }
 
 /// h. `--streams` quiet calls answered on SSE (a 2026-07-28 client that asked for
@@ -662,60 +690,36 @@ pub(crate) async fn scenario_i(args: &Args, bins: &Binaries, report: &mut Report
     ];
     for conns in [1, 16] {
         for (what, [single_load, named_load]) in &workloads {
-            let mut runs: [Vec<crate::driver::Stats>; 2] = [Vec::new(), Vec::new()];
-            for round in 1..=args.i_rounds {
-                // ABBA: odd rounds start with the single gateway, even rounds with the
-                // named one, so that neither side always runs second.
-                let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
-                for side in order {
-                    let workload = [*single_load, *named_load][side];
-                    let (label, target, gateway) = &sides[side];
-                    let pids = Pids::new(Some(gateway), Some(&fixture));
-                    let stats = load(args, target, workload, conns, &pids).await;
-                    report.row(
-                        "i",
-                        &format!("{what}, {label} (run {round})"),
-                        conns,
-                        &stats,
-                    );
-                    runs[side].push(stats);
-                }
-            }
-            let medians = runs.each_ref().map(|stats| {
-                let of = |f: &dyn Fn(&crate::driver::Stats) -> f64| {
-                    median(&stats.iter().map(f).collect::<Vec<_>>())
-                };
-                [
-                    of(&|s| s.p(50.0)),
-                    of(&|s| s.p(99.0)),
-                    of(&|s| s.requests_per_sec()),
-                    of(&|s| s.cpu_us_per_request(0).unwrap_or(f64::NAN)),
-                ]
-            });
-            let [single_m, named_m] = medians;
-            report.note(&format!(
-                "{what} at {conns} conns, medians of {} runs, named / single: p50 {:.3} vs {:.3} ms \
-                 (×{:.2}); p99 {:.3} vs {:.3} ms (×{:.2}); req/s {:.0} vs {:.0} (×{:.2}); gateway CPU \
-                 {:.1} vs {:.1} µs/req (×{:.2})",
+            let [single_side, named_side] =
+                [(0, *single_load), (1, *named_load)].map(|(i, workload)| {
+                    let (label, target, gateway) = &sides[i];
+                    Side {
+                        label: format!("{what}, {label}"),
+                        target,
+                        workload,
+                        pids: Pids::new(Some(gateway), Some(&fixture)),
+                    }
+                });
+            let runs = alternate(
+                args,
+                "i",
+                [&single_side, &named_side],
+                conns,
                 args.i_rounds,
-                named_m[0],
-                single_m[0],
-                named_m[0] / single_m[0],
-                named_m[1],
-                single_m[1],
-                named_m[1] / single_m[1],
-                named_m[2],
-                single_m[2],
-                named_m[2] / single_m[2],
-                named_m[3],
-                single_m[3],
-                named_m[3] / single_m[3],
+                report,
+            )
+            .await;
+            let [single_m, named_m] = runs.each_ref().map(|runs| Medians::of(runs));
+            report.note(&format!(
+                "{what} at {conns} conns, medians of {} runs, named / single: {}",
+                args.i_rounds,
+                named_m.against(&single_m),
             ));
             report.record_extra(json!({
                 "scenario": "i", "workload": what, "conns": conns, "rounds": args.i_rounds,
                 "named_upstreams": count,
-                "single": {"p50_ms": single_m[0], "p99_ms": single_m[1], "req_per_s": single_m[2], "gateway_cpu_us_per_req": single_m[3]},
-                "named": {"p50_ms": named_m[0], "p99_ms": named_m[1], "req_per_s": named_m[2], "gateway_cpu_us_per_req": named_m[3]},
+                "single": single_m.json(),
+                "named": named_m.json(),
             }));
         }
     }

@@ -4,6 +4,12 @@
 //! terminator arrives after the last one. Forwarded as they come, one answer costs the
 //! client three writes (head, event, `0\r\n\r\n`); on loopback and in VMs each write
 //! also pays for waking the reader, which dominated the gateway's CPU per request.
+//!
+//! Each wait first lets a task hop or two pass (hyper's connection task hands over what it
+//! has already read) and only then arms a timer: registering a timer due sooner than the
+//! runtime's next wake-up writes to the runtime's eventfd, even from the runtime's own
+//! thread, and these writes were about a quarter of the gateway's system calls per
+//! pass-through request (docs/benchmarks.md, run 19).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -34,9 +40,11 @@ where
         held: None,
         ahead: None,
         window: None,
+        end_deadline: None,
+        hopped: false,
         ended,
     };
-    if !ended {
+    if !ended && !within_hops(|cx| body.poll_settled(cx)).await {
         // On time-out the state stays consistent: a frame already held is handed out later.
         let _ = tokio::time::timeout(
             FIRST_FRAME_WINDOW,
@@ -45,6 +53,26 @@ where
         .await;
     }
     body
+}
+
+/// Task hops a settling waits before it arms a timer: the first frame comes one hop after
+/// a head read with it, and the end one hop after the last chunk read with it.
+const HOPS: u8 = 2;
+
+/// Whether `poll` is ready now or within [`HOPS`] task hops (wake-ups of this task
+/// queued behind the tasks woken before it), without a timer.
+async fn within_hops(mut poll: impl FnMut(&mut Context<'_>) -> Poll<()>) -> bool {
+    let mut hops = 0;
+    std::future::poll_fn(|cx| match poll(cx) {
+        Poll::Ready(()) => Poll::Ready(true),
+        Poll::Pending if hops == HOPS => Poll::Ready(false),
+        Poll::Pending => {
+            hops += 1;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    })
+    .await
 }
 
 /// A body that holds each frame until it knows what follows (or [`END_WINDOW`]
@@ -56,8 +84,13 @@ pub struct Coalesced<B: Body> {
     held: Option<Result<Frame<Bytes>, B::Error>>,
     /// The frame after `held`, read while looking ahead.
     ahead: Option<Result<Frame<Bytes>, B::Error>>,
-    /// The [`END_WINDOW`] timer, made on first use and reset for each frame.
+    /// The [`END_WINDOW`] timer, made on first use and reset for each frame that needs it.
     window: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// When the held frame's [`END_WINDOW`] closes; the timer is armed only once a look
+    /// ahead has found nothing twice, a task hop apart.
+    end_deadline: Option<tokio::time::Instant>,
+    /// The look ahead for the held frame has already waited one task hop.
+    hopped: bool,
     /// `inner` has ended.
     ended: bool,
 }
@@ -86,25 +119,40 @@ where
             if !look_ahead {
                 return Poll::Ready(());
             }
-            let deadline = tokio::time::Instant::now() + END_WINDOW;
-            match &mut self.window {
-                Some(window) => window.as_mut().reset(deadline),
-                None => self.window = Some(Box::pin(tokio::time::sleep_until(deadline))),
-            }
+            self.end_deadline = Some(tokio::time::Instant::now() + END_WINDOW);
+            self.hopped = false;
         }
         let looking = matches!(self.held, Some(Ok(_))) && self.ahead.is_none() && !self.ended;
         if looking {
             match Pin::new(&mut self.inner).poll_frame(cx) {
                 Poll::Ready(Some(next)) => self.ahead = Some(next),
                 Poll::Ready(None) => self.ended = true,
-                Poll::Pending => {
-                    if let Some(window) = &mut self.window {
-                        ready!(window.as_mut().poll(cx));
-                    }
+                // The end usually came in the same read as the last chunk, and hyper
+                // hands it over one task hop later: look once more before a timer.
+                Poll::Pending if !self.hopped => {
+                    self.hopped = true;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
                 }
+                Poll::Pending => ready!(self.poll_end_window(cx)),
             }
         }
         Poll::Ready(())
+    }
+
+    /// Ready once the held frame's [`END_WINDOW`] has closed; arms the timer on first use.
+    fn poll_end_window(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        // The deadline is taken when the timer is set to it.
+        if let Some(deadline) = self.end_deadline.take() {
+            match &mut self.window {
+                Some(window) => window.as_mut().reset(deadline),
+                None => self.window = Some(Box::pin(tokio::time::sleep_until(deadline))),
+            }
+        }
+        match &mut self.window {
+            Some(window) => window.as_mut().poll(cx),
+            None => Poll::Ready(()),
+        }
     }
 }
 
@@ -215,6 +263,39 @@ mod tests {
         assert!(!body.is_end_stream(), "the sender is still open");
         drop(tx);
         assert!(body.frame().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn an_end_one_task_hop_after_the_last_frame_is_found_without_a_timer() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(1);
+        // As hyper's client does: the chunk first, the end once its connection task has
+        // been woken again.
+        tokio::spawn(async move {
+            tx.send(Ok(Frame::data(Bytes::from_static(b"event"))))
+                .await
+                .unwrap();
+            hop().await;
+            drop(tx);
+        });
+        let mut body = with_first_frame(StreamBody::new(tokio_stream_of(rx))).await;
+        assert!(body.window.is_none(), "no END_WINDOW timer was armed");
+        let frame = body.frame().await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), "event");
+        assert!(body.is_end_stream(), "the end is known with the last frame");
+    }
+
+    /// One wake-up of this task, queued behind the tasks woken before it.
+    async fn hop() {
+        let mut woken = false;
+        std::future::poll_fn(|cx| {
+            if woken {
+                return Poll::Ready(());
+            }
+            woken = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        })
+        .await
     }
 
     fn tokio_stream_of<T>(

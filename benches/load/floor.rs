@@ -1,0 +1,230 @@
+//! Scenario `floor`: issue #31's figures in one run, each against its goal.
+//!
+//! - pass-through p99 against direct (scenario a's loads), at 1 and 16 connections, in
+//!   `--floor-rounds` alternating runs a side of one fixture and one gateway;
+//! - `tasks/get` on completed tasks (scenario c's gateways) at 16 connections, the Redis
+//!   store against the memory store, alternating the same way;
+//! - memory per in-flight task (scenario m), both stores, 1 and 64 connections.
+//!
+//! It ends with one table: each figure, its ratio against direct or the memory store, its
+//! goal, and whether the goal is met. The gateway runs with its defaults, as a user would
+//! start it, so the figures follow whatever the defaults are.
+
+use serde_json::json;
+
+use crate::Args;
+use crate::driver::{Pids, Target};
+use crate::processes::{Binaries, Store, stores};
+use crate::report::Report;
+use crate::rounds::{Medians, Side, alternate};
+use crate::scenarios::{MEMORY_CONNS, PolledGateway, memory_per_task};
+use crate::workloads::legacy_echo_requests;
+
+/// The issue's goals.
+const P99_OVER_DIRECT: f64 = 1.5;
+const REDIS_TASKS_GET_PER_S: f64 = 60_000.0;
+const BYTES_PER_TASK: f64 = 12_000.0;
+/// The issue states its pass-through and `tasks/get` figures at 16 connections.
+const MANY: usize = 16;
+
+/// One line of the closing table.
+struct Figure {
+    what: String,
+    measured: String,
+    /// The ratio and what it is against, if the figure has one.
+    ratio: Option<(f64, &'static str)>,
+    goal: String,
+    met: bool,
+}
+
+pub(crate) async fn scenario_floor(
+    args: &Args,
+    bins: &Binaries,
+    report: &mut Report,
+    redis_ok: bool,
+) {
+    report.section(&format!(
+        "floor: issue #31's figures against their goals ({} alternating runs a side)",
+        args.floor_rounds
+    ));
+    let mut figures = pass_through_tail(args, bins, report).await;
+    if redis_ok {
+        figures.push(tasks_get_on_redis(args, bins, report).await);
+    } else {
+        report.note(
+            "tasks/get on Redis skipped: no Redis (--no-redis, or the gateway has no --redis)",
+        );
+    }
+    figures.extend(memory_per_in_flight_task(args, bins, report, redis_ok).await);
+    goal_table(report, &figures);
+}
+
+/// Scenario a's direct and pass-through loads, alternating on one fixture and gateway.
+async fn pass_through_tail(args: &Args, bins: &Binaries, report: &mut Report) -> Vec<Figure> {
+    let (fixture, fixture_url) = bins.fixture();
+    let (gateway, gateway_url) = bins.gateway(&fixture_url, &[]);
+    let (upstream, through) = (Target::parse(&fixture_url), Target::parse(&gateway_url));
+    let pids = Pids::new(Some(&gateway), Some(&fixture));
+    let (direct_load, proxied_load) = (
+        legacy_echo_requests(&upstream).await,
+        legacy_echo_requests(&through).await,
+    );
+    let direct = Side {
+        label: "direct (legacy session)".into(),
+        target: &upstream,
+        workload: &direct_load,
+        // No gateway on this side: its CPU column stays empty rather than the idle
+        // gateway's background.
+        pids: Pids::new(None, Some(&fixture)),
+    };
+    let proxied = Side {
+        label: "gateway legacy pass-through".into(),
+        target: &through,
+        workload: &proxied_load,
+        pids,
+    };
+    let mut figures = Vec::new();
+    for conns in [1, MANY] {
+        let runs = alternate(
+            args,
+            "floor",
+            [&direct, &proxied],
+            conns,
+            args.floor_rounds,
+            report,
+        )
+        .await;
+        let [direct_m, proxied_m] = runs.each_ref().map(|runs| Medians::of(runs));
+        report.note(&format!(
+            "pass-through / direct at {conns} conn(s), medians of {} runs: {}",
+            args.floor_rounds,
+            proxied_m.against(&direct_m)
+        ));
+        report.record_extra(json!({
+            "scenario": "floor", "figure": "pass-through", "conns": conns,
+            "rounds": args.floor_rounds, "direct": direct_m.json(), "pass_through": proxied_m.json(),
+        }));
+        let ratio = proxied_m.p99_ms / direct_m.p99_ms;
+        figures.push(Figure {
+            what: format!("pass-through p99, {conns} connection(s)"),
+            measured: format!(
+                "{:.3} vs {:.3} ms (p50 ×{:.2}, req/s ×{:.2})",
+                proxied_m.p99_ms,
+                direct_m.p99_ms,
+                proxied_m.p50_ms / direct_m.p50_ms,
+                proxied_m.req_per_s / direct_m.req_per_s,
+            ),
+            ratio: Some((ratio, "direct")),
+            goal: format!("≤ ×{P99_OVER_DIRECT} direct"),
+            met: ratio <= P99_OVER_DIRECT,
+        });
+    }
+    drop((gateway, fixture));
+    figures
+}
+
+/// Scenario c's gateways, one per store, both running; their `tasks/get` loads alternate.
+async fn tasks_get_on_redis(args: &Args, bins: &Binaries, report: &mut Report) -> Figure {
+    let memory = PolledGateway::start(args, bins, Store::Memory).await;
+    let redis = PolledGateway::start(args, bins, Store::Redis).await;
+    let [memory_side, redis_side] = [&memory, &redis].map(|polled| Side {
+        label: polled.label(),
+        target: &polled.target,
+        workload: &polled.gets,
+        pids: polled.pids(),
+    });
+    let runs = alternate(
+        args,
+        "floor",
+        [&memory_side, &redis_side],
+        MANY,
+        args.floor_rounds,
+        report,
+    )
+    .await;
+    let [memory_m, redis_m] = runs.each_ref().map(|runs| Medians::of(runs));
+    report.note(&format!(
+        "tasks/get at {MANY} conns, medians of {} runs, Redis / memory store: {}",
+        args.floor_rounds,
+        redis_m.against(&memory_m)
+    ));
+    report.record_extra(json!({
+        "scenario": "floor", "figure": "tasks/get", "conns": MANY, "rounds": args.floor_rounds,
+        "memory": memory_m.json(), "redis": redis_m.json(),
+    }));
+    Figure {
+        what: format!("tasks/get on Redis, {MANY} connections"),
+        measured: format!(
+            "{:.0} req/s (memory store {:.0})",
+            redis_m.req_per_s, memory_m.req_per_s
+        ),
+        ratio: Some((redis_m.req_per_s / memory_m.req_per_s, "memory store")),
+        goal: format!("≥ {REDIS_TASKS_GET_PER_S:.0} req/s"),
+        met: redis_m.req_per_s >= REDIS_TASKS_GET_PER_S,
+    }
+}
+
+/// Scenario m's measurement for each store and connection count; Redis against the memory
+/// store at the same count.
+async fn memory_per_in_flight_task(
+    args: &Args,
+    bins: &Binaries,
+    report: &mut Report,
+    redis_ok: bool,
+) -> Vec<Figure> {
+    let mut memory_store = Vec::new();
+    let mut figures = Vec::new();
+    for store in stores(redis_ok) {
+        for (i, conns) in MEMORY_CONNS.into_iter().enumerate() {
+            let bytes = memory_per_task(args, bins, store, conns, report).await;
+            let ratio = match store {
+                Store::Memory => {
+                    memory_store.push(bytes);
+                    None
+                }
+                Store::Redis => Some((bytes / memory_store[i], "memory store")),
+            };
+            figures.push(Figure {
+                what: format!(
+                    "memory per in-flight task, {} store, {conns} connection(s)",
+                    store.name()
+                ),
+                measured: format!(
+                    "{:.1} KB ({:.2} KiB) at {} tasks",
+                    bytes / 1000.0,
+                    bytes / 1024.0,
+                    args.in_flight
+                ),
+                ratio,
+                goal: format!("≤ {:.0} KB", BYTES_PER_TASK / 1000.0),
+                met: bytes <= BYTES_PER_TASK,
+            });
+        }
+    }
+    figures
+}
+
+fn goal_table(report: &mut Report, figures: &[Figure]) {
+    // The runs' notes first, then the table that sums them up.
+    report.flush_notes();
+    report.table_open = false;
+    report.out("");
+    report.out("### issue #31's figures against their goals");
+    report.out("");
+    report.out("| figure | measured | ratio | goal | status |");
+    report.out("|---|---|---|---|---|");
+    for figure in figures {
+        let ratio = figure
+            .ratio
+            .map_or_else(|| "—".to_owned(), |(r, of)| format!("×{r:.2} of {of}"));
+        let status = if figure.met { "met" } else { "not met" };
+        report.out(&format!(
+            "| {} | {} | {ratio} | {} | {status} |",
+            figure.what, figure.measured, figure.goal
+        ));
+        report.record_extra(json!({
+            "scenario": "floor", "goal": figure.what, "measured": figure.measured,
+            "ratio": figure.ratio.map(|(r, _)| r), "target": figure.goal, "met": figure.met,
+        }));
+    }
+}
