@@ -157,3 +157,16 @@ fn connector_builder()
         .expect("ring supports the default TLS versions")
         .https_or_http()
 }
+
+/// An error and its sources on one line: hyper's client errors print as "client error
+/// (Connect)", and the sources say why.
+pub fn describe_client_error(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

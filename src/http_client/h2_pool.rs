@@ -36,7 +36,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tower::ServiceExt;
 
-use super::{CallBody, Connector, HttpClient};
+use super::{CallBody, Connector, HttpClient, describe_client_error};
 
 /// How often an HTTP/2 connection with calls open is pinged, and how long the answer
 /// may take before the connection counts as dead: a held call on a connection lost
@@ -296,7 +296,7 @@ async fn open(
     let io = connector
         .oneshot(origin.clone())
         .await
-        .map_err(|e| failed(&describe(&*e)))?;
+        .map_err(|e| failed(&describe_client_error(&*e)))?;
     if matches!(io, MaybeHttpsStream::Https(_)) && !io.connected().is_negotiated_h2() {
         return Ok(Opened::Http1);
     }
@@ -319,18 +319,6 @@ async fn open(
         }
     });
     Ok(Opened::Http2(sender))
-}
-
-/// An error and its sources, one line: the connector's errors say "client error" first.
-fn describe(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// A connection's byte stream, TCP or TLS.

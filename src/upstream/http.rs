@@ -83,17 +83,7 @@ pub(super) fn truncate_on_char(text: &mut String, max: usize) {
     }
 }
 
-/// hyper's client errors print as "client error (Connect)"; the source says why.
-pub fn describe_client_error(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+pub use crate::http_client::describe_client_error;
 
 #[cfg(test)]
 mod tests {
