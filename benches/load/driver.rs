@@ -111,9 +111,13 @@ impl Pids {
         self
     }
 
-    pub(crate) fn sample(&self) -> [Option<f64>; 4] {
-        let mut sample =
-            [self.gateway, self.upstream, self.redis, self.other].map(|p| p.and_then(cpu_seconds));
+    /// CPU seconds so far of the gateway, upstream, Redis, other proxy, and this load
+    /// generator: on a machine of few cores the generator's share bounds what the others
+    /// can reach.
+    pub(crate) fn sample(&self) -> [Option<f64>; 5] {
+        let own = Some(std::process::id());
+        let mut sample = [self.gateway, self.upstream, self.redis, self.other, own]
+            .map(|p| p.and_then(cpu_seconds));
         if let Some(parent) = self.upstream_children_of {
             sample[1] = Some(
                 descendants_of(parent)
@@ -137,8 +141,8 @@ pub(crate) struct Stats {
     pub(crate) window: Duration,
     /// Sorted latencies of the operations, nanoseconds.
     pub(crate) latencies: Vec<u64>,
-    /// CPU seconds over the window: gateway, upstream, redis, other proxy.
-    pub(crate) cpu: [Option<f64>; 4],
+    /// CPU seconds over the window: gateway, upstream, redis, other proxy, load generator.
+    pub(crate) cpu: [Option<f64>; 5],
 }
 
 impl Stats {
@@ -160,7 +164,7 @@ impl Stats {
     }
 
     /// CPU microseconds per HTTP request of process `which` (0 gateway, 1 upstream,
-    /// 2 redis, 3 other proxy).
+    /// 2 redis, 3 other proxy, 4 load generator).
     pub(crate) fn cpu_us_per_request(&self, which: usize) -> Option<f64> {
         self.cpu[which].map(|s| s * 1e6 / self.requests.max(1) as f64)
     }
@@ -184,7 +188,7 @@ pub(crate) async fn load(
             first_error: Some(why.clone()),
             window: Duration::from_secs(1),
             latencies: Vec::new(),
-            cpu: [None; 4],
+            cpu: [None; 5],
         };
     }
     let now = Instant::now();
@@ -201,8 +205,8 @@ pub(crate) async fn load(
             let before = pids.sample();
             tokio::time::sleep_until(end.into()).await;
             let after = pids.sample();
-            let mut delta = [None; 4];
-            for i in 0..4 {
+            let mut delta = [None; 5];
+            for i in 0..5 {
                 if let (Some(a), Some(b)) = (after[i], before[i]) {
                     delta[i] = Some(a - b);
                 }

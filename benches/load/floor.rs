@@ -3,22 +3,24 @@
 //! - pass-through p99 against direct (scenario a's loads), at 1 and 16 connections, in
 //!   `--floor-rounds` alternating runs a side of one fixture and one gateway;
 //! - `tasks/get` on completed tasks (scenario c's gateways) at 16 connections, the Redis
-//!   store against the memory store, alternating the same way;
+//!   store against the memory store, alternating the same way, and `/healthz` on the same
+//!   gateway: what this harness and machine reach with no MCP work at all;
 //! - memory per in-flight task (scenario m), both stores, 1 and 64 connections.
 //!
 //! It ends with one table: each figure, its ratio against direct or the memory store, its
 //! goal, and whether the goal is met. The gateway runs with its defaults, as a user would
 //! start it, so the figures follow whatever the defaults are.
 
+use bytes::Bytes;
 use serde_json::json;
 
 use crate::Args;
-use crate::driver::{Pids, Target};
+use crate::driver::{Pids, Target, load};
 use crate::processes::{Binaries, Store, stores};
 use crate::report::Report;
 use crate::rounds::{Medians, Side, alternate};
 use crate::scenarios::{MEMORY_CONNS, PolledGateway, memory_per_task};
-use crate::workloads::legacy_echo_requests;
+use crate::workloads::{Expect, Req, Workload, base_headers, legacy_echo_requests};
 
 /// The issue's goals.
 const P99_OVER_DIRECT: f64 = 1.5;
@@ -148,20 +150,61 @@ async fn tasks_get_on_redis(args: &Args, bins: &Binaries, report: &mut Report) -
         args.floor_rounds,
         redis_m.against(&memory_m)
     ));
+    let ceiling = http_ceiling(args, &redis, report).await;
+    report.note(&format!(
+        "/healthz on the Redis store's gateway at {MANY} conns, medians of {} runs: {:.0} req/s, \
+         gateway CPU {:.1} µs/req, load generator CPU {:.1} µs/req; tasks/get on Redis reaches \
+         ×{:.2} of it",
+        args.floor_rounds,
+        ceiling.req_per_s,
+        ceiling.gateway_cpu_us,
+        ceiling.load_generator_cpu_us,
+        redis_m.req_per_s / ceiling.req_per_s,
+    ));
     report.record_extra(json!({
         "scenario": "floor", "figure": "tasks/get", "conns": MANY, "rounds": args.floor_rounds,
-        "memory": memory_m.json(), "redis": redis_m.json(),
+        "memory": memory_m.json(), "redis": redis_m.json(), "healthz": ceiling.json(),
     }));
     Figure {
         what: format!("tasks/get on Redis, {MANY} connections"),
         measured: format!(
-            "{:.0} req/s (memory store {:.0})",
-            redis_m.req_per_s, memory_m.req_per_s
+            "{:.0} req/s (memory store {:.0}; /healthz on the same gateway {:.0})",
+            redis_m.req_per_s, memory_m.req_per_s, ceiling.req_per_s
         ),
         ratio: Some((redis_m.req_per_s / memory_m.req_per_s, "memory store")),
         goal: format!("≥ {REDIS_TASKS_GET_PER_S:.0} req/s"),
         met: redis_m.req_per_s >= REDIS_TASKS_GET_PER_S,
     }
+}
+
+/// What this harness reaches against the gateway when the request does no MCP work at
+/// all (`/healthz`: HTTP in and out, no JSON): no `tasks/get` can be served faster on
+/// this machine, so it says how much of a shortfall is the gateway's and how much the
+/// machine's.
+async fn http_ceiling(args: &Args, polled: &PolledGateway, report: &mut Report) -> Medians {
+    let target = Target {
+        path: "/healthz".to_owned(),
+        ..polled.target.clone()
+    };
+    let healthz = Workload::fixed(
+        vec![Req {
+            headers: base_headers(),
+            body: Bytes::new(),
+        }],
+        Expect::Contains(b"ok"),
+    );
+    let mut runs = Vec::new();
+    for round in 1..=args.floor_rounds {
+        let stats = load(args, &target, &healthz, MANY, &polled.pids()).await;
+        report.row(
+            "floor",
+            &format!("/healthz, Redis store's gateway (run {round})"),
+            MANY,
+            &stats,
+        );
+        runs.push(stats);
+    }
+    Medians::of(&runs)
 }
 
 /// Scenario m's measurement for each store and connection count; Redis against the memory

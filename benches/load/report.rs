@@ -50,8 +50,8 @@ impl Report {
     pub(crate) fn row(&mut self, scenario: &str, variant: &str, conns: usize, s: &Stats) {
         if !self.table_open {
             self.out("");
-            self.out("| variant | conns | ops | ops/s | req/s | p50 ms | p90 ms | p99 ms | max ms | gateway CPU µs/req | upstream CPU µs/req | redis CPU µs/req | other proxy CPU µs/req | errors |");
-            self.out("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+            self.out("| variant | conns | ops | ops/s | req/s | p50 ms | p90 ms | p99 ms | max ms | gateway CPU µs/req | upstream CPU µs/req | redis CPU µs/req | other proxy CPU µs/req | load generator CPU µs/req | errors |");
+            self.out("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
             self.table_open = true;
         }
         let cpu = |i: usize| {
@@ -69,7 +69,7 @@ impl Report {
             _ => s.errors.to_string(),
         };
         self.out(&format!(
-            "| {variant} | {conns} | {} | {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {} | {errors} |",
+            "| {variant} | {conns} | {} | {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {} | {} | {errors} |",
             s.ops,
             s.ops_per_sec(),
             s.requests_per_sec(),
@@ -81,6 +81,7 @@ impl Report {
             cpu(1),
             cpu(2),
             cpu(3),
+            cpu(4),
         ));
         let record = json!({
             "scenario": scenario, "variant": variant, "conns": s.conns, "ops": s.ops,
@@ -91,6 +92,7 @@ impl Report {
             "upstream_cpu_us_per_req": s.cpu_us_per_request(1),
             "redis_cpu_us_per_req": s.cpu_us_per_request(2),
             "other_cpu_us_per_req": s.cpu_us_per_request(3),
+            "load_generator_cpu_us_per_req": s.cpu_us_per_request(4),
         });
         let _ = writeln!(self.jsonl, "{record}");
     }

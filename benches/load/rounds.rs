@@ -49,6 +49,7 @@ pub(crate) struct Medians {
     pub(crate) p99_ms: f64,
     pub(crate) req_per_s: f64,
     pub(crate) gateway_cpu_us: f64,
+    pub(crate) load_generator_cpu_us: f64,
 }
 
 impl Medians {
@@ -59,6 +60,7 @@ impl Medians {
             p99_ms: of(&|s| s.p(99.0)),
             req_per_s: of(&|s| s.requests_per_sec()),
             gateway_cpu_us: of(&|s| s.cpu_us_per_request(0).unwrap_or(f64::NAN)),
+            load_generator_cpu_us: of(&|s| s.cpu_us_per_request(4).unwrap_or(f64::NAN)),
         }
     }
 
@@ -76,7 +78,7 @@ impl Medians {
         };
         format!(
             "p50 {:.3} vs {:.3} ms (×{:.2}); p99 {:.3} vs {:.3} ms (×{:.2}); req/s {:.0} vs {:.0} \
-             (×{:.2}); gateway CPU {cpu}",
+             (×{:.2}); gateway CPU {cpu}; load generator CPU {:.1} µs/req",
             self.p50_ms,
             base.p50_ms,
             self.p50_ms / base.p50_ms,
@@ -86,6 +88,7 @@ impl Medians {
             self.req_per_s,
             base.req_per_s,
             self.req_per_s / base.req_per_s,
+            self.load_generator_cpu_us,
         )
     }
 
@@ -93,6 +96,7 @@ impl Medians {
         serde_json::json!({
             "p50_ms": self.p50_ms, "p99_ms": self.p99_ms, "req_per_s": self.req_per_s,
             "gateway_cpu_us_per_req": self.gateway_cpu_us,
+            "load_generator_cpu_us_per_req": self.load_generator_cpu_us,
         })
     }
 }

@@ -286,6 +286,8 @@ pub(crate) fn task_id_of(body: &[u8]) -> Option<String> {
     value["result"]["taskId"].as_str().map(str::to_owned)
 }
 
+/// A substring search, not a compare at every offset: that one was 2.5 % of the machine's
+/// CPU at 16 connections, taken from the processes measured.
 pub(crate) fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+    memchr::memmem::find(haystack, needle).is_some()
 }

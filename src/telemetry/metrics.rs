@@ -1,6 +1,6 @@
 //! Metrics: names and recording helpers in one place, and the Prometheus endpoint.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use metrics::{Label, SharedString, counter, gauge, histogram};
@@ -19,34 +19,42 @@ pub fn install_metrics() -> Result<PrometheusHandle, BuildError> {
 
 /// Methods get their own label; anything else is `other`, so clients cannot grow the
 /// number of series without bound.
-fn method_label(method: &str) -> &'static str {
-    const KNOWN: [&str; 20] = [
-        "server/discover",
-        "tools/call",
-        "tools/list",
-        "tasks/get",
-        "tasks/update",
-        "tasks/cancel",
-        "resources/list",
-        "resources/read",
-        "resources/templates/list",
-        "prompts/list",
-        "prompts/get",
-        "completion/complete",
-        "subscriptions/listen",
-        "ping",
-        "initialize",
-        "logging/setLevel",
-        "notification",
-        "legacy_passthrough",
-        "invalid",
-        "other",
-    ];
-    KNOWN
+const METHOD_LABELS: [&str; 20] = [
+    "server/discover",
+    "tools/call",
+    "tools/list",
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
+    "resources/list",
+    "resources/read",
+    "resources/templates/list",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "subscriptions/listen",
+    "ping",
+    "initialize",
+    "logging/setLevel",
+    "notification",
+    "legacy_passthrough",
+    "invalid",
+    "other",
+];
+
+/// The index of `method`'s label in [`METHOD_LABELS`].
+fn method_label(method: &str) -> usize {
+    METHOD_LABELS
         .iter()
-        .find(|m| **m == method)
-        .copied()
-        .unwrap_or("other")
+        .position(|m| *m == method)
+        .unwrap_or(METHOD_LABELS.len() - 1)
+}
+
+/// One method label's request series.
+#[derive(Debug)]
+struct RequestSeries {
+    served: metrics::Counter,
+    duration: metrics::Histogram,
 }
 
 /// The metrics of one upstream's world. A named upstream's series carry its name as the
@@ -55,6 +63,9 @@ fn method_label(method: &str) -> &'static str {
 #[derive(Debug, Clone)]
 pub struct Meter {
     upstream: Option<SharedString>,
+    /// Each method's request series, found in the registry on its first request: every
+    /// request after that records without building its key and looking it up.
+    requests: Arc<[OnceLock<RequestSeries>; METHOD_LABELS.len()]>,
 }
 
 tokio::task_local! {
@@ -81,6 +92,7 @@ impl Meter {
     pub fn new(upstream: Option<&str>) -> Self {
         Self {
             upstream: upstream.map(|name| SharedString::from(Arc::<str>::from(name))),
+            requests: Arc::new(std::array::from_fn(|_| OnceLock::new())),
         }
     }
 
@@ -95,9 +107,16 @@ impl Meter {
     }
 
     pub fn request_served(&self, method: &str, elapsed: Duration) {
-        let labels = self.labels(&[("method", method_label(method))]);
-        counter!("mtg_requests_total", labels.clone()).increment(1);
-        histogram!("mtg_request_duration_seconds", labels).record(elapsed.as_secs_f64());
+        let label = method_label(method);
+        let series = self.requests[label].get_or_init(|| {
+            let labels = self.labels(&[("method", METHOD_LABELS[label])]);
+            RequestSeries {
+                served: counter!("mtg_requests_total", labels.clone()),
+                duration: histogram!("mtg_request_duration_seconds", labels),
+            }
+        });
+        series.served.increment(1);
+        series.duration.record(elapsed.as_secs_f64());
     }
 
     fn counter(&self, name: &'static str) -> metrics::Counter {

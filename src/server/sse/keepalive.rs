@@ -62,7 +62,7 @@ impl ProgressKeepAlive {
     /// its value raised above the last one sent when it is not.
     pub fn pass(&mut self, frame: Bytes) -> Bytes {
         const MARK: &[u8] = b"notifications/progress";
-        if !frame.windows(MARK.len()).any(|w| w == MARK) {
+        if memchr::memmem::find(&frame, MARK).is_none() {
             return frame;
         }
         let Some(mut message) = frame

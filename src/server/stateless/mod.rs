@@ -298,9 +298,10 @@ async fn forward(gateway: &Gateway, request: Request<'_>) -> Outcome {
     }
 }
 
+/// Read from the request's tree where it is, not from a copy: a poll's params are only
+/// read.
 fn parse_params<T: DeserializeOwned>(request: &Request<'_>) -> Result<T, ErrorObject> {
-    let params = request.params.clone().unwrap_or(Value::Null);
-    serde_json::from_value(params)
+    T::deserialize(request.params.as_ref().unwrap_or(&Value::Null))
         .map_err(|e| ErrorObject::invalid_params(format!("invalid {} params: {e}", request.method)))
 }
 

@@ -180,7 +180,7 @@ pub fn may_be_undeclared_tasks(message: &Message) -> bool {
 /// Whether a session's message may be one [`handle_undeclared`] takes, judged from its
 /// bytes, so that other traffic of an undeclared pass-through session is not parsed.
 pub fn may_concern_tasks(body: &[u8]) -> bool {
-    let has = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
+    let has = |needle: &[u8]| memchr::memmem::find(body, needle).is_some();
     has(b"\"task") || has(wire::INPUT_REQUEST_ID.as_bytes())
 }
 

@@ -37,7 +37,7 @@ use mtg_protocol::wire::deferred::ToolNames;
 /// other message is parsed: deferral on and a `tools/…` method, or keep-alive on and a
 /// progress token.
 pub fn may_watch(gateway: &Gateway, body: &[u8]) -> bool {
-    let has = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
+    let has = |needle: &[u8]| memchr::memmem::find(body, needle).is_some();
     (gateway.deferrals.after().is_some() && has(b"tools/"))
         || (gateway.progress_keepalive.is_some() && has(b"progressToken"))
 }
@@ -133,7 +133,7 @@ pub async fn call(
         .headers
         .get_all(header::ACCEPT)
         .iter()
-        .any(|v| v.as_bytes().windows(17).any(|w| w == b"text/event-stream"));
+        .any(|v| memchr::memmem::find(v.as_bytes(), b"text/event-stream").is_some());
     parts.uri = upstream.clone();
     parts.version = Version::HTTP_11;
     parts.extensions.clear();
