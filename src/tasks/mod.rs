@@ -376,12 +376,19 @@ impl TaskService {
         span.follows_from(tracing::Span::current());
         let service = self.clone();
         let runner_task_id = task_id.to_owned();
+        // The call, its start and the record to store are boxed before the task takes
+        // them: a future keeps the space of what it captured for as long as it lives,
+        // even once moved on, and this one lives as long as the call (run 22: 960 B of
+        // task cell and 2,304 B of runner before, the call and start held four times).
+        let (call, start) = (Box::new(call), Box::new(start));
+        let to_store = to_store.map(Box::new);
         tokio::spawn(tracing::Instrument::instrument(
             async move {
                 let _slot = slot;
                 let stored = match to_store {
                     None => Ok(()),
-                    Some(ToStore { record, stored }) => {
+                    Some(to_store) => {
+                        let ToStore { record, stored } = *to_store;
                         let created = service.store.create(record).await;
                         if created.is_ok() {
                             stored(&service.settings.meter);

@@ -30,18 +30,20 @@ pub(super) struct Signals {
     pub stop: CancellationToken,
 }
 
+/// `call` and `start` come boxed: an async fn's arguments stay in its future for its
+/// whole life, and this one lives as long as the task's call.
 pub(super) async fn run(
     service: &Arc<TaskService>,
     task_id: &str,
-    call: ToolCall,
-    start: Start,
+    mut call: Box<ToolCall>,
+    start: Box<Start>,
     signals: Signals,
     done: oneshot::Sender<()>,
 ) {
     let started = std::time::Instant::now();
     let session = call.session.as_ref().map(|s| s.client_session.clone());
-    let taken_over = matches!(start, Start::TakenOver { .. });
-    let outcome = drive(service, task_id, call, start, &signals).await;
+    let taken_over = matches!(*start, Start::TakenOver { .. });
+    let outcome = drive(service, task_id, &mut call, start, &signals).await;
     if let Some(outcome) = outcome {
         let label = outcome_label(&outcome);
         // The TTL bounds the retries: a short store outage loses no upstream result.
@@ -78,8 +80,8 @@ pub(super) async fn run(
 async fn drive(
     service: &Arc<TaskService>,
     task_id: &str,
-    mut call: ToolCall,
-    start: Start,
+    call: &mut ToolCall,
+    start: Box<Start>,
     signals: &Signals,
 ) -> Option<Outcome> {
     let wake = signals.wake.as_ref();
@@ -99,10 +101,10 @@ async fn drive(
     if let Ok(raw) = serde_json::value::to_raw_value(&params) {
         call.params = raw;
     }
-    let (held, round, expires_at) = match start {
+    let (held, round, expires_at) = match *start {
         // Created just before the runner started: this is at most a little late.
         Start::New(held) => {
-            let ttl = std::time::Duration::from_millis(service.ttl_of(&call));
+            let ttl = std::time::Duration::from_millis(service.ttl_of(call));
             (held, None, Instant::now() + ttl)
         }
         Start::TakenOver {
@@ -121,7 +123,7 @@ async fn drive(
     let mut trip = TaskTrip {
         service,
         task_id,
-        call: &call,
+        call,
         wake,
         stop: &signals.stop,
         deadline,
