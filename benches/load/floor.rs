@@ -61,16 +61,28 @@ pub(crate) async fn scenario_floor(
     goal_table(report, &figures);
 }
 
-/// Scenario a's direct and pass-through loads, alternating on one fixture and gateway.
+/// Scenario a's direct and pass-through loads, alternating on one fixture and gateway,
+/// with a byte relay (`socat`) in front of the same fixture as a third side if it is
+/// installed: the floor of any proxy's latency, so that the gateway's ratio can be read
+/// against what no proxy can go below on this machine.
 async fn pass_through_tail(args: &Args, bins: &Binaries, report: &mut Report) -> Vec<Figure> {
     let (fixture, fixture_url) = bins.fixture();
     let (gateway, gateway_url) = bins.gateway(&fixture_url, &[]);
+    let relay = bins.byte_relay(&fixture_url);
+    if relay.is_none() {
+        report.note("no byte relay row: socat is not installed");
+    }
     let (upstream, through) = (Target::parse(&fixture_url), Target::parse(&gateway_url));
+    let relayed = relay.as_ref().map(|(_, url)| Target::parse(url));
     let pids = Pids::new(Some(&gateway), Some(&fixture));
     let (direct_load, proxied_load) = (
         legacy_echo_requests(&upstream).await,
         legacy_echo_requests(&through).await,
     );
+    let relay_load = match &relayed {
+        Some(target) => Some(legacy_echo_requests(target).await),
+        None => None,
+    };
     let direct = Side {
         label: "direct (legacy session)".into(),
         target: &upstream,
@@ -85,32 +97,74 @@ async fn pass_through_tail(args: &Args, bins: &Binaries, report: &mut Report) ->
         workload: &proxied_load,
         pids,
     };
+    let relay_side = relayed
+        .as_ref()
+        .zip(relay_load.as_ref())
+        .map(|(target, workload)| Side {
+            label: "byte relay (socat)".into(),
+            target,
+            workload,
+            pids: Pids::new(None, Some(&fixture)),
+        });
     let mut figures = Vec::new();
     for conns in [1, MANY] {
-        let runs = alternate(
-            args,
-            "floor",
-            [&direct, &proxied],
-            conns,
-            args.floor_rounds,
-            report,
-        )
-        .await;
-        let [direct_m, proxied_m] = runs.each_ref().map(|runs| Medians::of(runs));
+        let (direct_m, proxied_m, relay_m) = match &relay_side {
+            Some(relay_side) => {
+                let runs = alternate(
+                    args,
+                    "floor",
+                    [&direct, &proxied, relay_side],
+                    conns,
+                    args.floor_rounds,
+                    report,
+                )
+                .await;
+                let [d, p, r] = runs.each_ref().map(|runs| Medians::of(runs));
+                (d, p, Some(r))
+            }
+            None => {
+                let runs = alternate(
+                    args,
+                    "floor",
+                    [&direct, &proxied],
+                    conns,
+                    args.floor_rounds,
+                    report,
+                )
+                .await;
+                let [d, p] = runs.each_ref().map(|runs| Medians::of(runs));
+                (d, p, None)
+            }
+        };
         report.note(&format!(
             "pass-through / direct at {conns} conn(s), medians of {} runs: {}",
             args.floor_rounds,
             proxied_m.against(&direct_m)
         ));
+        if let Some(relay_m) = &relay_m {
+            report.note(&format!(
+                "byte relay / direct at {conns} conn(s), medians of {} runs: {}",
+                args.floor_rounds,
+                relay_m.against(&direct_m)
+            ));
+        }
         report.record_extra(json!({
             "scenario": "floor", "figure": "pass-through", "conns": conns,
             "rounds": args.floor_rounds, "direct": direct_m.json(), "pass_through": proxied_m.json(),
+            "byte_relay": relay_m.as_ref().map(Medians::json),
         }));
         let ratio = proxied_m.p99_ms / direct_m.p99_ms;
+        let floor = relay_m.map_or_else(String::new, |relay_m| {
+            format!(
+                "; a byte relay: p99 ×{:.2}, p50 ×{:.2}",
+                relay_m.p99_ms / direct_m.p99_ms,
+                relay_m.p50_ms / direct_m.p50_ms
+            )
+        });
         figures.push(Figure {
             what: format!("pass-through p99, {conns} connection(s)"),
             measured: format!(
-                "{:.3} vs {:.3} ms (p50 ×{:.2}, req/s ×{:.2})",
+                "{:.3} vs {:.3} ms (p50 ×{:.2}, req/s ×{:.2}{floor})",
                 proxied_m.p99_ms,
                 direct_m.p99_ms,
                 proxied_m.p50_ms / direct_m.p50_ms,
@@ -121,7 +175,7 @@ async fn pass_through_tail(args: &Args, bins: &Binaries, report: &mut Report) ->
             met: ratio <= P99_OVER_DIRECT,
         });
     }
-    drop((gateway, fixture));
+    drop((relay, gateway, fixture));
     figures
 }
 

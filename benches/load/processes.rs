@@ -119,6 +119,26 @@ impl Binaries {
         entry.exists().then_some(entry)
     }
 
+    /// A byte relay in front of `upstream` (`socat`, if on the PATH): it parses nothing,
+    /// so what it adds over direct is the floor of any proxy's latency on this machine.
+    /// Both of its sockets set TCP_NODELAY, as the gateway's do.
+    pub(crate) fn byte_relay(&self, upstream: &str) -> Option<(Proc, String)> {
+        let (target, path) = upstream.strip_prefix("http://")?.split_once('/')?;
+        let port = free_port();
+        let mut command = Command::new("socat");
+        command
+            .arg(format!(
+                "TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,nodelay"
+            ))
+            .arg(format!("TCP:{target},nodelay"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let proc = Proc::spawn(command, "socat").ok()?;
+        wait_for_port(port, ANNOUNCE_DEADLINE).ok()?;
+        Some((proc, format!("http://127.0.0.1:{port}/{path}")))
+    }
+
     /// Starts the other proxy of scenario f in front of server-everything over stdio.
     pub(crate) fn other_proxy(&self, which: &str, everything: &Path) -> Option<(Proc, String)> {
         let peers = self.root.join("benches/peers/node_modules");

@@ -1,4 +1,4 @@
-//! Two sides measured in alternating rounds, and the medians of their runs.
+//! Sides measured in alternating rounds, and the medians of their runs.
 //!
 //! One run's p99 on a shared 2-core machine swings with the scheduler (docs/benchmarks.md,
 //! run 6 and run 18), so a comparison of tails takes several runs a side, alternating
@@ -18,19 +18,23 @@ pub(crate) struct Side<'a> {
     pub(crate) pids: Pids,
 }
 
-/// Runs each side `rounds` times at `conns` connections, odd rounds side 0 first and even
-/// rounds side 1 first, each run a row of the report; returns each side's runs.
-pub(crate) async fn alternate(
+/// Runs each side `rounds` times at `conns` connections, odd rounds in the sides' order
+/// and even rounds in reverse (AB BA …, ABC CBA …), each run a row of the report;
+/// returns each side's runs.
+pub(crate) async fn alternate<const N: usize>(
     args: &Args,
     scenario: &str,
-    sides: [&Side<'_>; 2],
+    sides: [&Side<'_>; N],
     conns: usize,
     rounds: u64,
     report: &mut Report,
-) -> [Vec<Stats>; 2] {
-    let mut runs: [Vec<Stats>; 2] = [Vec::new(), Vec::new()];
+) -> [Vec<Stats>; N] {
+    let mut runs: [Vec<Stats>; N] = std::array::from_fn(|_| Vec::new());
     for round in 1..=rounds {
-        let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
+        let mut order: [usize; N] = std::array::from_fn(|i| i);
+        if round % 2 == 0 {
+            order.reverse();
+        }
         for index in order {
             let side = sides[index];
             let stats = load(args, side.target, side.workload, conns, &side.pids).await;
