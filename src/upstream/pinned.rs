@@ -135,7 +135,16 @@ impl PinnedConn {
         }
     }
 
-    async fn connect(&self, upstream: &Uri) -> Result<Box<Connected>, LaneError> {
+    /// Boxed: a connection is opened once per client connection (and after a loss), and
+    /// inline its 2.4 KB of state would be in every request's future, copied at each await.
+    fn connect<'a>(
+        &'a self,
+        upstream: &'a Uri,
+    ) -> Pin<Box<dyn Future<Output = Result<Box<Connected>, LaneError>> + Send + 'a>> {
+        Box::pin(self.open(upstream))
+    }
+
+    async fn open(&self, upstream: &Uri) -> Result<Box<Connected>, LaneError> {
         let authority = upstream
             .authority()
             .ok_or_else(|| LaneError::Failed(format!("{upstream} has no host")))?;

@@ -23,7 +23,9 @@ pub struct Caller {
 /// upstream credential in place of the caller's; the refusal, if any.
 pub async fn admit(gateway: &Gateway, parts: &mut Parts) -> Option<http::Response<Body>> {
     let identity = match &gateway.auth {
-        Some(auth) => match auth.authenticate(&parts.headers).await {
+        // Boxed: without auth (the default) its state would still be in every request's
+        // future.
+        Some(auth) => match Box::pin(auth.authenticate(&parts.headers)).await {
             Ok(identity) => Some(identity),
             Err(failure) => return Some(refusal(auth, &failure)),
         },

@@ -29,16 +29,22 @@ pub async fn serve(
     body: bytes::Bytes,
     message: Option<Message>,
 ) -> Response<Body> {
+    // Every branch but the plain pass-through is boxed: this future is copied at each
+    // await up to hyper's box, so its size is paid by every request; the rare branches'
+    // state (2–6 KB each) is paid only by the requests that take them.
     let auth = parts.headers.get(header::AUTHORIZATION);
     match gateway.upstream.session_passthrough(auth).await {
         Ok(Some(url)) => {
             if let Some(marked) = tasks::marked::unmark(&parts.headers) {
-                let passed =
-                    match tasks::marked::serve(gateway, pinned, url, parts, body, marked).await {
-                        tasks::marked::Served::Answered(response) => return response,
-                        tasks::marked::Served::PassedOn(passed) => *passed,
-                    };
-                return marked_passed_on(gateway, pinned, url, passed).await;
+                let served = Box::pin(tasks::marked::serve(
+                    gateway, pinned, url, parts, body, marked,
+                ))
+                .await;
+                let passed = match served {
+                    tasks::marked::Served::Answered(response) => return response,
+                    tasks::marked::Served::PassedOn(passed) => *passed,
+                };
+                return Box::pin(marked_passed_on(gateway, pinned, url, passed)).await;
             }
             if let Some(response) = tasks::marked::serve_undeclared(gateway, &parts, &body).await {
                 return response;
@@ -51,9 +57,9 @@ pub async fn serve(
                 && method == names::method::INITIALIZE
                 && let Some(declared) = tasks::negotiate::declared(Some(&params))
             {
-                return tasks::marked::initialize(
+                return Box::pin(tasks::marked::initialize(
                     gateway, pinned, url, parts, id, params, declared,
-                )
+                ))
                 .await;
             }
             if parts.method == http::Method::POST
@@ -61,16 +67,17 @@ pub async fn serve(
                 && let Ok(message) = Message::parse(&body)
             {
                 let session = tasks::marked::plain_session(gateway, &parts);
-                match watched::route(gateway, &session, &message).await {
+                match Box::pin(watched::route(gateway, &session, &message)).await {
                     watched::Route::Answer(response) => return response,
                     watched::Route::Watch(watch) => {
-                        return watched::call(gateway, url, parts, body, session, *watch).await;
+                        return Box::pin(watched::call(gateway, url, parts, body, session, *watch))
+                            .await;
                     }
                     watched::Route::ListTools(id) => {
-                        let listed = watched::listed(gateway, &session).await;
-                        let response =
-                            passthrough::forward(&gateway.client, pinned, url, parts, body).await;
-                        return tasks::marked::list_tools(response, &id, None, listed).await;
+                        return Box::pin(list_watched_tools(
+                            gateway, pinned, url, parts, body, &session, id,
+                        ))
+                        .await;
                     }
                     watched::Route::PassOn => {}
                 }
@@ -78,9 +85,25 @@ pub async fn serve(
             passthrough::forward(&gateway.client, pinned, url, parts, body).await
         }
         // No upstream session to pass through to: the gateway serves the session.
-        Ok(None) => gateway.sessions.serve(gateway, &parts, body).await,
+        Ok(None) => Box::pin(gateway.sessions.serve(gateway, &parts, body)).await,
         Err(e) => reply::error_with_status(StatusCode::BAD_GATEWAY, &ErrorObject::from(e)),
     }
+}
+
+/// An unmarked session's `tools/list` while calls are watched: the upstream's list with
+/// the gateway's deferred-result tools added.
+async fn list_watched_tools(
+    gateway: &Gateway,
+    pinned: &PinnedConn,
+    url: &http::Uri,
+    parts: Parts,
+    body: bytes::Bytes,
+    session: &tasks::TaskSession,
+    id: serde_json::Value,
+) -> Response<Body> {
+    let listed = watched::listed(gateway, session).await;
+    let response = passthrough::forward(&gateway.client, pinned, url, parts, body).await;
+    tasks::marked::list_tools(response, &id, None, listed).await
 }
 
 /// A marked session's POST that is not a task message: watched when it is a call to

@@ -86,11 +86,13 @@ pub struct Request<'a> {
     pub principal: String,
 }
 
+/// `tools/call` and forwarded requests are boxed: this future is copied at each await up
+/// to hyper's box, and their 3–4 KB of state would make every poll pay for it.
 pub async fn handle(gateway: &Gateway, request: Request<'_>) -> Response<Body> {
     let id = request.id.clone();
     let outcome = match request.method.as_str() {
         method::SERVER_DISCOVER => discover(gateway, &request).await,
-        method::TOOLS_CALL => tools_call(gateway, request).await,
+        method::TOOLS_CALL => Box::pin(tools_call(gateway, request)).await,
         method::TASKS_GET | method::TASKS_UPDATE | method::TASKS_CANCEL => {
             tasks_method(gateway, &request).await
         }
@@ -115,7 +117,7 @@ pub async fn handle(gateway: &Gateway, request: Request<'_>) -> Response<Body> {
             .await
             .map(Answer::Stream)
         }
-        _ => forward(gateway, request).await,
+        _ => Box::pin(forward(gateway, request)).await,
     };
     match outcome {
         Ok(Answer::Json(body)) => reply::json(http::StatusCode::OK, body),
