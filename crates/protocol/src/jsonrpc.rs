@@ -185,8 +185,8 @@ pub fn success_body_of<T: Serialize>(id: &Value, result: &T) -> Vec<u8> {
         id: &'a Value,
         result: &'a T,
     }
-    // A `tasks/get` answer without a result is about 400 bytes: one allocation, not the
-    // three of growing from `to_vec`'s 128.
+    // A `tasks/get` answer without a result is a few hundred bytes: one allocation, not
+    // the two or three of growing from `to_vec`'s 128.
     let mut body = Vec::with_capacity(512);
     serde_json::to_writer(
         &mut body,
