@@ -337,6 +337,10 @@ def expect_defaults(docs: list[dict], notes: str) -> None:
     assert data["MTG_METRICS_LISTEN"] == "0.0.0.0:9090"
     assert data["MTG_MAX_TTL_MS"] == "86400000", data["MTG_MAX_TTL_MS"]
     assert "MTG_WORKER_THREADS" not in data, "worker threads set without workerThreads"
+    # No CPU limit: one worker per CPU requested, not one per CPU of the node.
+    workers = env_of(container(gateway_deployment(docs), "gateway")).get("MTG_WORKER_THREADS")
+    assert workers == {"name": "MTG_WORKER_THREADS", "valueFrom": {"resourceFieldRef": {
+        "resource": "requests.cpu", "divisor": "1"}}}, f"worker threads not from the request: {workers}"
     assert data["MTG_MAX_RUNNING_TASKS_PER_PRINCIPAL"] == "0"
     assert data["MTG_SESSION_IDLE_TIMEOUT_MS"] == "3600000", data["MTG_SESSION_IDLE_TIMEOUT_MS"]
     assert data["MTG_MAX_SESSIONS"] == "10000", data["MTG_MAX_SESSIONS"]
@@ -406,6 +410,8 @@ def expect_ingress_hpa(docs: list[dict], notes: str) -> None:
     assert (hpa["minReplicas"], hpa["maxReplicas"]) == (3, 12)
     assert sorted(m["resource"]["name"] for m in hpa["metrics"]) == ["cpu", "memory"]
     assert cm_data(docs)["MTG_WORKER_THREADS"] == "2"
+    assert "MTG_WORKER_THREADS" not in env_of(container(gateway_deployment(docs), "gateway")), \
+        "workerThreads is set, yet the pod's env overrides it"
     assert cm_data(docs)["MTG_MAX_RUNNING_TASKS_PER_PRINCIPAL"] == "500"
     assert "optimisation only" in notes
 
@@ -1707,7 +1713,17 @@ def expect_alert_disabled(docs: list[dict], notes: str) -> None:
 
 # Values beyond the files' that must render: (description, values, expectations). Each is
 # validated like a values file.
+def expect_quota_workers(docs: list[dict], notes: str) -> None:
+    """A CPU limit: the process reads its own quota, so the pod's env leaves it alone."""
+    env = env_of(container(gateway_deployment(docs), "gateway"))
+    assert "MTG_WORKER_THREADS" not in env, f"worker threads set despite a CPU limit: {env}"
+    assert "MTG_WORKER_THREADS" not in cm_data(docs)
+
+
 MUST_RENDER: list[tuple[str, dict, Callable[[list[dict], str], None]]] = [
+    ("a CPU limit: worker threads from the process's quota",
+     with_upstream({"resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "2"}}}),
+     expect_quota_workers),
     ("redis.storeNamespace \"\": the legacy key layout, for upgrading",
      with_upstream({"redis": {"url": "redis://redis:6379", "storeNamespace": ""}}),
      expect_legacy_namespace),

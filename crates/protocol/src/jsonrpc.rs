@@ -154,24 +154,8 @@ impl Message {
 /// The JSON of a success response. `result` is already-serialized JSON, so results the
 /// gateway only forwards are not serialized again.
 pub fn success_body(id: &Value, result: &RawValue) -> Vec<u8> {
-    #[derive(Serialize)]
-    struct Success<'a> {
-        jsonrpc: &'static str,
-        id: &'a Value,
-        result: &'a RawValue,
-    }
     // Sized once: the forwarded result is most of the body.
-    let mut body = Vec::with_capacity(result.get().len() + ENVELOPE_BYTES);
-    serde_json::to_writer(
-        &mut body,
-        &Success {
-            jsonrpc: "2.0",
-            id,
-            result,
-        },
-    )
-    .expect("serializing a JSON-RPC response cannot fail");
-    body
+    success_sized(id, result, result.get().len() + ENVELOPE_BYTES)
 }
 
 /// Room for `{"jsonrpc":"2.0","id":…,"result":}` around a result.
@@ -179,15 +163,19 @@ const ENVELOPE_BYTES: usize = 64;
 
 /// The JSON of a success response whose result is a serializable value.
 pub fn success_body_of<T: Serialize>(id: &Value, result: &T) -> Vec<u8> {
+    // A `tasks/get` answer without a result is a few hundred bytes: one allocation, not
+    // the two or three of growing from `to_vec`'s 128.
+    success_sized(id, result, 512)
+}
+
+fn success_sized<T: Serialize + ?Sized>(id: &Value, result: &T, capacity: usize) -> Vec<u8> {
     #[derive(Serialize)]
-    struct Success<'a, T> {
+    struct Success<'a, T: ?Sized> {
         jsonrpc: &'static str,
         id: &'a Value,
         result: &'a T,
     }
-    // A `tasks/get` answer without a result is a few hundred bytes: one allocation, not
-    // the two or three of growing from `to_vec`'s 128.
-    let mut body = Vec::with_capacity(512);
+    let mut body = Vec::with_capacity(capacity);
     serde_json::to_writer(
         &mut body,
         &Success {

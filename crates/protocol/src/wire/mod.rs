@@ -175,9 +175,14 @@ mod tests {
         // From 1970 to past 9999 (where `time` stops and the epoch stands in), in steps of
         // about 114 days and an odd number of milliseconds, so every field takes many values.
         while unix_ms < 260_000_000_000_000 {
-            let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_ms) * 1_000_000)
-                .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
-            assert_eq!(rfc3339_millis(unix_ms), at.format(&format).unwrap(), "{unix_ms}");
+            let at =
+                time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_ms) * 1_000_000)
+                    .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+            assert_eq!(
+                rfc3339_millis(unix_ms),
+                at.format(&format).unwrap(),
+                "{unix_ms}"
+            );
             unix_ms += 9_876_543_211;
         }
     }
