@@ -18,7 +18,7 @@ use crate::Args;
 use crate::driver::{Pids, Target, load};
 use crate::processes::{Binaries, Store, stores};
 use crate::report::Report;
-use crate::rounds::{Medians, Side, alternate};
+use crate::rounds::{Medians, Side, alternate, alternate_sides};
 use crate::scenarios::{MEMORY_CONNS, PolledGateway, memory_per_task};
 use crate::workloads::{Expect, Req, Workload, base_headers, legacy_echo_requests};
 
@@ -108,34 +108,11 @@ async fn pass_through_tail(args: &Args, bins: &Binaries, report: &mut Report) ->
         });
     let mut figures = Vec::new();
     for conns in [1, MANY] {
-        let (direct_m, proxied_m, relay_m) = match &relay_side {
-            Some(relay_side) => {
-                let runs = alternate(
-                    args,
-                    "floor",
-                    [&direct, &proxied, relay_side],
-                    conns,
-                    args.floor_rounds,
-                    report,
-                )
-                .await;
-                let [d, p, r] = runs.each_ref().map(|runs| Medians::of(runs));
-                (d, p, Some(r))
-            }
-            None => {
-                let runs = alternate(
-                    args,
-                    "floor",
-                    [&direct, &proxied],
-                    conns,
-                    args.floor_rounds,
-                    report,
-                )
-                .await;
-                let [d, p] = runs.each_ref().map(|runs| Medians::of(runs));
-                (d, p, None)
-            }
-        };
+        let mut sides = vec![&direct, &proxied];
+        sides.extend(relay_side.as_ref());
+        let runs = alternate_sides(args, "floor", &sides, conns, args.floor_rounds, report).await;
+        let medians: Vec<Medians> = runs.iter().map(|runs| Medians::of(runs)).collect();
+        let (direct_m, proxied_m, relay_m) = (medians[0], medians[1], medians.get(2).copied());
         report.note(&format!(
             "pass-through / direct at {conns} conn(s), medians of {} runs: {}",
             args.floor_rounds,

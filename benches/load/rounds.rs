@@ -29,9 +29,24 @@ pub(crate) async fn alternate<const N: usize>(
     rounds: u64,
     report: &mut Report,
 ) -> [Vec<Stats>; N] {
-    let mut runs: [Vec<Stats>; N] = std::array::from_fn(|_| Vec::new());
+    alternate_sides(args, scenario, &sides, conns, rounds, report)
+        .await
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("one list of runs a side"))
+}
+
+/// [`alternate`] for a number of sides known only at run time.
+pub(crate) async fn alternate_sides(
+    args: &Args,
+    scenario: &str,
+    sides: &[&Side<'_>],
+    conns: usize,
+    rounds: u64,
+    report: &mut Report,
+) -> Vec<Vec<Stats>> {
+    let mut runs: Vec<Vec<Stats>> = sides.iter().map(|_| Vec::new()).collect();
     for round in 1..=rounds {
-        let mut order: [usize; N] = std::array::from_fn(|i| i);
+        let mut order: Vec<usize> = (0..sides.len()).collect();
         if round % 2 == 0 {
             order.reverse();
         }
