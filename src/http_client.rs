@@ -2,6 +2,7 @@
 //! to the JWT issuer's key endpoints.
 
 pub mod h2_pool;
+pub mod lean_http1;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -25,22 +26,55 @@ pub fn client() -> HttpClient {
 }
 
 /// The HTTP/1.1 client for the upstream calls and sessions the gateway makes itself
-/// (tasks, bridged requests): many connections held open, mostly idle, each with a read
-/// buffer of `read_buffer` bytes (hyper's adaptive one starts at 8 KiB, which was a third
-/// of a running task's memory). Its TLS offers HTTP/1.1 only: this client keeps one
-/// HTTP/2 connection per host, on which calls past the server's stream cap would wait
-/// behind each other; HTTP/2 is [`h2_pool`]'s, with `--upstream-http2`.
-pub fn call_client(read_buffer: usize) -> HttpClient {
-    Client::builder(TokioExecutor::new())
-        .http1_read_buf_exact_size(read_buffer)
-        .build(http1_connector())
+/// (tasks, bridged requests): many connections held open, mostly idle, each reading
+/// `read_buffer` bytes at a time. `http://` upstreams get [`lean_http1`]'s pool, which
+/// holds no buffer while a call waits; `https://` ones hyper's client, whose TLS offers
+/// HTTP/1.1 only (HTTP/2 is [`h2_pool`]'s, with `--upstream-http2`: hyper's pooled
+/// client keeps one HTTP/2 connection per host, on which calls past the server's stream
+/// cap would wait behind each other).
+pub fn call_client(read_buffer: usize) -> Http1Client {
+    Http1Client {
+        plain: lean_http1::LeanPool::new(tcp(), read_buffer),
+        tls: Arc::new(
+            Client::builder(TokioExecutor::new())
+                .http1_read_buf_exact_size(read_buffer)
+                .build(http1_connector()),
+        ),
+    }
+}
+
+/// HTTP/1.1 to upstreams, a connection per call in flight.
+#[derive(Clone)]
+pub struct Http1Client {
+    plain: Arc<lean_http1::LeanPool>,
+    tls: Arc<HttpClient>,
+}
+
+impl Http1Client {
+    pub async fn request(
+        &self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<Response<CallBody>, CallError> {
+        if request.uri().scheme() == Some(&http::uri::Scheme::HTTPS) {
+            return Ok(self.tls.request(request).await?.map(CallBody::from));
+        }
+        let (parts, body) = request.into_parts();
+        // A `Full` body is one frame, ready at once.
+        let body = body
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        let response = self.plain.request(Request::from_parts(parts, body)).await?;
+        Ok(response.map(CallBody::from))
+    }
 }
 
 /// How the gateway's own calls reach one upstream.
 #[derive(Clone)]
 pub enum CallClient {
     /// A connection per call in flight (HTTP/1.1), the default.
-    Http1(Box<HttpClient>),
+    Http1(Http1Client),
     /// Streams on a pool of HTTP/2 connections (`--upstream-http2`).
     Http2(Arc<h2_pool::H2Pool>),
 }
@@ -48,7 +82,7 @@ pub enum CallClient {
 impl CallClient {
     /// HTTP/2 to the upstream at `url` (falling back to `http1` when its TLS chooses
     /// HTTP/1.1).
-    pub fn http2(url: &http::Uri, http1: HttpClient, settings: h2_pool::PoolSettings) -> Self {
+    pub fn http2(url: &http::Uri, http1: Http1Client, settings: h2_pool::PoolSettings) -> Self {
         Self::Http2(Arc::new(h2_pool::H2Pool::new(
             url,
             connector(),
@@ -62,7 +96,7 @@ impl CallClient {
         request: Request<Full<Bytes>>,
     ) -> Result<Response<CallBody>, CallError> {
         match self {
-            Self::Http1(client) => Ok(client.request(request).await?.map(CallBody::from)),
+            Self::Http1(client) => client.request(request).await,
             Self::Http2(pool) => pool.request(request).await,
         }
     }
@@ -75,19 +109,35 @@ pub enum CallError {
     Http1(#[from] hyper_util::client::legacy::Error),
     #[error(transparent)]
     Http2(#[from] h2_pool::PoolError),
+    #[error(transparent)]
+    Lean(#[from] lean_http1::LeanError),
+}
+
+/// Why reading a response body from an upstream failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallBodyError {
+    #[error(transparent)]
+    Hyper(#[from] hyper::Error),
+    #[error(transparent)]
+    Lean(#[from] lean_http1::LeanError),
 }
 
 /// A response body from an upstream; on HTTP/2 it holds its stream's place in the pool
 /// until it ends, so that the pool counts the streams open on each connection.
 pub struct CallBody {
-    inner: Incoming,
+    inner: BodyInner,
     slot: Option<h2_pool::StreamSlot>,
+}
+
+enum BodyInner {
+    Hyper(Incoming),
+    Lean(lean_http1::LeanBody),
 }
 
 impl CallBody {
     fn pooled(inner: Incoming, slot: h2_pool::StreamSlot) -> Self {
         Self {
-            inner,
+            inner: BodyInner::Hyper(inner),
             slot: Some(slot),
         }
     }
@@ -95,19 +145,34 @@ impl CallBody {
 
 impl From<Incoming> for CallBody {
     fn from(inner: Incoming) -> Self {
-        Self { inner, slot: None }
+        Self {
+            inner: BodyInner::Hyper(inner),
+            slot: None,
+        }
+    }
+}
+
+impl From<lean_http1::LeanBody> for CallBody {
+    fn from(inner: lean_http1::LeanBody) -> Self {
+        Self {
+            inner: BodyInner::Lean(inner),
+            slot: None,
+        }
     }
 }
 
 impl Body for CallBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = CallBodyError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+    ) -> Poll<Option<Result<Frame<Bytes>, CallBodyError>>> {
+        let polled = match &mut self.inner {
+            BodyInner::Hyper(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+            BodyInner::Lean(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+        };
         if let Poll::Ready(None | Some(Err(_))) = polled {
             // The stream is over: its place is free.
             self.slot = None;
@@ -116,11 +181,17 @@ impl Body for CallBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.inner {
+            BodyInner::Hyper(body) => body.is_end_stream(),
+            BodyInner::Lean(body) => body.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.inner {
+            BodyInner::Hyper(body) => body.size_hint(),
+            BodyInner::Lean(body) => body.size_hint(),
+        }
     }
 }
 

@@ -152,7 +152,7 @@ pub async fn run(config: Config) -> std::io::Result<()> {
 
 /// What every upstream's world is built with.
 struct Shared<'a> {
-    call_client: &'a http_client::HttpClient,
+    call_client: &'a http_client::Http1Client,
     client: &'a http_client::HttpClient,
     redis: Option<&'a Arc<RedisStore>>,
     edge: &'a Arc<server::Edge>,
@@ -312,7 +312,7 @@ fn select_upstream(
 
 /// How a world's own calls reach its upstream: HTTP/1.1 on the shared client, or, with
 /// `--upstream-http2`, a pool of HTTP/2 connections of the world's own.
-fn call_client_for(config: &Config, http1: &http_client::HttpClient) -> http_client::CallClient {
+fn call_client_for(config: &Config, http1: &http_client::Http1Client) -> http_client::CallClient {
     match &config.upstream {
         Some(url) if config.upstream_http2 => http_client::CallClient::http2(
             url,
@@ -321,7 +321,7 @@ fn call_client_for(config: &Config, http1: &http_client::HttpClient) -> http_cli
                 max_streams: config.upstream_http2_max_streams as usize,
             },
         ),
-        _ => http_client::CallClient::Http1(Box::new(http1.clone())),
+        _ => http_client::CallClient::Http1(http1.clone()),
     }
 }
 

@@ -36,7 +36,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tower::ServiceExt;
 
-use super::{CallBody, Connector, HttpClient, describe_client_error};
+use super::{CallBody, Connector, Http1Client, describe_client_error};
 
 /// How often an HTTP/2 connection with calls open is pinged, and how long the answer
 /// may take before the connection counts as dead: a held call on a connection lost
@@ -88,7 +88,7 @@ pub struct H2Pool {
     connector: Connector,
     settings: PoolSettings,
     /// For an `https://` upstream whose ALPN answer was HTTP/1.1.
-    http1: HttpClient,
+    http1: Http1Client,
     alpn_chose_http1: AtomicBool,
     connections: Mutex<Vec<Arc<Link>>>,
 }
@@ -143,7 +143,12 @@ impl Drop for StreamSlot {
 
 impl H2Pool {
     /// A pool for the upstream at `url`; connects on first use.
-    pub fn new(url: &Uri, connector: Connector, http1: HttpClient, settings: PoolSettings) -> Self {
+    pub fn new(
+        url: &Uri,
+        connector: Connector,
+        http1: Http1Client,
+        settings: PoolSettings,
+    ) -> Self {
         let mut origin = http::uri::Builder::new();
         if let Some(scheme) = url.scheme() {
             origin = origin.scheme(scheme.clone());
@@ -178,7 +183,7 @@ impl H2Pool {
             return Err(PoolError::OtherOrigin(request.uri().clone()).into());
         }
         if self.alpn_chose_http1.load(Ordering::Relaxed) {
-            return Ok(self.http1.request(request).await?.map(CallBody::from));
+            return self.http1.request(request).await;
         }
         // A request hyper gives back unsent (its connection closed meanwhile) goes again,
         // on another connection. One the server refused (REFUSED_STREAM) or cut by a
@@ -195,7 +200,7 @@ impl H2Pool {
                     self.alpn_chose_http1.store(true, Ordering::Relaxed);
                     tracing::warn!(upstream = %self.origin, "--upstream-http2: the upstream's TLS chose HTTP/1.1 (ALPN); its calls use HTTP/1.1");
                     drop(slot);
-                    return Ok(self.http1.request(request).await?.map(CallBody::from));
+                    return self.http1.request(request).await;
                 }
                 Err(e) => return Err(e.into()),
             };

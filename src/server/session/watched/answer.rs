@@ -32,7 +32,7 @@ pub enum Answer {
 pub enum Step {
     Head(Result<hyper::Response<Incoming>, UpstreamError>),
     Frame(Option<Result<Frame<Bytes>, hyper::Error>>),
-    Whole(Result<Bytes, hyper::Error>),
+    Whole(Result<Bytes, crate::http_client::CallBodyError>),
 }
 
 impl Answer {

@@ -1,0 +1,434 @@
+//! HTTP/1.1 to `http://` upstreams for the calls the gateway makes itself, where a call
+//! may be held open for minutes.
+//!
+//! A call held open on HTTP/1.1 is a connection held open. hyper's client connection
+//! keeps about 23 KB of heap for its whole life (docs/benchmarks.md, run 17): a dispatch
+//! channel whose first block is 9 KB, an 8 KiB header buffer, a spawned connection task
+//! and a pool watcher. None of those sizes is an option. Here the connection is the
+//! response body itself: the socket, the call's framing state (`ureq-proto`, sans-IO)
+//! and a read buffer that exists only while bytes are being read. An idle wait for the
+//! upstream's next event holds no buffer at all.
+//!
+//! Connections are kept alive and reused: a body read to its end hands its socket back
+//! to the pool. A request on a reused socket that the upstream closed before answering
+//! (its keep-alive timeout raced the reuse) is sent once more on a new one, as hyper's
+//! client does.
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::uri::Authority;
+use http::{HeaderValue, Method, Request, Response, Uri, header};
+use http_body::{Body, Frame};
+use hyper_util::client::legacy::connect::HttpConnector;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tower::ServiceExt;
+use ureq_proto::BodyMode;
+use ureq_proto::client::state::{RecvBody, RecvResponse};
+use ureq_proto::client::{Call, RecvBodyResult, RecvResponseResult, SendRequestResult};
+
+/// How long an idle connection is kept for reuse (hyper's client keeps its own 90 s).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// Idle connections kept per upstream; more are closed as they come back.
+const MAX_IDLE_PER_UPSTREAM: usize = 1024;
+/// The largest response head read before the upstream counts as broken.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+
+/// Why a request to an upstream failed, or its body could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum LeanError {
+    #[error("connecting to the upstream failed: {0}")]
+    Connect(String),
+    #[error("the upstream's connection failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the upstream broke HTTP/1.1: {0}")]
+    Protocol(#[from] ureq_proto::Error),
+    #[error("the upstream closed the connection before its response ended")]
+    Closed,
+    #[error("the upstream's response head is over {MAX_HEAD_BYTES} bytes")]
+    HeadTooLarge,
+    #[error("the request cannot be sent: {0}")]
+    Request(&'static str),
+}
+
+/// The connections to `http://` upstreams, shared by every world of the process.
+pub struct LeanPool {
+    connector: HttpConnector,
+    /// How much is read from a socket at once.
+    read_size: usize,
+    idle: Mutex<HashMap<Authority, Vec<Idle>>>,
+}
+
+struct Idle {
+    stream: TcpStream,
+    since: Instant,
+}
+
+impl LeanPool {
+    pub fn new(connector: HttpConnector, read_size: usize) -> Arc<Self> {
+        Arc::new(Self {
+            connector,
+            read_size: read_size.max(512),
+            idle: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Sends `request` (an absolute `http://` URI) and reads the response head.
+    pub async fn request(
+        self: &Arc<Self>,
+        request: Request<Bytes>,
+    ) -> Result<Response<LeanBody>, LeanError> {
+        let authority = request
+            .uri()
+            .authority()
+            .cloned()
+            .ok_or(LeanError::Request("the URI has no host"))?;
+        let uri = request.uri().clone();
+        let (wire, mut call) = encode(request)?;
+        if let Some(stream) = self.take_idle(&authority) {
+            match self.exchange(stream, &wire, &mut call).await {
+                Err(Attempt::NotAnswered(_)) => {}
+                other => return self.respond(other, call, authority),
+            }
+        }
+        let stream = self.connect(uri).await?;
+        let attempt = self.exchange(stream, &wire, &mut call).await;
+        self.respond(attempt, call, authority)
+    }
+
+    async fn connect(&self, uri: Uri) -> Result<TcpStream, LeanError> {
+        let io = self
+            .connector
+            .clone()
+            .oneshot(uri)
+            .await
+            .map_err(|e| LeanError::Connect(super::describe_client_error(&e)))?;
+        Ok(io.into_inner())
+    }
+
+    /// Writes the request and reads its response head; `call` is advanced only once a
+    /// byte of an answer came.
+    async fn exchange(
+        &self,
+        mut stream: TcpStream,
+        wire: &[u8],
+        call: &mut Call<RecvResponse>,
+    ) -> Result<Head, Attempt> {
+        stream
+            .write_all(wire)
+            .await
+            .map_err(|e| Attempt::NotAnswered(e.into()))?;
+        let mut read = BytesMut::new();
+        let mut answered = false;
+        loop {
+            let filled =
+                std::future::poll_fn(|cx| poll_fill(&stream, &mut read, self.read_size, cx)).await;
+            let failed = |e: LeanError| match answered {
+                false => Attempt::NotAnswered(e),
+                true => Attempt::Failed(e),
+            };
+            match filled {
+                Ok(0) => return Err(failed(LeanError::Closed)),
+                Ok(_) => answered = true,
+                Err(e) => return Err(failed(e.into())),
+            }
+            loop {
+                let (used, response) = call
+                    .try_response(&read, false)
+                    .map_err(|e| Attempt::Failed(e.into()))?;
+                read.advance(used);
+                if let Some(response) = response {
+                    return Ok(Head {
+                        stream,
+                        read,
+                        response,
+                    });
+                }
+                // An informational head (100, 103) was skipped: the final one may follow
+                // in the same bytes.
+                if used == 0 {
+                    break;
+                }
+            }
+            if read.len() > MAX_HEAD_BYTES {
+                return Err(Attempt::Failed(LeanError::HeadTooLarge));
+            }
+        }
+    }
+
+    fn respond(
+        self: &Arc<Self>,
+        attempt: Result<Head, Attempt>,
+        call: Call<RecvResponse>,
+        authority: Authority,
+    ) -> Result<Response<LeanBody>, LeanError> {
+        let Head {
+            stream,
+            read,
+            response,
+        } = attempt.map_err(Attempt::into_error)?;
+        let socket = Socket {
+            stream,
+            pool: Arc::clone(self),
+            authority,
+        };
+        let body = match call.proceed() {
+            Some(RecvResponseResult::RecvBody(call)) => LeanBody::reading(socket, call, read),
+            Some(RecvResponseResult::Cleanup(call)) => {
+                if !call.must_close_connection() && read.is_empty() {
+                    socket.put_back();
+                }
+                LeanBody::empty()
+            }
+            Some(RecvResponseResult::Redirect(_)) | None => LeanBody::empty(),
+        };
+        Ok(response.map(|()| body))
+    }
+
+    fn take_idle(&self, authority: &Authority) -> Option<TcpStream> {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        let list = idle.get_mut(authority)?;
+        while let Some(conn) = list.pop() {
+            if conn.since.elapsed() < IDLE_TIMEOUT && still_open(&conn.stream) {
+                return Some(conn.stream);
+            }
+        }
+        None
+    }
+
+    fn put_idle(&self, authority: Authority, stream: TcpStream) {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        let list = idle.entry(authority).or_default();
+        // The oldest are first: drop those past their time, and make room.
+        let expired = list
+            .iter()
+            .take_while(|conn| conn.since.elapsed() >= IDLE_TIMEOUT)
+            .count();
+        list.drain(..expired);
+        if list.len() >= MAX_IDLE_PER_UPSTREAM {
+            list.remove(0);
+        }
+        list.push(Idle {
+            stream,
+            since: Instant::now(),
+        });
+    }
+
+    #[cfg(test)]
+    fn idle_count(&self) -> usize {
+        let idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        idle.values().map(Vec::len).sum()
+    }
+}
+
+/// The request's head and body as sent, and the call ready to read the response.
+fn encode(request: Request<Bytes>) -> Result<(Vec<u8>, Call<RecvResponse>), LeanError> {
+    let (mut parts, body) = request.into_parts();
+    let needs_length = matches!(parts.method, Method::POST | Method::PUT | Method::PATCH);
+    if needs_length || !body.is_empty() {
+        parts
+            .headers
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    }
+    let mut call = Call::new(Request::from_parts(parts, ()))?.proceed();
+    let mut wire = vec![0; 1024];
+    let mut used = 0;
+    while !call.can_proceed() {
+        match call.write(&mut wire[used..]) {
+            Ok(n) => used += n,
+            Err(ureq_proto::Error::OutputOverflow) => wire.resize(wire.len() * 2, 0),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    wire.truncate(used);
+    let call = match call.proceed()? {
+        Some(SendRequestResult::RecvResponse(call)) => call,
+        Some(SendRequestResult::SendBody(mut call)) => {
+            wire.extend_from_slice(&body);
+            call.consume_direct_write(body.len())?;
+            call.proceed()
+                .ok_or(LeanError::Request("the body is shorter than its length"))?
+        }
+        Some(SendRequestResult::Await100(_)) => {
+            return Err(LeanError::Request("`Expect: 100-continue` is not sent"));
+        }
+        None => return Err(LeanError::Request("the request head was not written")),
+    };
+    Ok((wire, call))
+}
+
+/// What an attempt to send a request came to, when it did not get a head.
+enum Attempt {
+    /// Nothing was read back: on a reused connection the request is sent once more.
+    NotAnswered(LeanError),
+    Failed(LeanError),
+}
+
+impl Attempt {
+    fn into_error(self) -> LeanError {
+        match self {
+            Attempt::NotAnswered(e) | Attempt::Failed(e) => e,
+        }
+    }
+}
+
+struct Head {
+    stream: TcpStream,
+    /// What was read past the head: the body's first bytes.
+    read: BytesMut,
+    response: Response<()>,
+}
+
+/// A socket on its way back to the pool.
+struct Socket {
+    stream: TcpStream,
+    pool: Arc<LeanPool>,
+    authority: Authority,
+}
+
+impl Socket {
+    fn put_back(self) {
+        self.pool.put_idle(self.authority, self.stream);
+    }
+}
+
+/// Reads once the socket is readable; the buffer is grown only then, so that a wait
+/// holds no buffer. `Ok(0)` is the end of the stream.
+fn poll_fill(
+    stream: &TcpStream,
+    read: &mut BytesMut,
+    size: usize,
+    cx: &mut Context<'_>,
+) -> Poll<std::io::Result<usize>> {
+    loop {
+        ready!(stream.poll_read_ready(cx))?;
+        read.reserve(size);
+        match stream.try_read_buf(read) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            other => return Poll::Ready(other),
+        }
+    }
+}
+
+/// Whether an idle socket can be used: not closed by the upstream, with nothing unread.
+fn still_open(stream: &TcpStream) -> bool {
+    matches!(stream.try_read(&mut [0u8; 1]), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+/// A response body read straight from its connection.
+pub struct LeanBody {
+    reading: Option<Box<Reading>>,
+}
+
+struct Reading {
+    socket: Socket,
+    call: Call<RecvBody>,
+    /// Bytes read and not yet decoded; empty (unallocated) between reads.
+    read: BytesMut,
+}
+
+impl LeanBody {
+    fn empty() -> Self {
+        Self { reading: None }
+    }
+
+    fn reading(socket: Socket, call: Call<RecvBody>, read: BytesMut) -> Self {
+        Self {
+            reading: Some(Box::new(Reading { socket, call, read })),
+        }
+    }
+
+    /// The body is read to its end: the connection goes back to the pool if HTTP/1.1
+    /// lets it.
+    fn end(&mut self) {
+        let Some(reading) = self.reading.take() else {
+            return;
+        };
+        let Reading { socket, call, read } = *reading;
+        let reusable = match call.proceed() {
+            Some(RecvBodyResult::Cleanup(call)) => !call.must_close_connection(),
+            Some(RecvBodyResult::Redirect(call)) => !call.must_close_connection(),
+            None => false,
+        };
+        if reusable && read.is_empty() {
+            socket.put_back();
+        }
+    }
+}
+
+impl Body for LeanBody {
+    type Data = Bytes;
+    type Error = LeanError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, LeanError>>> {
+        let this = self.get_mut();
+        loop {
+            let Some(reading) = this.reading.as_mut() else {
+                return Poll::Ready(None);
+            };
+            if !reading.read.is_empty() {
+                let mut out = BytesMut::zeroed(reading.read.len());
+                let (used, produced) = match reading.call.read(&reading.read, &mut out) {
+                    Ok(read) => read,
+                    Err(e) => {
+                        this.reading = None;
+                        return Poll::Ready(Some(Err(e.into())));
+                    }
+                };
+                reading.read.advance(used);
+                if reading.read.is_empty() {
+                    // Release the buffer: the wait for the next bytes holds none.
+                    reading.read = BytesMut::new();
+                }
+                if produced > 0 {
+                    out.truncate(produced);
+                    return Poll::Ready(Some(Ok(Frame::data(out.freeze()))));
+                }
+                if used > 0 {
+                    continue;
+                }
+            }
+            let close_delimited = matches!(reading.call.body_mode(), BodyMode::CloseDelimited);
+            if !close_delimited && reading.call.can_proceed() {
+                this.end();
+                return Poll::Ready(None);
+            }
+            let filled = ready!(poll_fill(
+                &reading.socket.stream,
+                &mut reading.read,
+                reading.socket.pool.read_size,
+                cx
+            ));
+            match filled {
+                Ok(0) if close_delimited => {
+                    this.reading = None;
+                    return Poll::Ready(None);
+                }
+                Ok(0) => {
+                    this.reading = None;
+                    return Poll::Ready(Some(Err(LeanError::Closed)));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    this.reading = None;
+                    return Poll::Ready(Some(Err(e.into())));
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.reading.is_none()
+    }
+}

@@ -1,0 +1,380 @@
+//! The lean client against real sockets on 127.0.0.1, served by scripts that write the
+//! bytes an HTTP/1.1 server would: lengths, chunks, early closes, keep-alive races.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+use super::{LeanError, LeanPool};
+
+const DEADLINE: Duration = Duration::from_secs(10);
+
+/// A request as the server read it.
+#[derive(Debug)]
+struct Received {
+    head: String,
+    body: Vec<u8>,
+}
+
+impl Received {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.eq_ignore_ascii_case(name).then(|| value.trim())
+        })
+    }
+}
+
+/// Reads one request; `None` when the client closed the connection first.
+async fn read_request(socket: &mut TcpStream) -> Option<Received> {
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 1024];
+    let head_end = loop {
+        if let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end + 4;
+        }
+        let n = socket.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        bytes.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8(bytes[..head_end].to_vec()).unwrap();
+    let mut received = Received {
+        head,
+        body: bytes[head_end..].to_vec(),
+    };
+    let length: usize = received
+        .header("content-length")
+        .map_or(0, |v| v.parse().unwrap());
+    while received.body.len() < length {
+        let n = socket.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        received.body.extend_from_slice(&chunk[..n]);
+    }
+    Some(received)
+}
+
+/// A server that runs `script` on each connection it accepts, with the connection's
+/// index; its URL, and the count of connections accepted.
+async fn serve<F, Fut>(script: F) -> (String, Arc<AtomicUsize>)
+where
+    F: Fn(usize, TcpStream) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counted = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let index = counted.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(script(index, socket));
+        }
+    });
+    (url, accepted)
+}
+
+fn post(url: &str, body: &'static str) -> Request<Bytes> {
+    Request::post(url)
+        .header("content-type", "application/json")
+        .header("mcp-session-id", "s-1")
+        .body(Bytes::from_static(body.as_bytes()))
+        .unwrap()
+}
+
+fn pool() -> Arc<LeanPool> {
+    LeanPool::new(crate::http_client::tcp(), 2048)
+}
+
+async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(DEADLINE, future)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no result within {DEADLINE:?}"))
+}
+
+const JSON: &str =
+    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{\"ok\":true}";
+
+#[tokio::test]
+async fn a_request_goes_out_as_sent_and_its_connection_serves_the_next() {
+    let (seen, mut requests) = mpsc::unbounded_channel();
+    let (url, accepted) = serve(move |_, mut socket| {
+        let seen = seen.clone();
+        async move {
+            while let Some(request) = read_request(&mut socket).await {
+                seen.send(request).unwrap();
+                socket.write_all(JSON.as_bytes()).await.unwrap();
+            }
+        }
+    })
+    .await;
+    let pool = pool();
+    for _ in 0..3 {
+        let response = within("the call", pool.request(post(&url, r#"{"id":1}"#)))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers()["content-type"], "application/json");
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], br#"{"ok":true}"#);
+    }
+    let request = requests.recv().await.unwrap();
+    assert!(
+        request.head.starts_with("POST /mcp HTTP/1.1\r\n"),
+        "{}",
+        request.head
+    );
+    let authority = url.trim_start_matches("http://").trim_end_matches("/mcp");
+    assert_eq!(request.header("host"), Some(authority));
+    assert_eq!(request.header("content-length"), Some("8"));
+    assert_eq!(request.header("mcp-session-id"), Some("s-1"));
+    assert_eq!(request.body, br#"{"id":1}"#);
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "one connection, kept alive"
+    );
+    assert_eq!(pool.idle_count(), 1);
+}
+
+#[tokio::test]
+async fn an_event_stream_arrives_event_by_event_and_ends_with_its_last_chunk() {
+    let (next, go_on) = mpsc::unbounded_channel::<()>();
+    let go_on = Arc::new(tokio::sync::Mutex::new(go_on));
+    let (url, accepted) = serve(move |_, mut socket| {
+        let go_on = go_on.clone();
+        async move {
+            read_request(&mut socket).await.unwrap();
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                        transfer-encoding: chunked\r\n\r\n";
+            socket.write_all(head.as_bytes()).await.unwrap();
+            socket.write_all(b"d\r\ndata: first\n\n\r\n").await.unwrap();
+            go_on.lock().await.recv().await;
+            // The next chunk's size line is split from its data, as TCP may cut it.
+            socket.write_all(b"e\r").await.unwrap();
+            socket
+                .write_all(b"\ndata: second\n\n\r\n0\r\n\r\n")
+                .await
+                .unwrap();
+            let _ = read_request(&mut socket).await;
+        }
+    })
+    .await;
+    let pool = pool();
+    let response = within("the head", pool.request(post(&url, "{}")))
+        .await
+        .unwrap();
+    let mut body = response.into_body();
+    let first = within("the first event", body.frame())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.into_data().unwrap(), "data: first\n\n");
+    next.send(()).unwrap();
+    let mut rest = Vec::new();
+    while let Some(frame) = within("the rest", body.frame()).await {
+        rest.extend_from_slice(&frame.unwrap().into_data().unwrap());
+    }
+    assert_eq!(rest, b"data: second\n\n");
+    assert_eq!(
+        pool.idle_count(),
+        1,
+        "a chunked body read to its end frees its socket"
+    );
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn an_accepted_notification_frees_its_socket_at_once() {
+    let (url, accepted) = serve(|_, mut socket| async move {
+        while read_request(&mut socket).await.is_some() {
+            let reply = "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n";
+            socket.write_all(reply.as_bytes()).await.unwrap();
+        }
+    })
+    .await;
+    let pool = pool();
+    for _ in 0..2 {
+        let response = within("the post", pool.request(post(&url, "{}")))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        assert_eq!(pool.idle_count(), 1);
+        assert!(
+            response
+                .into_body()
+                .collect()
+                .await
+                .unwrap()
+                .to_bytes()
+                .is_empty()
+        );
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_body_without_length_ends_when_the_upstream_closes() {
+    let (url, _) = serve(|_, mut socket| async move {
+        read_request(&mut socket).await.unwrap();
+        let reply = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                     connection: close\r\n\r\n{\"ok\":1}";
+        socket.write_all(reply.as_bytes()).await.unwrap();
+    })
+    .await;
+    let pool = pool();
+    let response = within("the call", pool.request(post(&url, "{}")))
+        .await
+        .unwrap();
+    let body = within("the body", response.into_body().collect())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert_eq!(&body[..], br#"{"ok":1}"#);
+    assert_eq!(pool.idle_count(), 0, "a closed connection is not kept");
+}
+
+#[tokio::test]
+async fn a_body_cut_short_is_an_error_not_an_end() {
+    let (url, _) = serve(|_, mut socket| async move {
+        read_request(&mut socket).await.unwrap();
+        let reply = "HTTP/1.1 200 OK\r\ncontent-length: 50\r\n\r\n{\"partial\":";
+        socket.write_all(reply.as_bytes()).await.unwrap();
+    })
+    .await;
+    let pool = pool();
+    let response = within("the call", pool.request(post(&url, "{}")))
+        .await
+        .unwrap();
+    let read = within("the body", response.into_body().collect()).await;
+    assert!(
+        matches!(read, Err(LeanError::Closed)),
+        "{:?}",
+        read.map(|_| ())
+    );
+}
+
+#[tokio::test]
+async fn a_reused_socket_the_upstream_closed_unanswered_is_replaced() {
+    // The first connection answers once, then reads the next request and closes without
+    // an answer: an upstream's keep-alive timeout racing the reuse.
+    let (url, accepted) = serve(|index, mut socket| async move {
+        read_request(&mut socket).await.unwrap();
+        socket.write_all(JSON.as_bytes()).await.unwrap();
+        if index == 0 {
+            let _ = read_request(&mut socket).await;
+            return;
+        }
+        while read_request(&mut socket).await.is_some() {
+            socket.write_all(JSON.as_bytes()).await.unwrap();
+        }
+    })
+    .await;
+    let pool = pool();
+    for _ in 0..2 {
+        let response = within("the call", pool.request(post(&url, "{}")))
+            .await
+            .unwrap();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], br#"{"ok":true}"#);
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_socket_closed_while_idle_is_not_reused() {
+    let (closed, mut was_closed) = mpsc::unbounded_channel();
+    let (url, accepted) = serve(move |_, mut socket| {
+        let closed = closed.clone();
+        async move {
+            read_request(&mut socket).await.unwrap();
+            socket.write_all(JSON.as_bytes()).await.unwrap();
+            drop(socket);
+            closed.send(()).unwrap();
+        }
+    })
+    .await;
+    let pool = pool();
+    let response = within("the call", pool.request(post(&url, "{}")))
+        .await
+        .unwrap();
+    response.into_body().collect().await.unwrap();
+    within("the close", was_closed.recv()).await.unwrap();
+    let response = within("the next call", pool.request(post(&url, "{}")))
+        .await
+        .unwrap();
+    response.into_body().collect().await.unwrap();
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+}
+
+/// A task that ends drops its call: the upstream must see its connection close, which
+/// is how a plain server learns that no one waits for the call.
+#[tokio::test]
+async fn dropping_a_body_halfway_closes_the_upstream_connection() {
+    let (ended, mut saw_end) = mpsc::unbounded_channel();
+    let (url, _) = serve(move |_, mut socket| {
+        let ended = ended.clone();
+        async move {
+            read_request(&mut socket).await.unwrap();
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                        transfer-encoding: chunked\r\n\r\n5\r\nhello\r\n";
+            socket.write_all(head.as_bytes()).await.unwrap();
+            let mut rest = [0u8; 16];
+            let closed = matches!(socket.read(&mut rest).await, Ok(0) | Err(_));
+            ended.send(closed).unwrap();
+        }
+    })
+    .await;
+    let pool = pool();
+    let response = within("the call", pool.request(post(&url, "{}")))
+        .await
+        .unwrap();
+    let mut body = response.into_body();
+    within("the first chunk", body.frame())
+        .await
+        .unwrap()
+        .unwrap();
+    drop(body);
+    assert!(within("the upstream's read", saw_end.recv()).await.unwrap());
+    assert_eq!(pool.idle_count(), 0);
+}
+
+#[tokio::test]
+async fn an_upstream_that_is_not_there_is_a_connect_error() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    drop(listener);
+    let failed = within("the call", pool().request(post(&url, "{}"))).await;
+    assert!(
+        matches!(failed, Err(LeanError::Connect(_))),
+        "{:?}",
+        failed.map(|_| ())
+    );
+}
+
+#[tokio::test]
+async fn a_head_that_is_not_http_is_a_protocol_error() {
+    let (url, _) = serve(|_, mut socket| async move {
+        read_request(&mut socket).await.unwrap();
+        socket.write_all(b"SSH-2.0-OpenSSH\r\n\r\n").await.unwrap();
+        let _ = read_request(&mut socket).await;
+    })
+    .await;
+    let failed = within("the call", pool().request(post(&url, "{}"))).await;
+    assert!(
+        matches!(failed, Err(LeanError::Protocol(_))),
+        "{:?}",
+        failed.map(|_| ())
+    );
+}
