@@ -171,10 +171,11 @@ pub struct Config {
     #[arg(long, env = "MTG_LENIENT_HEADERS", default_value_t = false)]
     pub lenient_headers: bool,
 
-    /// Read buffer of each upstream connection the gateway's own calls use (tasks,
-    /// bridged requests), in bytes. A running task holds one connection, mostly idle,
-    /// for its whole call: a small buffer keeps thousands of them cheap; larger answers
-    /// still arrive whole, in more reads. Pass-through traffic is not affected.
+    /// How much each upstream connection the gateway's own calls use (tasks, bridged
+    /// requests) reads at a time, in bytes. A running task holds one connection, mostly
+    /// idle, for its whole call: on `http://` upstreams the buffer exists only while
+    /// bytes are read; on `https://` ones it is hyper's, held for the connection's life.
+    /// Larger answers still arrive whole, in more reads. Pass-through is not affected.
     #[arg(long, env = "MTG_UPSTREAM_READ_BUFFER_BYTES", default_value_t = 2048,
           value_parser = clap::value_parser!(u32).range(512..=1_048_576))]
     pub upstream_read_buffer_bytes: u32,

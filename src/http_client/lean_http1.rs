@@ -341,6 +341,12 @@ impl LeanBody {
     }
 
     fn reading(socket: Socket, call: Call<RecvBody>, read: BytesMut) -> Self {
+        // The head's buffer, drained, would be held until the first body bytes come.
+        let read = if read.is_empty() {
+            BytesMut::new()
+        } else {
+            read
+        };
         Self {
             reading: Some(Box::new(Reading { socket, call, read })),
         }
