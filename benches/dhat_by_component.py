@@ -15,6 +15,13 @@ def cat(frames):
     s = frames[0] if frames else ''
     gw = next((f for f in frames if 'mcp_task_gateway' in f), '')
     allf = ' '.join(frames)
+    # The lean HTTP/1.1 client (run 24): what a held call's connection keeps.
+    if 'registration_set' in s: return 'socket: its registration with the runtime'
+    if 'lean_http1::LeanPool::respond' in allf: return 'lean h1: the body (socket, framing state)'
+    if 'ureq_proto' in allf: return 'lean h1: headers the framing state adds (host, length)'
+    if 'HeaderMap' in s and 'session_http' in allf: return "upstream: the request's headers (kept by the framing state)"
+    if 'forwarded_capabilities' in allf: return 'call: client capabilities (ToolCall)'
+    if 'task_local' in s: return 'runner: boxed futures polled in the runner (task-local scope)'
     if 'spawn_runner' in gw and 'Cell<T,S>::new' in s: return 'runner: tokio task (the runner future)'
     if 'Instrumented' in s and (gw == '' or gw.endswith('::main')): return 'runner: the boxed runner future (instrumented)'
     # HTTP/2 to the upstream (--upstream-http2, run 20).

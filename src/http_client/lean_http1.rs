@@ -312,7 +312,13 @@ fn poll_fill(
         ready!(stream.poll_read_ready(cx))?;
         read.reserve(size);
         match stream.try_read_buf(read) {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                // The readiness was stale (it is cleared only now): the wait that follows
+                // must not hold the buffer just reserved.
+                if read.is_empty() {
+                    *read = BytesMut::new();
+                }
+            }
             other => return Poll::Ready(other),
         }
     }
