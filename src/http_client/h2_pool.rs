@@ -1,9 +1,10 @@
 //! HTTP/2 to one upstream, on a pool of connections (`--upstream-http2`).
 //!
-//! A held call on HTTP/1.1 is a connection held: about 23 KB of hyper's per-connection
-//! buffers and tasks for every task in flight (docs/benchmarks.md, run 17). On HTTP/2 a
-//! call is a stream, a few hundred bytes. But a server caps the streams open on one
-//! connection (`SETTINGS_MAX_CONCURRENT_STREAMS`, typically 100 to 250), and a stream
+//! A held call on HTTP/1.1 is a connection held: a socket on both sides for every task
+//! in flight (and, over TLS, hyper's and rustls's buffers: 23 KB and more,
+//! docs/benchmarks.md, run 17). On HTTP/2 a call is a stream. But a server caps the
+//! streams open on one connection (`SETTINGS_MAX_CONCURRENT_STREAMS`, typically 100 to
+//! 250), and a stream
 //! over the cap waits inside hyper until another ends: hyper-util's pooled client keeps
 //! one HTTP/2 connection per host, so past the cap its held calls queued behind each
 //! other. This pool counts the streams it opened on each connection and opens another
