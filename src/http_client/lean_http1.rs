@@ -376,6 +376,58 @@ impl LeanBody {
     }
 }
 
+/// The most a dropped body reads to save its connection.
+const MAX_DRAIN_BYTES: usize = 64 * 1024;
+
+impl Drop for LeanBody {
+    /// A body dropped before its end keeps its connection only if the rest has already
+    /// come: a stream's last chunk usually follows its last event at once, while the
+    /// reader has what it wanted. Otherwise the connection is closed, which is how the
+    /// upstream learns that no one waits for the call.
+    fn drop(&mut self) {
+        if self.reading.as_mut().is_some_and(|reading| reading.drain_arrived()) {
+            self.end();
+        }
+    }
+}
+
+impl Reading {
+    /// Reads and discards what has arrived of the body, without waiting; whether that
+    /// was all of it.
+    fn drain_arrived(&mut self) -> bool {
+        if matches!(self.call.body_mode(), BodyMode::CloseDelimited) {
+            return false;
+        }
+        let mut out = [0u8; 2048];
+        let mut drained = 0;
+        loop {
+            while !self.read.is_empty() {
+                let Ok((used, produced)) = self.call.read(&self.read, &mut out) else {
+                    return false;
+                };
+                if used == 0 && produced == 0 {
+                    break;
+                }
+                self.read.advance(used);
+                drained += used;
+            }
+            if self.call.can_proceed() {
+                return true;
+            }
+            if drained > MAX_DRAIN_BYTES {
+                return false;
+            }
+            // A read only when the runtime saw the socket readable (tokio keeps that
+            // until a read would block): no system call for a body with nothing more.
+            self.read.reserve(self.socket.pool.read_size);
+            match self.socket.stream.try_read_buf(&mut self.read) {
+                Ok(0) | Err(_) => return false,
+                Ok(_) => {}
+            }
+        }
+    }
+}
+
 impl Body for LeanBody {
     type Data = Bytes;
     type Error = LeanError;

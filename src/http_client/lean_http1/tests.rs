@@ -378,3 +378,45 @@ async fn a_head_that_is_not_http_is_a_protocol_error() {
         failed.map(|_| ())
     );
 }
+
+/// A task's runner drops its call's stream once the answer's event came: the stream's
+/// last chunk, already arrived, is read then, and the connection serves the next call.
+#[tokio::test]
+async fn a_body_dropped_after_its_last_chunk_came_keeps_its_connection() {
+    let (sent, mut end_sent) = mpsc::unbounded_channel();
+    let (event_read, on_event_read) = mpsc::unbounded_channel::<()>();
+    let on_event_read = Arc::new(tokio::sync::Mutex::new(on_event_read));
+    let (url, accepted) = serve(move |_, mut socket| {
+        let (sent, on_event_read) = (sent.clone(), on_event_read.clone());
+        async move {
+            read_request(&mut socket).await.unwrap();
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                        transfer-encoding: chunked\r\n\r\ne\r\ndata: answer\n\n\r\n";
+            socket.write_all(head.as_bytes()).await.unwrap();
+            // The end comes once the event was read: the body has not seen it.
+            on_event_read.lock().await.recv().await;
+            socket.write_all(b"0\r\n\r\n").await.unwrap();
+            sent.send(()).unwrap();
+            while read_request(&mut socket).await.is_some() {
+                socket.write_all(JSON.as_bytes()).await.unwrap();
+            }
+        }
+    })
+    .await;
+    let pool = pool();
+    let response = within("the call", pool.request(post(&url, "{}")))
+        .await
+        .unwrap();
+    let mut body = response.into_body();
+    let event = within("the event", body.frame()).await.unwrap().unwrap();
+    assert_eq!(event.into_data().unwrap(), "data: answer\n\n");
+    event_read.send(()).unwrap();
+    within("the end's write", end_sent.recv()).await.unwrap();
+    drop(body);
+    assert_eq!(pool.idle_count(), 1, "the drained connection went back to the pool");
+    let response = within("the next call", pool.request(post(&url, "{}")))
+        .await
+        .unwrap();
+    response.into_body().collect().await.unwrap();
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+}
