@@ -385,7 +385,11 @@ impl Drop for LeanBody {
     /// reader has what it wanted. Otherwise the connection is closed, which is how the
     /// upstream learns that no one waits for the call.
     fn drop(&mut self) {
-        if self.reading.as_mut().is_some_and(|reading| reading.drain_arrived()) {
+        if self
+            .reading
+            .as_mut()
+            .is_some_and(|reading| reading.drain_arrived())
+        {
             self.end();
         }
     }

@@ -7,13 +7,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, StatusCode};
+use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
-use super::{LeanError, LeanPool};
+use super::{LeanBody, LeanError, LeanPool};
 
 const DEADLINE: Duration = Duration::from_secs(10);
 
@@ -105,6 +105,18 @@ async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
 
 const JSON: &str =
     "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{\"ok\":true}";
+
+/// Sends an empty JSON body, within the deadline.
+async fn call(pool: &Arc<LeanPool>, url: &str) -> Result<Response<LeanBody>, LeanError> {
+    within("the call", pool.request(post(url, "{}"))).await
+}
+
+/// Answers every request left on `socket` with [`JSON`], until the client closes.
+async fn answer_json(socket: &mut TcpStream) {
+    while read_request(socket).await.is_some() {
+        socket.write_all(JSON.as_bytes()).await.unwrap();
+    }
+}
 
 #[tokio::test]
 async fn a_request_goes_out_as_sent_and_its_connection_serves_the_next() {
@@ -234,9 +246,7 @@ async fn a_body_without_length_ends_when_the_upstream_closes() {
     })
     .await;
     let pool = pool();
-    let response = within("the call", pool.request(post(&url, "{}")))
-        .await
-        .unwrap();
+    let response = call(&pool, &url).await.unwrap();
     let body = within("the body", response.into_body().collect())
         .await
         .unwrap()
@@ -254,9 +264,7 @@ async fn a_body_cut_short_is_an_error_not_an_end() {
     })
     .await;
     let pool = pool();
-    let response = within("the call", pool.request(post(&url, "{}")))
-        .await
-        .unwrap();
+    let response = call(&pool, &url).await.unwrap();
     let read = within("the body", response.into_body().collect()).await;
     assert!(
         matches!(read, Err(LeanError::Closed)),
@@ -276,16 +284,12 @@ async fn a_reused_socket_the_upstream_closed_unanswered_is_replaced() {
             let _ = read_request(&mut socket).await;
             return;
         }
-        while read_request(&mut socket).await.is_some() {
-            socket.write_all(JSON.as_bytes()).await.unwrap();
-        }
+        answer_json(&mut socket).await;
     })
     .await;
     let pool = pool();
     for _ in 0..2 {
-        let response = within("the call", pool.request(post(&url, "{}")))
-            .await
-            .unwrap();
+        let response = call(&pool, &url).await.unwrap();
         let body = response.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], br#"{"ok":true}"#);
     }
@@ -306,9 +310,7 @@ async fn a_socket_closed_while_idle_is_not_reused() {
     })
     .await;
     let pool = pool();
-    let response = within("the call", pool.request(post(&url, "{}")))
-        .await
-        .unwrap();
+    let response = call(&pool, &url).await.unwrap();
     response.into_body().collect().await.unwrap();
     within("the close", was_closed.recv()).await.unwrap();
     let response = within("the next call", pool.request(post(&url, "{}")))
@@ -337,9 +339,7 @@ async fn dropping_a_body_halfway_closes_the_upstream_connection() {
     })
     .await;
     let pool = pool();
-    let response = within("the call", pool.request(post(&url, "{}")))
-        .await
-        .unwrap();
+    let response = call(&pool, &url).await.unwrap();
     let mut body = response.into_body();
     within("the first chunk", body.frame())
         .await
@@ -355,7 +355,7 @@ async fn an_upstream_that_is_not_there_is_a_connect_error() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     drop(listener);
-    let failed = within("the call", pool().request(post(&url, "{}"))).await;
+    let failed = call(&pool(), &url).await;
     assert!(
         matches!(failed, Err(LeanError::Connect(_))),
         "{:?}",
@@ -371,7 +371,7 @@ async fn a_head_that_is_not_http_is_a_protocol_error() {
         let _ = read_request(&mut socket).await;
     })
     .await;
-    let failed = within("the call", pool().request(post(&url, "{}"))).await;
+    let failed = call(&pool(), &url).await;
     assert!(
         matches!(failed, Err(LeanError::Protocol(_))),
         "{:?}",
@@ -397,23 +397,23 @@ async fn a_body_dropped_after_its_last_chunk_came_keeps_its_connection() {
             on_event_read.lock().await.recv().await;
             socket.write_all(b"0\r\n\r\n").await.unwrap();
             sent.send(()).unwrap();
-            while read_request(&mut socket).await.is_some() {
-                socket.write_all(JSON.as_bytes()).await.unwrap();
-            }
+            answer_json(&mut socket).await;
         }
     })
     .await;
     let pool = pool();
-    let response = within("the call", pool.request(post(&url, "{}")))
-        .await
-        .unwrap();
+    let response = call(&pool, &url).await.unwrap();
     let mut body = response.into_body();
     let event = within("the event", body.frame()).await.unwrap().unwrap();
     assert_eq!(event.into_data().unwrap(), "data: answer\n\n");
     event_read.send(()).unwrap();
     within("the end's write", end_sent.recv()).await.unwrap();
     drop(body);
-    assert_eq!(pool.idle_count(), 1, "the drained connection went back to the pool");
+    assert_eq!(
+        pool.idle_count(),
+        1,
+        "the drained connection went back to the pool"
+    );
     let response = within("the next call", pool.request(post(&url, "{}")))
         .await
         .unwrap();
