@@ -10,9 +10,11 @@
 //! upstream's next event holds no buffer at all.
 //!
 //! Connections are kept alive and reused: a body read to its end hands its socket back
-//! to the pool. A request on a reused socket that the upstream closed before answering
-//! (its keep-alive timeout raced the reuse) is sent once more on a new one, as hyper's
-//! client does.
+//! to the pool. An idle socket the upstream has closed is not reused. A request on a
+//! reused socket that could not be written (the upstream's keep-alive timeout raced the
+//! reuse) is sent once more on a new one; so is an idempotent request (a GET stream, a
+//! DELETE) that was written and got no answer. A `tools/call` that was written is never
+//! sent twice: the upstream may have started it before the connection broke.
 
 #[cfg(test)]
 mod tests;
@@ -92,10 +94,12 @@ impl LeanPool {
             .cloned()
             .ok_or(LeanError::Request("the URI has no host"))?;
         let uri = request.uri().clone();
+        let idempotent = request.method().is_idempotent();
         let (wire, mut call) = encode(request)?;
         if let Some(stream) = self.take_idle(&authority) {
             match self.exchange(stream, &wire, &mut call).await {
-                Err(Attempt::NotAnswered(_)) => {}
+                Err(Attempt::Unsent(_)) => {}
+                Err(Attempt::Unanswered(_)) if idempotent => {}
                 other => return self.respond(other, call, authority),
             }
         }
@@ -125,14 +129,14 @@ impl LeanPool {
         stream
             .write_all(wire)
             .await
-            .map_err(|e| Attempt::NotAnswered(e.into()))?;
+            .map_err(|e| Attempt::Unsent(e.into()))?;
         let mut read = BytesMut::new();
         let mut answered = false;
         loop {
             let filled =
                 std::future::poll_fn(|cx| poll_fill(&stream, &mut read, self.read_size, cx)).await;
             let failed = |e: LeanError| match answered {
-                false => Attempt::NotAnswered(e),
+                false => Attempt::Unanswered(e),
                 true => Attempt::Failed(e),
             };
             match filled {
@@ -267,15 +271,17 @@ fn encode(request: Request<Bytes>) -> Result<(Vec<u8>, Call<RecvResponse>), Lean
 
 /// What an attempt to send a request came to, when it did not get a head.
 enum Attempt {
-    /// Nothing was read back: on a reused connection the request is sent once more.
-    NotAnswered(LeanError),
+    /// The request could not be written whole: the upstream cannot have acted on it.
+    Unsent(LeanError),
+    /// The request was written and nothing came back.
+    Unanswered(LeanError),
     Failed(LeanError),
 }
 
 impl Attempt {
     fn into_error(self) -> LeanError {
         match self {
-            Attempt::NotAnswered(e) | Attempt::Failed(e) => e,
+            Attempt::Unsent(e) | Attempt::Unanswered(e) | Attempt::Failed(e) => e,
         }
     }
 }
@@ -325,8 +331,12 @@ fn poll_fill(
 }
 
 /// Whether an idle socket can be used: not closed by the upstream, with nothing unread.
+/// Asked of the socket itself (a peek), not of tokio's readiness, which may not have
+/// seen the upstream's FIN yet.
 fn still_open(stream: &TcpStream) -> bool {
-    matches!(stream.try_read(&mut [0u8; 1]), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
+    let peeked = socket2::SockRef::from(stream).peek(&mut byte);
+    matches!(peeked, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
 /// A response body read straight from its connection.

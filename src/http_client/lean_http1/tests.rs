@@ -273,27 +273,55 @@ async fn a_body_cut_short_is_an_error_not_an_end() {
     );
 }
 
+/// Each connection answers its first request, then reads the next and closes without
+/// an answer: an upstream's keep-alive timeout racing the reuse, or one that died while
+/// running the call. A `tools/call` may have started, so it is not sent again; a GET is.
 #[tokio::test]
-async fn a_reused_socket_the_upstream_closed_unanswered_is_replaced() {
-    // The first connection answers once, then reads the next request and closes without
-    // an answer: an upstream's keep-alive timeout racing the reuse.
-    let (url, accepted) = serve(|index, mut socket| async move {
-        read_request(&mut socket).await.unwrap();
-        socket.write_all(JSON.as_bytes()).await.unwrap();
-        if index == 0 {
-            let _ = read_request(&mut socket).await;
-            return;
+async fn a_written_request_left_unanswered_is_sent_again_only_if_idempotent() {
+    let (seen, mut requests) = mpsc::unbounded_channel();
+    let (url, accepted) = serve(move |_, mut socket| {
+        let seen = seen.clone();
+        async move {
+            let first = read_request(&mut socket).await.unwrap();
+            seen.send(first.head.split(' ').next().unwrap().to_owned())
+                .unwrap();
+            socket.write_all(JSON.as_bytes()).await.unwrap();
+            if let Some(second) = read_request(&mut socket).await {
+                seen.send(second.head.split(' ').next().unwrap().to_owned())
+                    .unwrap();
+            }
         }
-        answer_json(&mut socket).await;
     })
     .await;
     let pool = pool();
-    for _ in 0..2 {
-        let response = call(&pool, &url).await.unwrap();
+    let ok = |response: Response<LeanBody>| async move {
         let body = response.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], br#"{"ok":true}"#);
-    }
-    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    };
+    ok(call(&pool, &url).await.unwrap()).await;
+    let unanswered = call(&pool, &url).await;
+    assert!(
+        matches!(unanswered, Err(LeanError::Closed)),
+        "{:?}",
+        unanswered.map(|_| ())
+    );
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "the POST was not sent again"
+    );
+
+    ok(call(&pool, &url).await.unwrap()).await;
+    let get = Request::get(&url).body(Bytes::new()).unwrap();
+    ok(within("the GET", pool.request(get)).await.unwrap()).await;
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        3,
+        "the GET went again on a new connection"
+    );
+    let methods: Vec<String> = std::iter::from_fn(|| requests.try_recv().ok()).collect();
+    let count = |method: &str| methods.iter().filter(|m| *m == method).count();
+    assert_eq!((count("POST"), count("GET")), (3, 2), "{methods:?}");
 }
 
 #[tokio::test]
