@@ -66,8 +66,13 @@ pub struct LeanPool {
     connector: HttpConnector,
     /// How much is read from a socket at once.
     read_size: usize,
-    idle: Mutex<HashMap<Authority, Vec<Idle>>>,
+    idle: Mutex<HashMap<PoolKey, Vec<Idle>>>,
 }
+
+/// Idle sockets are kept per runtime: a socket is driven by the runtime it was opened
+/// on, and each worker thread runs its own (server/edge/workers.rs), whose requests and
+/// upstream exchanges stay on that thread.
+type PoolKey = (tokio::runtime::Id, Authority);
 
 struct Idle {
     stream: TcpStream,
@@ -93,19 +98,20 @@ impl LeanPool {
             .authority()
             .cloned()
             .ok_or(LeanError::Request("the URI has no host"))?;
+        let key = (tokio::runtime::Handle::current().id(), authority);
         let uri = request.uri().clone();
         let idempotent = request.method().is_idempotent();
         let (wire, mut call) = encode(request)?;
-        if let Some(stream) = self.take_idle(&authority) {
+        if let Some(stream) = self.take_idle(&key) {
             match self.exchange(stream, &wire, &mut call).await {
                 Err(Attempt::Unsent(_)) => {}
                 Err(Attempt::Unanswered(_)) if idempotent => {}
-                other => return self.respond(other, call, authority),
+                other => return self.respond(other, call, key),
             }
         }
         let stream = self.connect(uri).await?;
         let attempt = self.exchange(stream, &wire, &mut call).await;
-        self.respond(attempt, call, authority)
+        self.respond(attempt, call, key)
     }
 
     async fn connect(&self, uri: Uri) -> Result<TcpStream, LeanError> {
@@ -172,7 +178,7 @@ impl LeanPool {
         self: &Arc<Self>,
         attempt: Result<Head, Attempt>,
         call: Call<RecvResponse>,
-        authority: Authority,
+        key: PoolKey,
     ) -> Result<Response<LeanBody>, LeanError> {
         let Head {
             stream,
@@ -182,7 +188,7 @@ impl LeanPool {
         let socket = Socket {
             stream,
             pool: Arc::clone(self),
-            authority,
+            key,
         };
         let body = match call.proceed() {
             Some(RecvResponseResult::RecvBody(call)) => LeanBody::reading(socket, call, read),
@@ -197,9 +203,9 @@ impl LeanPool {
         Ok(response.map(|()| body))
     }
 
-    fn take_idle(&self, authority: &Authority) -> Option<TcpStream> {
+    fn take_idle(&self, key: &PoolKey) -> Option<TcpStream> {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        let list = idle.get_mut(authority)?;
+        let list = idle.get_mut(key)?;
         while let Some(conn) = list.pop() {
             if conn.since.elapsed() < IDLE_TIMEOUT && still_open(&conn.stream) {
                 return Some(conn.stream);
@@ -208,9 +214,9 @@ impl LeanPool {
         None
     }
 
-    fn put_idle(&self, authority: Authority, stream: TcpStream) {
+    fn put_idle(&self, key: PoolKey, stream: TcpStream) {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        let list = idle.entry(authority).or_default();
+        let list = idle.entry(key).or_default();
         // The oldest are first: drop those past their time, and make room.
         let expired = list
             .iter()
@@ -297,12 +303,12 @@ struct Head {
 struct Socket {
     stream: TcpStream,
     pool: Arc<LeanPool>,
-    authority: Authority,
+    key: PoolKey,
 }
 
 impl Socket {
     fn put_back(self) {
-        self.pool.put_idle(self.authority, self.stream);
+        self.pool.put_idle(self.key, self.stream);
     }
 }
 

@@ -448,3 +448,50 @@ async fn a_body_dropped_after_its_last_chunk_came_keeps_its_connection() {
     response.into_body().collect().await.unwrap();
     assert_eq!(accepted.load(Ordering::SeqCst), 1);
 }
+
+/// Each worker thread runs its own runtime, which drives the sockets it opened: an idle
+/// socket is reused only on the runtime it came from.
+#[test]
+fn an_idle_socket_is_reused_only_on_its_own_runtime() {
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let (first, second) = (runtime(), runtime());
+    let (url, accepted) = first.block_on(serve(|_, mut socket| async move {
+        answer_json(&mut socket).await;
+    }));
+    // The first runtime keeps serving from a thread of its own.
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = std::thread::spawn(move || first.block_on(stopped));
+    let pool = pool();
+    let round = || {
+        second.block_on(async {
+            let response = call(&pool, &url).await.unwrap();
+            response.into_body().collect().await.unwrap();
+        })
+    };
+    let other = runtime();
+    for _ in 0..2 {
+        round();
+    }
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "reused on its own runtime"
+    );
+    other.block_on(async {
+        let response = call(&pool, &url).await.unwrap();
+        response.into_body().collect().await.unwrap();
+    });
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        2,
+        "another runtime opens its own"
+    );
+    assert_eq!(pool.idle_count(), 2);
+    stop.send(()).unwrap();
+    server.join().unwrap().unwrap();
+}
