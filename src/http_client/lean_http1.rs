@@ -39,7 +39,7 @@ use ureq_proto::client::{Call, RecvBodyResult, RecvResponseResult, SendRequestRe
 
 /// How long an idle connection is kept for reuse (hyper's client keeps its own 90 s).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
-/// Idle connections kept per upstream; more are closed as they come back.
+/// Idle connections kept per upstream and runtime; more are closed as they come back.
 const MAX_IDLE_PER_UPSTREAM: usize = 1024;
 /// The largest response head read before the upstream counts as broken.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
