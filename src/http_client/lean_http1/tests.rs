@@ -495,3 +495,28 @@ fn an_idle_socket_is_reused_only_on_its_own_runtime() {
     stop.send(()).unwrap();
     server.join().unwrap().unwrap();
 }
+
+/// A held call waits minutes without a byte: the socket must notice a peer that vanished
+/// without a FIN, and keep idle timers on the path from dropping it.
+#[tokio::test]
+async fn upstream_sockets_are_kept_alive_at_the_tcp_level() {
+    let (url, _) = serve(|_, mut socket| async move {
+        answer_json(&mut socket).await;
+    })
+    .await;
+    let stream = pool().connect(url.parse().unwrap()).await.unwrap();
+    let socket = socket2::SockRef::from(&stream);
+    assert!(socket.keepalive().unwrap());
+    assert_eq!(
+        socket.tcp_keepalive_time().unwrap(),
+        crate::http_client::TCP_KEEPALIVE_IDLE
+    );
+    assert_eq!(
+        socket.tcp_keepalive_interval().unwrap(),
+        crate::http_client::TCP_KEEPALIVE_INTERVAL
+    );
+    assert_eq!(
+        socket.tcp_keepalive_retries().unwrap(),
+        crate::http_client::TCP_KEEPALIVE_PROBES
+    );
+}
