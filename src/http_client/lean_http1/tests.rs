@@ -25,6 +25,10 @@ struct Received {
 }
 
 impl Received {
+    fn method(&self) -> String {
+        self.head.split(' ').next().unwrap_or_default().to_owned()
+    }
+
     fn header(&self, name: &str) -> Option<&str> {
         self.head.lines().find_map(|line| {
             let (key, value) = line.split_once(':')?;
@@ -283,12 +287,10 @@ async fn a_written_request_left_unanswered_is_sent_again_only_if_idempotent() {
         let seen = seen.clone();
         async move {
             let first = read_request(&mut socket).await.unwrap();
-            seen.send(first.head.split(' ').next().unwrap().to_owned())
-                .unwrap();
+            seen.send(first.method()).unwrap();
             socket.write_all(JSON.as_bytes()).await.unwrap();
             if let Some(second) = read_request(&mut socket).await {
-                seen.send(second.head.split(' ').next().unwrap().to_owned())
-                    .unwrap();
+                seen.send(second.method()).unwrap();
             }
         }
     })
@@ -467,25 +469,22 @@ fn an_idle_socket_is_reused_only_on_its_own_runtime() {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = std::thread::spawn(move || first.block_on(stopped));
     let pool = pool();
-    let round = || {
-        second.block_on(async {
+    let call_on = |runtime: &tokio::runtime::Runtime| {
+        runtime.block_on(async {
             let response = call(&pool, &url).await.unwrap();
             response.into_body().collect().await.unwrap();
         })
     };
     let other = runtime();
     for _ in 0..2 {
-        round();
+        call_on(&second);
     }
     assert_eq!(
         accepted.load(Ordering::SeqCst),
         1,
         "reused on its own runtime"
     );
-    other.block_on(async {
-        let response = call(&pool, &url).await.unwrap();
-        response.into_body().collect().await.unwrap();
-    });
+    call_on(&other);
     assert_eq!(
         accepted.load(Ordering::SeqCst),
         2,
