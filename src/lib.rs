@@ -18,6 +18,7 @@ mod settings;
 pub mod store;
 pub mod tasks;
 pub mod telemetry;
+pub use server::edge::idle_poll::worker_runtime;
 mod upstream;
 
 use std::sync::Arc;
@@ -135,8 +136,14 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         shutdown_signal().await;
         closing.cancel();
     };
-    let workers =
-        server::edge::workers::serve(listener, routes, config.worker_threads(), stop).await?;
+    let workers = server::edge::workers::serve(
+        listener,
+        routes,
+        config.worker_threads(),
+        config.idle_poll(),
+        stop,
+    )
+    .await?;
     let drain_timeout = Duration::from_millis(config.drain_timeout_ms);
     // Each world drains at once: the drain timeout is the whole stop's, not each one's.
     futures_util::future::join_all(

@@ -39,10 +39,7 @@ fn main() -> ExitCode {
     };
     let _tracing = mcp_task_gateway::telemetry::traces::init(&config.log_format);
     // The first worker thread; `run` starts the others (`server::edge::workers`).
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match mcp_task_gateway::worker_runtime(config.idle_poll()) {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("mcp-task-gateway: cannot start the runtime: {e}");

@@ -260,3 +260,16 @@ pub fn connections_open(worker: usize) -> metrics::Gauge {
     open.set(0.0);
     open
 }
+
+/// What workers' polling before sleep did (`--idle-poll-us`): parks by outcome, and the
+/// time spent polling, which is CPU spent to save wake-ups.
+pub fn idle_polls(caught: u64, missed: u64, pressed: u64, polled: Duration) {
+    for (outcome, count) in [
+        ("caught", caught),
+        ("missed", missed),
+        ("pressure", pressed),
+    ] {
+        counter!("mtg_idle_polls_total", "outcome" => outcome).increment(count);
+    }
+    counter!("mtg_idle_poll_microseconds_total").increment(polled.as_micros() as u64);
+}

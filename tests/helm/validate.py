@@ -344,6 +344,7 @@ def expect_defaults(docs: list[dict], notes: str) -> None:
     assert data["MTG_MAX_RUNNING_TASKS_PER_PRINCIPAL"] == "0"
     assert data["MTG_SESSION_IDLE_TIMEOUT_MS"] == "3600000", data["MTG_SESSION_IDLE_TIMEOUT_MS"]
     assert data["MTG_MAX_SESSIONS"] == "10000", data["MTG_MAX_SESSIONS"]
+    assert data["MTG_IDLE_POLL_US"] == "0", data["MTG_IDLE_POLL_US"]
     assert data["MTG_INPUT_WAIT_TIMEOUT_MS"] == "300000", data["MTG_INPUT_WAIT_TIMEOUT_MS"]
     # No TLS, no token validation, the caller's own Authorization upstream, no rate limit.
     assert data["MTG_MAX_TASK_REQUESTS_PER_SECOND"] == "0"

@@ -1102,6 +1102,12 @@ const NUMERIC: &[Numeric] = &[
         read: |c| c.worker_threads.map_or(0, u128::from),
     },
     Numeric {
+        flag: "--idle-poll-us",
+        min: 0,
+        max: 10_000,
+        read: |c| c.idle_poll_us.into(),
+    },
+    Numeric {
         flag: "--max-body-bytes",
         min: 0,
         max: usize::MAX as u128,

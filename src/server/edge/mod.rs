@@ -5,6 +5,7 @@
 pub mod accept;
 pub mod authn;
 pub mod balance;
+pub mod idle_poll;
 pub mod task_rate;
 pub mod tls;
 pub mod workers;

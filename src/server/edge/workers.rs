@@ -12,6 +12,7 @@
 use std::future::Future;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -44,12 +45,14 @@ impl Workers {
     }
 }
 
-/// Serves `listener` on `count` threads (this one and `count - 1` new ones) until
-/// `shutdown` resolves and every thread has finished its in-flight requests.
+/// Serves `listener` on `count` threads (this one and `count - 1` new ones, each polling
+/// up to `idle_poll` before it sleeps) until `shutdown` resolves and every thread has
+/// finished its in-flight requests.
 pub async fn serve(
     listener: TcpListener,
     routes: Arc<Routes>,
     count: NonZeroUsize,
+    idle_poll: Duration,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<Workers> {
     let listener = listener.into_std()?;
@@ -64,9 +67,16 @@ pub async fn serve(
     let this_seat = seats.next().expect("at least one worker");
     let mut served = Vec::with_capacity(count.get() - 1);
     for seat in seats {
-        let spawned = listener
-            .try_clone()
-            .and_then(|copy| spawn_worker(seat, copy, &routes, &stop_accepting, &workers.stop));
+        let spawned = listener.try_clone().and_then(|copy| {
+            spawn_worker(
+                seat,
+                copy,
+                &routes,
+                idle_poll,
+                &stop_accepting,
+                &workers.stop,
+            )
+        });
         match spawned {
             Ok((thread, finished)) => {
                 workers.threads.push(thread);
@@ -100,12 +110,11 @@ fn spawn_worker(
     seat: Seat,
     listener: std::net::TcpListener,
     routes: &Arc<Routes>,
+    idle_poll: Duration,
     stop_accepting: &CancellationToken,
     stop: &CancellationToken,
 ) -> std::io::Result<(std::thread::JoinHandle<()>, oneshot::Receiver<()>)> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = super::idle_poll::worker_runtime(idle_poll)?;
     let (done, finished) = oneshot::channel();
     let (routes, stop_accepting, stop) = (routes.clone(), stop_accepting.clone(), stop.clone());
     let index = seat.index();
