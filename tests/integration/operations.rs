@@ -74,6 +74,45 @@ async fn metrics_count_one_task_lifecycle() {
     assert!(metric_sample(&metrics, r#"mtg_upstream_errors_total{kind="lost"}"#).is_none());
 }
 
+/// With `--idle-poll-us`, tasks run and answer as without it, and the workers account
+/// for their parks. Whether a park polled, or was kept from it by the machine's CPU
+/// pressure, depends on the machine's load: the test counts every outcome.
+#[tokio::test]
+async fn a_gateway_that_polls_before_sleeping_serves_tasks_and_counts_its_parks() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let port = free_port();
+    let metrics_addr = format!("127.0.0.1:{port}");
+    let (_gateway, url) = start_gateway(
+        &upstream_url,
+        &["--metrics-listen", &metrics_addr, "--idle-poll-us", "10000"],
+    );
+    let client = Client::with_tasks(&url);
+    for n in 0..5 {
+        let text = format!("poll {n}");
+        let task_id = client.start_task("echo", json!({"text": text})).await;
+        let done = client.wait_status(&task_id, "completed").await;
+        assert_eq!(first_text(&done["result"]), text, "{done}");
+    }
+    let parks = |metrics: &str| {
+        ["caught", "missed", "pressure"]
+            .iter()
+            .filter_map(|o| {
+                metric_sample(
+                    metrics,
+                    &format!(r#"mtg_idle_polls_total{{outcome="{o}"}}"#),
+                )
+            })
+            .sum::<f64>()
+    };
+    eventually("the workers to count their parks", || async {
+        // Requests keep the workers parking and waking, so each adds its tally.
+        client.call_tool("echo", json!({"text": "again"})).await;
+        let metrics = scrape_metrics(port).await;
+        (parks(&metrics) >= 1.0).then_some(())
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn readyz_follows_the_upstream() {
     let (mut upstream, upstream_url) = start_plain_server();
