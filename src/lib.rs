@@ -18,8 +18,10 @@ mod settings;
 pub mod store;
 pub mod tasks;
 pub mod telemetry;
-pub use server::edge::idle_poll::worker_runtime;
 mod upstream;
+
+/// The runtime of a worker thread; `main` builds the first one with it.
+pub use server::edge::idle_poll::worker_runtime;
 
 use std::sync::Arc;
 use std::time::Duration;
