@@ -202,10 +202,19 @@ fn connector() -> Connector {
         .wrap_connector(tcp())
 }
 
-/// A connector for [`crate::upstream::pinned::PinnedConn`]s: HTTP/1.1 only, as a pinned
-/// connection is one HTTP/1.1 connection.
-pub fn pinned_connector() -> Connector {
-    http1_connector()
+/// How a [`crate::upstream::pinned::PinnedConn`] connects: a bare socket to an
+/// `http://` upstream, rustls with HTTP/1.1 only to an `https://` one (a pinned
+/// connection is one HTTP/1.1 connection). One for the process, shared.
+pub struct PinnedConnectors {
+    pub tcp: HttpConnector,
+    pub tls: Connector,
+}
+
+pub fn pinned_connectors() -> Arc<PinnedConnectors> {
+    Arc::new(PinnedConnectors {
+        tcp: tcp(),
+        tls: http1_connector(),
+    })
 }
 
 fn http1_connector() -> Connector {
@@ -221,7 +230,7 @@ const TCP_KEEPALIVE_IDLE: std::time::Duration = std::time::Duration::from_secs(3
 const TCP_KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 const TCP_KEEPALIVE_PROBES: u32 = 3;
 
-fn tcp() -> HttpConnector {
+pub(crate) fn tcp() -> HttpConnector {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);

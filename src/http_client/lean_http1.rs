@@ -100,107 +100,30 @@ impl LeanPool {
             .ok_or(LeanError::Request("the URI has no host"))?;
         let key = (tokio::runtime::Handle::current().id(), authority);
         let uri = request.uri().clone();
-        let idempotent = request.method().is_idempotent();
-        let (wire, mut call) = encode(request)?;
+        let mut outgoing = Outgoing::new(request)?;
         if let Some(stream) = self.take_idle(&key) {
-            match self.exchange(stream, &wire, &mut call).await {
-                Err(Attempt::Unsent(_)) => {}
-                Err(Attempt::Unanswered(_)) if idempotent => {}
-                other => return self.respond(other, call, key),
+            match outgoing.exchange(stream, self.read_size).await {
+                Err(failed) if outgoing.may_go_again(&failed) => {}
+                attempt => return self.respond(attempt, outgoing, key),
             }
         }
-        let stream = self.connect(uri).await?;
-        let attempt = self.exchange(stream, &wire, &mut call).await;
-        self.respond(attempt, call, key)
-    }
-
-    async fn connect(&self, uri: Uri) -> Result<TcpStream, LeanError> {
-        let io = self
-            .connector
-            .clone()
-            .oneshot(uri)
-            .await
-            .map_err(|e| LeanError::Connect(super::describe_client_error(&e)))?;
-        Ok(io.into_inner())
-    }
-
-    /// Writes the request and reads its response head; `call` is advanced only once a
-    /// byte of an answer came.
-    async fn exchange(
-        &self,
-        mut stream: TcpStream,
-        wire: &[u8],
-        call: &mut Call<RecvResponse>,
-    ) -> Result<Head, Attempt> {
-        stream
-            .write_all(wire)
-            .await
-            .map_err(|e| Attempt::Unsent(e.into()))?;
-        let mut read = BytesMut::new();
-        let mut answered = false;
-        loop {
-            let filled =
-                std::future::poll_fn(|cx| poll_fill(&stream, &mut read, self.read_size, cx)).await;
-            let failed = |e: LeanError| match answered {
-                false => Attempt::Unanswered(e),
-                true => Attempt::Failed(e),
-            };
-            match filled {
-                Ok(0) => return Err(failed(LeanError::Closed)),
-                Ok(_) => answered = true,
-                Err(e) => return Err(failed(e.into())),
-            }
-            loop {
-                let (used, response) = call
-                    .try_response(&read, false)
-                    .map_err(|e| Attempt::Failed(e.into()))?;
-                read.advance(used);
-                if let Some(response) = response {
-                    return Ok(Head {
-                        stream,
-                        read,
-                        response,
-                    });
-                }
-                // An informational head (100, 103) was skipped: the final one may follow
-                // in the same bytes.
-                if used == 0 {
-                    break;
-                }
-            }
-            if read.len() > MAX_HEAD_BYTES {
-                return Err(Attempt::Failed(LeanError::HeadTooLarge));
-            }
-        }
+        let stream = connect(&self.connector, uri).await?;
+        let attempt = outgoing.exchange(stream, self.read_size).await;
+        self.respond(attempt, outgoing, key)
     }
 
     fn respond(
         self: &Arc<Self>,
         attempt: Result<Head, Attempt>,
-        call: Call<RecvResponse>,
+        outgoing: Outgoing,
         key: PoolKey,
     ) -> Result<Response<LeanBody>, LeanError> {
-        let Head {
-            stream,
-            read,
-            response,
-        } = attempt.map_err(Attempt::into_error)?;
-        let socket = Socket {
-            stream,
+        let head = attempt.map_err(Attempt::into_error)?;
+        let home = Pooled {
             pool: Arc::clone(self),
             key,
         };
-        let body = match call.proceed() {
-            Some(RecvResponseResult::RecvBody(call)) => LeanBody::reading(socket, call, read),
-            Some(RecvResponseResult::Cleanup(call)) => {
-                if !call.must_close_connection() && read.is_empty() {
-                    socket.put_back();
-                }
-                LeanBody::empty()
-            }
-            Some(RecvResponseResult::Redirect(_)) | None => LeanBody::empty(),
-        };
-        Ok(response.map(|()| body))
+        Ok(outgoing.respond(head, home))
     }
 
     fn take_idle(&self, key: &PoolKey) -> Option<TcpStream> {
@@ -239,44 +162,177 @@ impl LeanPool {
     }
 }
 
-/// The request's head and body as sent, and the call ready to read the response.
-fn encode(request: Request<Bytes>) -> Result<(Vec<u8>, Call<RecvResponse>), LeanError> {
-    let (mut parts, body) = request.into_parts();
-    let needs_length = matches!(parts.method, Method::POST | Method::PUT | Method::PATCH);
-    if needs_length || !body.is_empty() {
-        parts
-            .headers
-            .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+/// Opens a new connection to `uri`'s host.
+pub async fn connect(connector: &HttpConnector, uri: Uri) -> Result<TcpStream, LeanError> {
+    let io = connector
+        .clone()
+        .oneshot(uri)
+        .await
+        .map_err(|e| LeanError::Connect(super::describe_client_error(&e)))?;
+    Ok(io.into_inner())
+}
+
+/// Where a body's socket goes once the body has been read to its end and HTTP/1.1 lets
+/// the connection carry another request: the pool's idle list, or the client connection
+/// that keeps the socket to itself (`upstream::pinned`). A body that does not end well
+/// drops its home with the socket closed.
+pub trait Home: Send + Sync + 'static {
+    fn keep(self, stream: TcpStream);
+    /// How much is read from the socket at once.
+    fn read_size(&self) -> usize;
+}
+
+/// The pool's own sockets.
+pub struct Pooled {
+    pool: Arc<LeanPool>,
+    key: PoolKey,
+}
+
+impl Home for Pooled {
+    fn keep(self, stream: TcpStream) {
+        self.pool.put_idle(self.key, stream);
     }
-    let mut call = Call::new(Request::from_parts(parts, ()))?.proceed();
-    let mut wire = vec![0; 1024];
-    let mut used = 0;
-    while !call.can_proceed() {
-        match call.write(&mut wire[used..]) {
-            Ok(n) => used += n,
-            Err(ureq_proto::Error::OutputOverflow) => wire.resize(wire.len() * 2, 0),
-            Err(e) => return Err(e.into()),
+
+    fn read_size(&self) -> usize {
+        self.pool.read_size
+    }
+}
+
+/// A request encoded for the wire, with the call that reads its response; it can be
+/// written more than once (on a new connection after a reused one failed).
+pub struct Outgoing {
+    wire: Vec<u8>,
+    call: Call<RecvResponse>,
+    idempotent: bool,
+}
+
+impl Outgoing {
+    /// Encodes `request`, whose URI is absolute (its host is the `Host` header unless
+    /// one is set).
+    pub fn new(request: Request<Bytes>) -> Result<Self, LeanError> {
+        let idempotent = request.method().is_idempotent();
+        let (mut parts, body) = request.into_parts();
+        let needs_length = matches!(parts.method, Method::POST | Method::PUT | Method::PATCH);
+        if needs_length || !body.is_empty() {
+            parts
+                .headers
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        }
+        let mut call = Call::new(Request::from_parts(parts, ()))?.proceed();
+        let mut wire = vec![0; 1024];
+        let mut used = 0;
+        while !call.can_proceed() {
+            match call.write(&mut wire[used..]) {
+                Ok(n) => used += n,
+                Err(ureq_proto::Error::OutputOverflow) => wire.resize(wire.len() * 2, 0),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        wire.truncate(used);
+        let call = match call.proceed()? {
+            Some(SendRequestResult::RecvResponse(call)) => call,
+            Some(SendRequestResult::SendBody(mut call)) => {
+                wire.extend_from_slice(&body);
+                call.consume_direct_write(body.len())?;
+                call.proceed()
+                    .ok_or(LeanError::Request("the body is shorter than its length"))?
+            }
+            Some(SendRequestResult::Await100(_)) => {
+                return Err(LeanError::Request("`Expect: 100-continue` is not sent"));
+            }
+            None => return Err(LeanError::Request("the request head was not written")),
+        };
+        Ok(Self {
+            wire,
+            call,
+            idempotent,
+        })
+    }
+
+    /// Writes the request on `stream` and reads its response head; the call is advanced
+    /// only once a byte of an answer came, so a failed attempt can be made again.
+    pub async fn exchange(
+        &mut self,
+        mut stream: TcpStream,
+        read_size: usize,
+    ) -> Result<Head, Attempt> {
+        stream
+            .write_all(&self.wire)
+            .await
+            .map_err(|e| Attempt::Unsent(e.into()))?;
+        let mut read = BytesMut::new();
+        let mut answered = false;
+        loop {
+            let filled =
+                std::future::poll_fn(|cx| poll_fill(&stream, &mut read, read_size, cx)).await;
+            let failed = |e: LeanError| match answered {
+                false => Attempt::Unanswered(e),
+                true => Attempt::Failed(e),
+            };
+            match filled {
+                Ok(0) => return Err(failed(LeanError::Closed)),
+                Ok(_) => answered = true,
+                Err(e) => return Err(failed(e.into())),
+            }
+            loop {
+                let (used, response) = self
+                    .call
+                    .try_response(&read, false)
+                    .map_err(|e| Attempt::Failed(e.into()))?;
+                read.advance(used);
+                if let Some(response) = response {
+                    return Ok(Head {
+                        stream,
+                        read,
+                        response,
+                    });
+                }
+                // An informational head (100, 103) was skipped: the final one may follow
+                // in the same bytes.
+                if used == 0 {
+                    break;
+                }
+            }
+            if read.len() > MAX_HEAD_BYTES {
+                return Err(Attempt::Failed(LeanError::HeadTooLarge));
+            }
         }
     }
-    wire.truncate(used);
-    let call = match call.proceed()? {
-        Some(SendRequestResult::RecvResponse(call)) => call,
-        Some(SendRequestResult::SendBody(mut call)) => {
-            wire.extend_from_slice(&body);
-            call.consume_direct_write(body.len())?;
-            call.proceed()
-                .ok_or(LeanError::Request("the body is shorter than its length"))?
+
+    /// Whether an attempt on a reused socket that failed this way may be made again on
+    /// a new one: when the request was not written whole, or it is idempotent and got
+    /// no answer. A written `tools/call` may have started upstream.
+    pub fn may_go_again(&self, failed: &Attempt) -> bool {
+        match failed {
+            Attempt::Unsent(_) => true,
+            Attempt::Unanswered(_) => self.idempotent,
+            Attempt::Failed(_) => false,
         }
-        Some(SendRequestResult::Await100(_)) => {
-            return Err(LeanError::Request("`Expect: 100-continue` is not sent"));
-        }
-        None => return Err(LeanError::Request("the request head was not written")),
-    };
-    Ok((wire, call))
+    }
+
+    /// The response whose head `head` is; its body's socket goes `home` when it ends.
+    pub fn respond<H: Home>(self, head: Head, home: H) -> Response<LeanBody<H>> {
+        let Head {
+            stream,
+            read,
+            response,
+        } = head;
+        let body = match self.call.proceed() {
+            Some(RecvResponseResult::RecvBody(call)) => LeanBody::reading(stream, home, call, read),
+            Some(RecvResponseResult::Cleanup(call)) => {
+                if !call.must_close_connection() && read.is_empty() {
+                    home.keep(stream);
+                }
+                LeanBody::empty()
+            }
+            Some(RecvResponseResult::Redirect(_)) | None => LeanBody::empty(),
+        };
+        response.map(|()| body)
+    }
 }
 
 /// What an attempt to send a request came to, when it did not get a head.
-enum Attempt {
+pub enum Attempt {
     /// The request could not be written whole: the upstream cannot have acted on it.
     Unsent(LeanError),
     /// The request was written and nothing came back.
@@ -285,31 +341,19 @@ enum Attempt {
 }
 
 impl Attempt {
-    fn into_error(self) -> LeanError {
+    pub fn into_error(self) -> LeanError {
         match self {
             Attempt::Unsent(e) | Attempt::Unanswered(e) | Attempt::Failed(e) => e,
         }
     }
 }
 
-struct Head {
+/// A response head, with the connection it came on.
+pub struct Head {
     stream: TcpStream,
     /// What was read past the head: the body's first bytes.
     read: BytesMut,
     response: Response<()>,
-}
-
-/// A socket on its way back to the pool.
-struct Socket {
-    stream: TcpStream,
-    pool: Arc<LeanPool>,
-    key: PoolKey,
-}
-
-impl Socket {
-    fn put_back(self) {
-        self.pool.put_idle(self.key, self.stream);
-    }
 }
 
 /// Reads once the socket is readable; the buffer is grown only then, so that a wait
@@ -339,30 +383,31 @@ fn poll_fill(
 /// Whether an idle socket can be used: not closed by the upstream, with nothing unread.
 /// Asked of the socket itself (a peek), not of tokio's readiness, which may not have
 /// seen the upstream's FIN yet.
-fn still_open(stream: &TcpStream) -> bool {
+pub fn still_open(stream: &TcpStream) -> bool {
     let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
     let peeked = socket2::SockRef::from(stream).peek(&mut byte);
     matches!(peeked, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
 /// A response body read straight from its connection.
-pub struct LeanBody {
-    reading: Option<Box<Reading>>,
+pub struct LeanBody<H: Home = Pooled> {
+    reading: Option<Box<Reading<H>>>,
 }
 
-struct Reading {
-    socket: Socket,
+struct Reading<H> {
+    stream: TcpStream,
+    home: H,
     call: Call<RecvBody>,
     /// Bytes read and not yet decoded; empty (unallocated) between reads.
     read: BytesMut,
 }
 
-impl LeanBody {
+impl<H: Home> LeanBody<H> {
     fn empty() -> Self {
         Self { reading: None }
     }
 
-    fn reading(socket: Socket, call: Call<RecvBody>, read: BytesMut) -> Self {
+    fn reading(stream: TcpStream, home: H, call: Call<RecvBody>, read: BytesMut) -> Self {
         // The head's buffer, drained, would be held until the first body bytes come.
         let read = if read.is_empty() {
             BytesMut::new()
@@ -370,24 +415,33 @@ impl LeanBody {
             read
         };
         Self {
-            reading: Some(Box::new(Reading { socket, call, read })),
+            reading: Some(Box::new(Reading {
+                stream,
+                home,
+                call,
+                read,
+            })),
         }
     }
 
-    /// The body is read to its end: the connection goes back to the pool if HTTP/1.1
-    /// lets it.
+    /// The body is read to its end: the connection goes home if HTTP/1.1 lets it.
     fn end(&mut self) {
         let Some(reading) = self.reading.take() else {
             return;
         };
-        let Reading { socket, call, read } = *reading;
+        let Reading {
+            stream,
+            home,
+            call,
+            read,
+        } = *reading;
         let reusable = match call.proceed() {
             Some(RecvBodyResult::Cleanup(call)) => !call.must_close_connection(),
             Some(RecvBodyResult::Redirect(call)) => !call.must_close_connection(),
             None => false,
         };
         if reusable && read.is_empty() {
-            socket.put_back();
+            home.keep(stream);
         }
     }
 }
@@ -395,7 +449,7 @@ impl LeanBody {
 /// The most a dropped body reads to save its connection.
 const MAX_DRAIN_BYTES: usize = 64 * 1024;
 
-impl Drop for LeanBody {
+impl<H: Home> Drop for LeanBody<H> {
     /// A body dropped before its end keeps its connection only if the rest has already
     /// come: a stream's last chunk usually follows its last event at once, while the
     /// reader has what it wanted. Otherwise the connection is closed, which is how the
@@ -411,7 +465,7 @@ impl Drop for LeanBody {
     }
 }
 
-impl Reading {
+impl<H: Home> Reading<H> {
     /// Reads and discards what has arrived of the body, without waiting; whether that
     /// was all of it.
     fn drain_arrived(&mut self) -> bool {
@@ -439,8 +493,8 @@ impl Reading {
             }
             // A read only when the runtime saw the socket readable (tokio keeps that
             // until a read would block): no system call for a body with nothing more.
-            self.read.reserve(self.socket.pool.read_size);
-            match self.socket.stream.try_read_buf(&mut self.read) {
+            self.read.reserve(self.home.read_size());
+            match self.stream.try_read_buf(&mut self.read) {
                 Ok(0) | Err(_) => return false,
                 Ok(_) => {}
             }
@@ -448,7 +502,7 @@ impl Reading {
     }
 }
 
-impl Body for LeanBody {
+impl<H: Home> Body for LeanBody<H> {
     type Data = Bytes;
     type Error = LeanError;
 
@@ -489,9 +543,9 @@ impl Body for LeanBody {
                 return Poll::Ready(None);
             }
             let filled = ready!(poll_fill(
-                &reading.socket.stream,
+                &reading.stream,
                 &mut reading.read,
-                reading.socket.pool.read_size,
+                reading.home.read_size(),
                 cx
             ));
             match filled {

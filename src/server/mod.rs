@@ -18,7 +18,7 @@ use hyper::body::Incoming;
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use crate::http_client::{Connector, HttpClient};
+use crate::http_client::HttpClient;
 use crate::tasks::TaskService;
 use crate::tasks::deferral::Deferrals;
 use crate::tasks::dialect_2025::SessionDialect;
@@ -43,8 +43,8 @@ pub struct Routes {
     pub default: Option<Arc<Gateway>>,
     /// The upstreams at `/mcp/NAME`.
     pub named: HashMap<String, Arc<Gateway>>,
-    /// Opens each client connection's [`PinnedConn`] to the upstreams.
-    pinned_connector: Connector,
+    /// How each client connection's [`PinnedConn`] connects to the upstreams.
+    pinned_connectors: Arc<crate::http_client::PinnedConnectors>,
 }
 
 impl Routes {
@@ -57,7 +57,7 @@ impl Routes {
             edge,
             default,
             named,
-            pinned_connector: crate::http_client::pinned_connector(),
+            pinned_connectors: crate::http_client::pinned_connectors(),
         }
     }
 

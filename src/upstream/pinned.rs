@@ -6,28 +6,36 @@
 //! context switches, and took ~20 % less CPU; docs/benchmarks.md). A client's HTTP/1.1
 //! keep-alive connection sends one request at a time, so it can keep one upstream
 //! connection to itself instead, and hand it back from the response body's last frame.
-//! A request that finds the pinned connection busy (an HTTP/2 client's concurrent streams) is given
-//! back to be sent through the pool. A connection left idle for the pinned connection's idle limit
-//! is closed, as the pool closes its idle connections, so that idle clients do not
-//! hold upstream connections.
+//!
+//! To an `http://` upstream the connection is a bare socket that the request's own task
+//! writes and reads (`lean_http1`): no connection task, no channel between two tasks,
+//! so a request and its answer each cost one task wake-up fewer. `https://` upstreams
+//! keep hyper's connection, as TLS needs its own driver.
+//!
+//! A request that finds the pinned connection busy (an HTTP/2 client's concurrent
+//! streams) is given back to be sent through the pool. A connection left idle for the
+//! idle limit is closed, as the pool closes its idle connections, so that idle clients
+//! do not hold upstream connections.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, Uri, header};
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tower::ServiceExt;
 
 use super::http::describe_client_error;
-use crate::http_client::Connector;
+use crate::http_client::lean_http1::{self, Home, LeanBody, Outgoing};
+use crate::http_client::{CallBodyError, PinnedConnectors};
 
 /// Why a request did not go out on the pinned connection.
 #[derive(Debug, thiserror::Error)]
@@ -43,11 +51,19 @@ pub enum LaneError {
 /// How long a pinned connection keeps an idle connection: the pooled client's default.
 pub const IDLE_LIMIT: Duration = Duration::from_secs(90);
 
+/// How much a plain connection reads at once: a pass-through answer is usually one
+/// read; a large one is relayed in frames of this size. The buffer exists only while
+/// bytes are being read.
+const READ_SIZE: usize = 16 * 1024;
+
 /// One per client connection; cheap to make, connects on first use.
 pub struct PinnedConn {
     state: Arc<Mutex<State>>,
-    connector: Connector,
+    connectors: Arc<PinnedConnectors>,
     idle_limit: Duration,
+    /// Dropped with the pinned connection, it ends the task that closes idle
+    /// connections; that task starts with the first connection.
+    reaper: OnceLock<oneshot::Sender<()>>,
 }
 
 enum State {
@@ -57,12 +73,21 @@ enum State {
 }
 
 struct Connected {
-    /// Tells this connection from the pinned connection's later ones.
-    id: u64,
     /// When it was last handed back.
     idle_since: Instant,
     /// The upstream URL this connection was opened for.
     upstream: Uri,
+    lane: Lane,
+}
+
+enum Lane {
+    /// An `http://` upstream's socket, between requests.
+    Plain(TcpStream),
+    /// An `https://` upstream's hyper connection.
+    Tls(TlsLane),
+}
+
+struct TlsLane {
     /// `upstream` in origin form, the request target on the wire.
     target: Uri,
     host: HeaderValue,
@@ -70,21 +95,23 @@ struct Connected {
 }
 
 impl PinnedConn {
-    pub fn new(connector: Connector, idle_limit: Duration) -> Self {
+    pub fn new(connectors: Arc<PinnedConnectors>, idle_limit: Duration) -> Self {
         Self {
             state: Arc::new(Mutex::new(State::Empty)),
-            connector,
+            connectors,
             idle_limit,
+            reaper: OnceLock::new(),
         }
     }
 
-    /// Sends `request` to `upstream` on this pinned connection's connection, opening one if there is
-    /// none (or it was for another URL). A request that was not written because the
-    /// idle connection had just closed is sent again once, on a new one.
+    /// Sends `request` to `upstream` on this pinned connection, opening one if there is
+    /// none (or it was for another URL). A request on a reused connection that was not
+    /// written because the upstream had just closed it, or an idempotent one that got
+    /// no answer, is sent again once, on a new one.
     pub async fn send(
         &self,
         upstream: &Uri,
-        mut request: Request<Full<Bytes>>,
+        request: Request<Full<Bytes>>,
     ) -> Result<Response<LaneBody>, LaneError> {
         let held = {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -94,39 +121,115 @@ impl PinnedConn {
                 State::Idle(_) | State::Empty => None,
             }
         };
-        // From here the pinned connection is ours: it becomes idle again from the response body's
-        // end, and empty if anything fails or is dropped on the way.
+        // From here the pinned connection is ours: it becomes idle again from the
+        // response body's end, and empty if anything fails or is dropped on the way.
         let claim = Claim {
             state: self.state.clone(),
             given_back: None,
         };
-        let (mut connected, mut reused) = match held {
-            Some(connected) => (connected, true),
-            None => (self.connect(upstream).await?, false),
+        if upstream.scheme() == Some(&http::uri::Scheme::HTTPS) {
+            let held = held.and_then(|connected| match connected.lane {
+                Lane::Tls(lane) => Some(lane),
+                Lane::Plain(_) => None,
+            });
+            return self.send_tls(held, claim, upstream, request).await;
+        }
+        let held = held.and_then(|connected| match connected.lane {
+            Lane::Plain(stream) if lean_http1::still_open(&stream) => Some(stream),
+            _ => None,
+        });
+        self.send_plain(held, claim, upstream, request).await
+    }
+
+    async fn send_plain(
+        &self,
+        held: Option<TcpStream>,
+        claim: Claim,
+        upstream: &Uri,
+        request: Request<Full<Bytes>>,
+    ) -> Result<Response<LaneBody>, LaneError> {
+        let failed = |e: lean_http1::LeanError| LaneError::Failed(e.to_string());
+        let (mut parts, body) = request.into_parts();
+        parts.uri = upstream.clone();
+        parts.headers.remove(header::HOST);
+        // A `Full` body is one frame, ready at once.
+        let body = body
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        let mut outgoing = Outgoing::new(Request::from_parts(parts, body)).map_err(failed)?;
+        let mut attempt = match held {
+            Some(stream) => {
+                let attempt = outgoing.exchange(stream, READ_SIZE).await;
+                match attempt {
+                    Err(e) if outgoing.may_go_again(&e) => None,
+                    attempt => Some(attempt),
+                }
+            }
+            None => None,
+        };
+        if attempt.is_none() {
+            let stream = self.connect_plain(upstream).await?;
+            attempt = Some(outgoing.exchange(stream, READ_SIZE).await);
+        }
+        let head = attempt
+            .expect("an attempt was made")
+            .map_err(|e| failed(e.into_error()))?;
+        let home = GoHome {
+            claim,
+            upstream: upstream.clone(),
+        };
+        let response = outgoing.respond(head, home);
+        Ok(response.map(|body| LaneBody(Inner::Plain(body))))
+    }
+
+    async fn connect_plain(&self, upstream: &Uri) -> Result<TcpStream, LaneError> {
+        self.reap_idle();
+        lean_http1::connect(&self.connectors.tcp, upstream.clone())
+            .await
+            .map_err(|e| LaneError::Failed(e.to_string()))
+    }
+
+    async fn send_tls(
+        &self,
+        held: Option<TlsLane>,
+        claim: Claim,
+        upstream: &Uri,
+        mut request: Request<Full<Bytes>>,
+    ) -> Result<Response<LaneBody>, LaneError> {
+        let (mut lane, mut reused) = match held {
+            Some(lane) => (lane, true),
+            None => (self.connect_tls(upstream).await?, false),
         };
         loop {
-            if connected.sender.ready().await.is_err() {
-                connected = self.connect(upstream).await?;
+            if lane.sender.ready().await.is_err() {
+                lane = self.connect_tls(upstream).await?;
                 reused = false;
             }
-            *request.uri_mut() = connected.target.clone();
+            *request.uri_mut() = lane.target.clone();
             request
                 .headers_mut()
-                .insert(header::HOST, connected.host.clone());
-            match connected.sender.try_send_request(request).await {
+                .insert(header::HOST, lane.host.clone());
+            match lane.sender.try_send_request(request).await {
                 Ok(response) => {
                     let (parts, body) = response.into_parts();
-                    let mut body = LaneBody {
+                    let connected = Box::new(Connected {
+                        idle_since: Instant::now(),
+                        upstream: upstream.clone(),
+                        lane: Lane::Tls(lane),
+                    });
+                    let mut body = TlsBody {
                         inner: body,
                         release: Some((claim, connected)),
                     };
                     body.release_if_ended();
-                    return Ok(Response::from_parts(parts, body));
+                    return Ok(Response::from_parts(parts, LaneBody(Inner::Tls(body))));
                 }
                 Err(mut e) => match e.take_message() {
                     Some(unsent) if reused => {
                         request = unsent;
-                        connected = self.connect(upstream).await?;
+                        lane = self.connect_tls(upstream).await?;
                         reused = false;
                     }
                     _ => return Err(LaneError::Failed(describe_client_error(e.error()))),
@@ -137,14 +240,15 @@ impl PinnedConn {
 
     /// Boxed: a connection is opened once per client connection (and after a loss), and
     /// inline its 2.4 KB of state would be in every request's future, copied at each await.
-    fn connect<'a>(
+    fn connect_tls<'a>(
         &'a self,
         upstream: &'a Uri,
-    ) -> Pin<Box<dyn Future<Output = Result<Box<Connected>, LaneError>> + Send + 'a>> {
-        Box::pin(self.open(upstream))
+    ) -> Pin<Box<dyn Future<Output = Result<TlsLane, LaneError>> + Send + 'a>> {
+        Box::pin(self.open_tls(upstream))
     }
 
-    async fn open(&self, upstream: &Uri) -> Result<Box<Connected>, LaneError> {
+    async fn open_tls(&self, upstream: &Uri) -> Result<TlsLane, LaneError> {
+        self.reap_idle();
         let authority = upstream
             .authority()
             .ok_or_else(|| LaneError::Failed(format!("{upstream} has no host")))?;
@@ -154,40 +258,48 @@ impl PinnedConn {
             LaneError::Failed(format!("connecting: {}", describe_client_error(e)))
         };
         let io = self
-            .connector
+            .connectors
+            .tls
             .clone()
             .oneshot(upstream.clone())
             .await
             .map_err(|e| failed(&*e))?;
         let (sender, connection) = http1::handshake(io).await.map_err(|e| failed(&e))?;
-        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let idle_too_long = idle_too_long(Arc::downgrade(&self.state), id, self.idle_limit);
+        // Ends when the sender is dropped: with the pinned connection, or by the reaper.
         tokio::spawn(async move {
-            tokio::select! {
-                ended = connection => if let Err(e) = ended {
-                    tracing::debug!(error = %e, "pass-through upstream connection ended");
-                },
-                // Dropping the connection closes it.
-                () = idle_too_long => {}
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "pass-through upstream connection ended");
             }
         });
-        Ok(Box::new(Connected {
-            id,
-            idle_since: Instant::now(),
-            upstream: upstream.clone(),
+        Ok(TlsLane {
             target: upstream
                 .path_and_query()
                 .map_or_else(|| Uri::from_static("/"), |path| path.clone().into()),
             host,
             sender,
-        }))
+        })
+    }
+
+    /// Starts, once, the task that closes this pinned connection's idle connections.
+    fn reap_idle(&self) {
+        self.reaper.get_or_init(|| {
+            let (stop, stopped) = oneshot::channel();
+            let state = Arc::downgrade(&self.state);
+            let limit = self.idle_limit;
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = close_idle(state, limit) => {}
+                    _ = stopped => {}
+                }
+            });
+            stop
+        });
     }
 }
 
-/// Resolves once connection `id` has sat idle in the pinned connection for `limit` (and takes it
-/// out of the pinned connection), or the pinned connection is gone.
-async fn idle_too_long(pinned: Weak<Mutex<State>>, id: u64, limit: Duration) {
+/// Closes the connection that has sat idle in the pinned connection for `limit`, for as
+/// long as the pinned connection exists.
+async fn close_idle(pinned: Weak<Mutex<State>>, limit: Duration) {
     let mut check_at = Instant::now() + limit;
     loop {
         tokio::time::sleep_until(check_at).await;
@@ -196,21 +308,19 @@ async fn idle_too_long(pinned: Weak<Mutex<State>>, id: u64, limit: Duration) {
         };
         let mut state = pinned.lock().unwrap_or_else(PoisonError::into_inner);
         check_at = match &*state {
-            State::Idle(connected) if connected.id == id => {
-                let due = connected.idle_since + limit;
-                if Instant::now() >= due {
-                    *state = State::Empty;
-                    return;
-                }
-                due
+            State::Idle(connected) if Instant::now() >= connected.idle_since + limit => {
+                // Dropped, the connection is closed.
+                *state = State::Empty;
+                Instant::now() + limit
             }
-            _ => Instant::now() + limit,
+            State::Idle(connected) => connected.idle_since + limit,
+            State::Busy | State::Empty => Instant::now() + limit,
         };
     }
 }
 
-/// Holds the pinned connection busy. Dropped, it leaves the pinned connection idle with the connection it was
-/// given back, or else empty (the next request opens a new connection).
+/// Holds the pinned connection busy. Dropped, it leaves the pinned connection idle with
+/// the connection it was given back, or else empty (the next request opens a new one).
 struct Claim {
     state: Arc<Mutex<State>>,
     given_back: Option<Box<Connected>>,
@@ -233,15 +343,43 @@ impl Drop for Claim {
     }
 }
 
-/// The upstream's response body; its last frame gives the connection back to the pinned connection.
-/// Dropped before its end, it takes the connection with it (hyper then drains or
-/// closes it), as a response cut short leaves the connection mid-message.
-pub struct LaneBody {
+/// Where a plain body's socket goes when the body ends: back to its pinned connection.
+struct GoHome {
+    claim: Claim,
+    upstream: Uri,
+}
+
+impl Home for GoHome {
+    fn keep(self, stream: TcpStream) {
+        self.claim.release(Box::new(Connected {
+            idle_since: Instant::now(),
+            upstream: self.upstream,
+            lane: Lane::Plain(stream),
+        }));
+    }
+
+    fn read_size(&self) -> usize {
+        READ_SIZE
+    }
+}
+
+/// The upstream's response body; its end gives the connection back to the pinned
+/// connection. Dropped before its end, it takes the connection with it, as a response
+/// cut short leaves the connection mid-message (a plain socket is closed, which tells
+/// the upstream no one waits; hyper drains or closes its own).
+pub struct LaneBody(Inner);
+
+enum Inner {
+    Plain(LeanBody<GoHome>),
+    Tls(TlsBody),
+}
+
+struct TlsBody {
     inner: Incoming,
     release: Option<(Claim, Box<Connected>)>,
 }
 
-impl LaneBody {
+impl TlsBody {
     fn give_back(&mut self) {
         if let Some((claim, connected)) = self.release.take() {
             claim.release(connected);
@@ -253,14 +391,9 @@ impl LaneBody {
             self.give_back();
         }
     }
-}
-
-impl Body for LaneBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let frame = ready!(Pin::new(&mut self.inner).poll_frame(cx));
@@ -272,132 +405,36 @@ impl Body for LaneBody {
         }
         Poll::Ready(frame)
     }
+}
+
+impl Body for LaneBody {
+    type Data = Bytes;
+    type Error = CallBodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, CallBodyError>>> {
+        match &mut self.0 {
+            Inner::Plain(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+            Inner::Tls(body) => body.poll_frame(cx).map_err(Into::into),
+        }
+    }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.0 {
+            Inner::Plain(body) => body.is_end_stream(),
+            Inner::Tls(body) => body.inner.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.0 {
+            Inner::Plain(body) => body.size_hint(),
+            Inner::Tls(body) => body.inner.size_hint(),
+        }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use std::convert::Infallible;
-    use std::sync::atomic::AtomicUsize;
-    use std::sync::atomic::Ordering::SeqCst;
-
-    use http_body_util::BodyExt;
-    use hyper_util::rt::TokioIo;
-
-    use super::*;
-    use crate::http_client::pinned_connector;
-
-    /// An HTTP/1.1 server on 127.0.0.1 that answers "ok", counting the connections it
-    /// accepted and those still open.
-    struct Upstream {
-        url: Uri,
-        accepted: Arc<AtomicUsize>,
-        open: Arc<AtomicUsize>,
-    }
-
-    async fn upstream() -> Upstream {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let open = Arc::new(AtomicUsize::new(0));
-        let (count_accepted, count_open) = (accepted.clone(), open.clone());
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                count_accepted.fetch_add(1, SeqCst);
-                count_open.fetch_add(1, SeqCst);
-                let count_open = count_open.clone();
-                tokio::spawn(async move {
-                    let ok = hyper::service::service_fn(|_| async {
-                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
-                    });
-                    let _ = http1_server()
-                        .serve_connection(TokioIo::new(stream), ok)
-                        .await;
-                    count_open.fetch_sub(1, SeqCst);
-                });
-            }
-        });
-        Upstream {
-            url: url.parse().unwrap(),
-            accepted,
-            open,
-        }
-    }
-
-    fn http1_server() -> hyper::server::conn::http1::Builder {
-        hyper::server::conn::http1::Builder::new()
-    }
-
-    async fn send(pinned: &PinnedConn, url: &Uri) -> Response<LaneBody> {
-        match pinned
-            .send(url, Request::new(Full::new(Bytes::new())))
-            .await
-        {
-            Ok(response) => response,
-            Err(e) => panic!("{e}"),
-        }
-    }
-
-    async fn get(pinned: &PinnedConn, url: &Uri) -> Bytes {
-        let body = send(pinned, url).await.into_body();
-        body.collect().await.unwrap().to_bytes()
-    }
-
-    #[tokio::test]
-    async fn one_connection_carries_the_requests_one_after_another() {
-        let upstream = upstream().await;
-        let pinned = PinnedConn::new(pinned_connector(), IDLE_LIMIT);
-        for _ in 0..3 {
-            assert_eq!(get(&pinned, &upstream.url).await, "ok");
-        }
-        assert_eq!(upstream.accepted.load(SeqCst), 1);
-    }
-
-    #[tokio::test]
-    async fn a_request_that_finds_the_lane_busy_is_given_back() {
-        let upstream = upstream().await;
-        let pinned = PinnedConn::new(pinned_connector(), IDLE_LIMIT);
-        let unread = send(&pinned, &upstream.url).await;
-        let second = pinned
-            .send(&upstream.url, Request::new(Full::new(Bytes::new())))
-            .await;
-        assert!(matches!(second, Err(LaneError::Busy(_))));
-        // Read to its end, the first answer hands the connection back.
-        assert_eq!(unread.into_body().collect().await.unwrap().to_bytes(), "ok");
-        assert_eq!(get(&pinned, &upstream.url).await, "ok");
-        assert_eq!(upstream.accepted.load(SeqCst), 1);
-    }
-
-    #[tokio::test]
-    async fn an_answer_dropped_unread_takes_its_connection_with_it() {
-        let upstream = upstream().await;
-        let pinned = PinnedConn::new(pinned_connector(), IDLE_LIMIT);
-        drop(send(&pinned, &upstream.url).await);
-        assert_eq!(get(&pinned, &upstream.url).await, "ok");
-        assert_eq!(upstream.accepted.load(SeqCst), 2);
-    }
-
-    #[tokio::test]
-    async fn an_idle_connection_is_closed_after_the_limit_and_reopened_on_use() {
-        let upstream = upstream().await;
-        let pinned = PinnedConn::new(pinned_connector(), Duration::from_millis(200));
-        assert_eq!(get(&pinned, &upstream.url).await, "ok");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while upstream.open.load(SeqCst) > 0 {
-            assert!(
-                Instant::now() < deadline,
-                "the idle connection is still open"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert_eq!(get(&pinned, &upstream.url).await, "ok");
-        assert_eq!(upstream.accepted.load(SeqCst), 2);
-    }
-}
+mod tests;

@@ -503,7 +503,9 @@ async fn upstream_sockets_are_kept_alive_at_the_tcp_level() {
         answer_json(&mut socket).await;
     })
     .await;
-    let stream = pool().connect(url.parse().unwrap()).await.unwrap();
+    let stream = super::connect(&crate::http_client::tcp(), url.parse().unwrap())
+        .await
+        .unwrap();
     let socket = socket2::SockRef::from(&stream);
     assert!(socket.keepalive().unwrap());
     assert_eq!(

@@ -123,7 +123,7 @@ pub async fn serve(
         let tls = routes.edge.tls.clone();
         let routes = routes.clone();
         let pinned = Arc::new(PinnedConn::new(
-            routes.pinned_connector.clone(),
+            routes.pinned_connectors.clone(),
             pinned::IDLE_LIMIT,
         ));
         let service = hyper::service::service_fn(move |request| {

@@ -43,7 +43,8 @@ pub async fn forward(
 /// The upstream's response as it came, but for its hop-by-hop headers.
 async fn relay<B>(response: Response<B>) -> Response<Body>
 where
-    B: http_body::Body<Data = Bytes, Error = hyper::Error> + Unpin + Send + Sync + 'static,
+    B: http_body::Body<Data = Bytes> + Unpin + Send + Sync + 'static,
+    B::Error: Into<reply::BoxError> + Send + Sync,
 {
     let (mut parts, body) = response.into_parts();
     // The body is forwarded unchanged, so its `Content-Length` still holds.
