@@ -14,8 +14,10 @@
 //! - **Only with a CPU to spare.** Not while the machine's CPU pressure (PSI, the share
 //!   of time some runnable thread waited for a CPU) is above [`PRESSURE_LIMIT`]: a
 //!   polling thread holds a CPU that others would run on, and keeps its CPU from pulling
-//!   waiting threads over. Without PSI the worker does not poll. Each round of polling
-//!   also yields, so a thread runnable on the same CPU goes first.
+//!   waiting threads over. Without PSI the worker does not poll. Nor for a second after
+//!   the gateway's own cgroup was throttled (`throttled.rs`): in a container with a CPU
+//!   limit, polling spends the quota that requests need. Each round of polling also
+//!   yields, so a thread runnable on the same CPU goes first.
 //! - **What it sees.** The runtime's own epoll instance, nested in one of ours: every
 //!   socket and every wake-up from another thread. Timers (a millisecond's resolution)
 //!   are late by at most the window.
@@ -28,6 +30,8 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
 use crate::telemetry::metrics;
+
+mod throttled;
 
 /// The first window after a sleep that polling would have avoided.
 const GROW_START: Duration = Duration::from_micros(10);
@@ -265,9 +269,11 @@ fn registers(line: &str, fd: RawFd, inode: u64) -> bool {
 
 /// The machine's CPU pressure, read at most every [`PRESSURE_SAMPLE`]: high while the
 /// share of the last sample's time in which some runnable thread waited for a CPU was
-/// above [`PRESSURE_LIMIT`], and when it cannot be read.
+/// above [`PRESSURE_LIMIT`], when it cannot be read, and while the gateway's cgroup was
+/// lately throttled.
 struct Pressure {
     file: Option<std::fs::File>,
+    throttling: throttled::Throttling,
     /// The last reading: when, and the "some" stall total then (µs).
     last: Option<(Instant, u64)>,
     high: bool,
@@ -277,6 +283,7 @@ impl Pressure {
     fn new() -> Self {
         Self {
             file: None,
+            throttling: throttled::Throttling::new(),
             last: None,
             high: true,
         }
@@ -303,6 +310,9 @@ impl Pressure {
                 share > PRESSURE_LIMIT
             }
         };
+        // Read at every sample, so that a throttling during high pressure is not missed.
+        let throttled = self.throttling.recent(now);
+        self.high |= throttled;
         self.last = Some((now, stalled));
         self.high
     }
