@@ -207,7 +207,8 @@ pub struct Config {
     /// microseconds: on a VM a sleeping thread's wake-up costs more than the wait, and an
     /// upstream's answer often comes within tens of microseconds. The window adapts per
     /// worker (none while events come far apart) and is skipped while the machine's CPU
-    /// pressure (PSI) is above 30 %. It spends CPU to cut latency; 0 turns it off.
+    /// pressure (PSI) is above 30 % and for a second after the gateway's cgroup was
+    /// throttled (a CPU limit). It spends CPU to cut latency; 0 turns it off.
     #[arg(long, env = "MTG_IDLE_POLL_US", default_value_t = 0,
           value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub idle_poll_us: u64,

@@ -241,52 +241,13 @@ fn post(url: &Uri) -> Request<Full<Bytes>> {
 /// started) is never sent twice, and fails.
 #[tokio::test]
 async fn a_written_request_left_unanswered_goes_again_only_if_idempotent() {
-    let posts = Arc::new(AtomicUsize::new(0));
-    let counted = posts.clone();
-    let (url, accepted, _closed) = scripted(move |index, mut socket| {
-        let counted = counted.clone();
-        async move {
-            // The first connection answers once, then reads the next request and
-            // closes without a word; the others answer everything.
-            let mut answered = 0;
-            while let Some(method) = read_request(&mut socket).await {
-                if method == "POST" {
-                    counted.fetch_add(1, SeqCst);
-                }
-                if index == 0 && answered == 1 {
-                    return true;
-                }
-                socket.write_all(OK_RESPONSE).await.unwrap();
-                answered += 1;
-            }
-            true
-        }
-    })
-    .await;
+    let (url, accepted, _) = hangs_up_on_the_second_request().await;
     let pinned = PinnedConn::new(pinned_connectors(), IDLE_LIMIT);
     assert_eq!(get(&pinned, &url).await, "ok");
     assert_eq!(get(&pinned, &url).await, "ok", "the GET went again");
     assert_eq!(accepted.load(SeqCst), 2);
 
-    let counted = posts.clone();
-    let (url, _, _closed) = scripted(move |_, mut socket| {
-        let counted = counted.clone();
-        async move {
-            let mut answered = 0;
-            while let Some(method) = read_request(&mut socket).await {
-                if method == "POST" {
-                    counted.fetch_add(1, SeqCst);
-                }
-                if answered == 1 {
-                    break;
-                }
-                socket.write_all(OK_RESPONSE).await.unwrap();
-                answered += 1;
-            }
-            true
-        }
-    })
-    .await;
+    let (url, _, posts) = hangs_up_on_the_second_request().await;
     let pinned = PinnedConn::new(pinned_connectors(), IDLE_LIMIT);
     let first = within(pinned.send(&url, post(&url))).await.unwrap();
     within(first.into_body().collect()).await.unwrap();
@@ -296,6 +257,33 @@ async fn a_written_request_left_unanswered_goes_again_only_if_idempotent() {
         "the POST failed"
     );
     assert_eq!(posts.load(SeqCst), 2, "each POST was sent once");
+}
+
+/// An upstream whose first connection answers one request, then reads the next and
+/// closes without a word; later connections answer everything. Its URL, the count of
+/// connections, and the count of POSTs it read.
+async fn hangs_up_on_the_second_request() -> (Uri, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let posts = Arc::new(AtomicUsize::new(0));
+    let counted = posts.clone();
+    let (url, accepted, _) = scripted(move |index, mut socket| {
+        let counted = counted.clone();
+        async move {
+            let mut answered = 0;
+            while let Some(method) = read_request(&mut socket).await {
+                if method == "POST" {
+                    counted.fetch_add(1, SeqCst);
+                }
+                if index == 0 && answered == 1 {
+                    break;
+                }
+                socket.write_all(OK_RESPONSE).await.unwrap();
+                answered += 1;
+            }
+            true
+        }
+    })
+    .await;
+    (url, accepted, posts)
 }
 
 #[tokio::test]
