@@ -101,24 +101,10 @@ impl LeanPool {
         let key = (tokio::runtime::Handle::current().id(), authority);
         let uri = request.uri().clone();
         let mut outgoing = Outgoing::new(request)?;
-        if let Some(stream) = self.take_idle(&key) {
-            match outgoing.exchange(stream, self.read_size).await {
-                Err(failed) if outgoing.may_go_again(&failed) => {}
-                attempt => return self.respond(attempt, outgoing, key),
-            }
-        }
-        let stream = connect(&self.connector, uri).await?;
-        let attempt = outgoing.exchange(stream, self.read_size).await;
-        self.respond(attempt, outgoing, key)
-    }
-
-    fn respond(
-        self: &Arc<Self>,
-        attempt: Result<Head, Attempt>,
-        outgoing: Outgoing,
-        key: PoolKey,
-    ) -> Result<Response<LeanBody>, LeanError> {
-        let head = attempt.map_err(Attempt::into_error)?;
+        let idle = self.take_idle(&key);
+        let head = outgoing
+            .send(idle, || connect(&self.connector, uri), self.read_size)
+            .await?;
         let home = Pooled {
             pool: Arc::clone(self),
             key,
@@ -249,13 +235,33 @@ impl Outgoing {
         })
     }
 
+    /// Sends the request on `reused`, a kept connection, if there is one; else, or when
+    /// that attempt failed in a way that allows another ([`Self::may_go_again`]), on a
+    /// new connection from `connect`.
+    pub async fn send<F>(
+        &mut self,
+        reused: Option<TcpStream>,
+        connect: impl FnOnce() -> F,
+        read_size: usize,
+    ) -> Result<Head, LeanError>
+    where
+        F: Future<Output = Result<TcpStream, LeanError>>,
+    {
+        if let Some(stream) = reused {
+            match self.exchange(stream, read_size).await {
+                Err(failed) if self.may_go_again(&failed) => {}
+                attempt => return attempt.map_err(Attempt::into_error),
+            }
+        }
+        let stream = connect().await?;
+        self.exchange(stream, read_size)
+            .await
+            .map_err(Attempt::into_error)
+    }
+
     /// Writes the request on `stream` and reads its response head; the call is advanced
     /// only once a byte of an answer came, so a failed attempt can be made again.
-    pub async fn exchange(
-        &mut self,
-        mut stream: TcpStream,
-        read_size: usize,
-    ) -> Result<Head, Attempt> {
+    async fn exchange(&mut self, mut stream: TcpStream, read_size: usize) -> Result<Head, Attempt> {
         stream
             .write_all(&self.wire)
             .await
@@ -302,7 +308,7 @@ impl Outgoing {
     /// Whether an attempt on a reused socket that failed this way may be made again on
     /// a new one: when the request was not written whole, or it is idempotent and got
     /// no answer. A written `tools/call` may have started upstream.
-    pub fn may_go_again(&self, failed: &Attempt) -> bool {
+    fn may_go_again(&self, failed: &Attempt) -> bool {
         match failed {
             Attempt::Unsent(_) => true,
             Attempt::Unanswered(_) => self.idempotent,
@@ -332,7 +338,7 @@ impl Outgoing {
 }
 
 /// What an attempt to send a request came to, when it did not get a head.
-pub enum Attempt {
+enum Attempt {
     /// The request could not be written whole: the upstream cannot have acted on it.
     Unsent(LeanError),
     /// The request was written and nothing came back.
@@ -341,7 +347,7 @@ pub enum Attempt {
 }
 
 impl Attempt {
-    pub fn into_error(self) -> LeanError {
+    fn into_error(self) -> LeanError {
         match self {
             Attempt::Unsent(e) | Attempt::Unanswered(e) | Attempt::Failed(e) => e,
         }

@@ -25,7 +25,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, Uri, header};
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use tokio::net::TcpStream;
@@ -43,7 +43,7 @@ pub enum LaneError {
     /// Another request of the same client connection holds the pinned connection; send this one
     /// another way.
     #[error("the pinned connection is busy")]
-    Busy(Box<Request<Full<Bytes>>>),
+    Busy(Box<Request<Bytes>>),
     #[error("{0}")]
     Failed(String),
 }
@@ -111,7 +111,7 @@ impl PinnedConn {
     pub async fn send(
         &self,
         upstream: &Uri,
-        request: Request<Full<Bytes>>,
+        request: Request<Bytes>,
     ) -> Result<Response<LaneBody>, LaneError> {
         let held = {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -146,36 +146,17 @@ impl PinnedConn {
         held: Option<TcpStream>,
         claim: Claim,
         upstream: &Uri,
-        request: Request<Full<Bytes>>,
+        request: Request<Bytes>,
     ) -> Result<Response<LaneBody>, LaneError> {
-        let failed = |e: lean_http1::LeanError| LaneError::Failed(e.to_string());
         let (mut parts, body) = request.into_parts();
         parts.uri = upstream.clone();
         parts.headers.remove(header::HOST);
-        // A `Full` body is one frame, ready at once.
-        let body = body
-            .collect()
-            .await
-            .map(|c| c.to_bytes())
-            .unwrap_or_default();
+        let failed = |e: lean_http1::LeanError| LaneError::Failed(e.to_string());
         let mut outgoing = Outgoing::new(Request::from_parts(parts, body)).map_err(failed)?;
-        let mut attempt = match held {
-            Some(stream) => {
-                let attempt = outgoing.exchange(stream, READ_SIZE).await;
-                match attempt {
-                    Err(e) if outgoing.may_go_again(&e) => None,
-                    attempt => Some(attempt),
-                }
-            }
-            None => None,
-        };
-        if attempt.is_none() {
-            let stream = self.connect_plain(upstream).await?;
-            attempt = Some(outgoing.exchange(stream, READ_SIZE).await);
-        }
-        let head = attempt
-            .expect("an attempt was made")
-            .map_err(|e| failed(e.into_error()))?;
+        let head = outgoing
+            .send(held, || self.connect_plain(upstream), READ_SIZE)
+            .await
+            .map_err(failed)?;
         let home = GoHome {
             claim,
             upstream: upstream.clone(),
@@ -184,11 +165,9 @@ impl PinnedConn {
         Ok(response.map(|body| LaneBody(Inner::Plain(body))))
     }
 
-    async fn connect_plain(&self, upstream: &Uri) -> Result<TcpStream, LaneError> {
+    async fn connect_plain(&self, upstream: &Uri) -> Result<TcpStream, lean_http1::LeanError> {
         self.reap_idle();
-        lean_http1::connect(&self.connectors.tcp, upstream.clone())
-            .await
-            .map_err(|e| LaneError::Failed(e.to_string()))
+        lean_http1::connect(&self.connectors.tcp, upstream.clone()).await
     }
 
     async fn send_tls(
@@ -196,8 +175,9 @@ impl PinnedConn {
         held: Option<TlsLane>,
         claim: Claim,
         upstream: &Uri,
-        mut request: Request<Full<Bytes>>,
+        request: Request<Bytes>,
     ) -> Result<Response<LaneBody>, LaneError> {
+        let mut request = request.map(Full::new);
         let (mut lane, mut reused) = match held {
             Some(lane) => (lane, true),
             None => (self.connect_tls(upstream).await?, false),

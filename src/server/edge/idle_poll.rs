@@ -319,10 +319,15 @@ impl Pressure {
 }
 
 fn read_some_total_us(file: &std::fs::File) -> Option<u64> {
+    some_total_us(read_text(file, &mut [0u8; 256])?)
+}
+
+/// A small kernel file's text, read again from its start: an open file shows the new
+/// values at each read.
+fn read_text<'a>(file: &std::fs::File, buf: &'a mut [u8]) -> Option<&'a str> {
     use std::os::unix::fs::FileExt;
-    let mut buf = [0u8; 256];
-    let read = file.read_at(&mut buf, 0).ok()?;
-    some_total_us(std::str::from_utf8(&buf[..read]).ok()?)
+    let read = file.read_at(buf, 0).ok()?;
+    std::str::from_utf8(&buf[..read]).ok()
 }
 
 /// The `total=` (µs) of a PSI file's "some" line.

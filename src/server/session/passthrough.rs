@@ -29,11 +29,11 @@ pub async fn forward(
     parts.version = Version::HTTP_11;
     parts.extensions.clear();
     prepare_to_send_on(&mut parts.headers);
-    let request = Request::from_parts(parts, Full::new(body));
+    let request = Request::from_parts(parts, body);
     match pinned.send(upstream, request).await {
         Ok(response) => relay(response).await,
         Err(LaneError::Failed(detail)) => bad_gateway(&detail),
-        Err(LaneError::Busy(request)) => match client.request(*request).await {
+        Err(LaneError::Busy(request)) => match client.request(request.map(Full::new)).await {
             Ok(response) => relay(response).await,
             Err(e) => bad_gateway(&describe_client_error(&e)),
         },

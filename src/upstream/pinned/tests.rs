@@ -120,10 +120,7 @@ fn http1_server() -> hyper::server::conn::http1::Builder {
 }
 
 async fn send(pinned: &PinnedConn, url: &Uri) -> Response<LaneBody> {
-    match pinned
-        .send(url, Request::new(Full::new(Bytes::new())))
-        .await
-    {
+    match pinned.send(url, Request::new(Bytes::new())).await {
         Ok(response) => response,
         Err(e) => panic!("{e}"),
     }
@@ -149,9 +146,7 @@ async fn a_request_that_finds_the_lane_busy_is_given_back() {
     let upstream = upstream().await;
     let pinned = PinnedConn::new(pinned_connectors(), IDLE_LIMIT);
     let unread = send(&pinned, &upstream.url).await;
-    let second = pinned
-        .send(&upstream.url, Request::new(Full::new(Bytes::new())))
-        .await;
+    let second = pinned.send(&upstream.url, Request::new(Bytes::new())).await;
     assert!(matches!(second, Err(LaneError::Busy(_))));
     // Read to its end, the first answer hands the connection back.
     assert_eq!(unread.into_body().collect().await.unwrap().to_bytes(), "ok");
@@ -230,9 +225,9 @@ async fn a_connection_the_upstream_closed_while_idle_is_not_used() {
     assert_eq!(accepted.load(SeqCst), 2);
 }
 
-fn post(url: &Uri) -> Request<Full<Bytes>> {
+fn post(url: &Uri) -> Request<Bytes> {
     Request::post(url.clone())
-        .body(Full::new(Bytes::from_static(b"{}")))
+        .body(Bytes::from_static(b"{}"))
         .unwrap()
 }
 

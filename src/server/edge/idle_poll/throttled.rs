@@ -90,10 +90,7 @@ fn candidates(proc_self_cgroup: &str) -> Vec<PathBuf> {
 }
 
 fn read_nr_throttled(file: &File) -> Option<u64> {
-    use std::os::unix::fs::FileExt;
-    let mut buf = [0u8; 1024];
-    let read = file.read_at(&mut buf, 0).ok()?;
-    nr_throttled(std::str::from_utf8(&buf[..read]).ok()?)
+    nr_throttled(super::read_text(file, &mut [0u8; 1024])?)
 }
 
 /// The `nr_throttled` count of a `cpu.stat` (the same key in cgroup v1 and v2).
