@@ -69,6 +69,7 @@ pub fn tasks(config: &Config, running_counts: &RunningCounts) -> TaskSettings {
         promote_after: Duration::from_millis(config.promote_after_ms),
         defer_after: (config.defer_after_ms > 0)
             .then(|| Duration::from_millis(config.defer_after_ms)),
+        deferred_max_wait: Duration::from_millis(config.deferred_max_wait_ms),
         max_running_per_principal: config.max_running_tasks_per_principal,
         running_counts: running_counts.clone(),
         input_wait: Duration::from_millis(config.input_wait_timeout_ms),

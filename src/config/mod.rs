@@ -133,6 +133,13 @@ pub struct Config {
     #[arg(long, env = "MTG_DEFER_AFTER_MS", default_value_t = 0)]
     pub defer_after_ms: u64,
 
+    /// The longest `get_task_result` waits for a deferred call when the caller passes
+    /// `waitSeconds` (for hosts that let a tool run longer than --defer-after-ms). 0, or
+    /// any value below --defer-after-ms, means --defer-after-ms: one fetch never waits
+    /// longer than the deferral budget unless the operator allows it.
+    #[arg(long, env = "MTG_DEFERRED_MAX_WAIT_MS", default_value_t = 0)]
+    pub deferred_max_wait_ms: u64,
+
     /// A call the gateway answers on SSE whose client sent `_meta.progressToken` gets a
     /// `notifications/progress` for it whenever N ms passed without one (a value above
     /// any sent before, a message such as "still running (2m 15s)"), so that hosts whose
@@ -509,6 +516,7 @@ impl Config {
         world.promote_after_ms = or(named.promote_after_ms, self.promote_after_ms);
         world.upstream_timeout_ms = or(named.upstream_timeout_ms, self.upstream_timeout_ms);
         world.defer_after_ms = or(named.defer_after_ms, self.defer_after_ms);
+        world.deferred_max_wait_ms = or(named.deferred_max_wait_ms, self.deferred_max_wait_ms);
         world.upstream_http2 = named.upstream_http2.unwrap_or(self.upstream_http2);
         world.upstream_http2_max_streams = named
             .upstream_http2_max_streams

@@ -12,7 +12,9 @@ use crate::store::TaskRecord;
 use crate::upstream::Caller;
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_protocol::wire::TaskStatus;
-use mtg_protocol::wire::deferred::{self, CANCEL_TASK, GET_TASK_RESULT, ToolNames};
+use mtg_protocol::wire::deferred::{
+    self, CANCEL_TASK, Deferred, GET_TASK_RESULT, ToolNames, Waits, next_attempt,
+};
 use serde_json::Value;
 
 /// Deferred calls: waiting for one, and the gateway's tool names.
@@ -34,6 +36,52 @@ impl Deferrals {
     /// `--defer-after-ms`, if deferral is on.
     pub fn after(&self) -> Option<Duration> {
         self.tasks.settings.defer_after
+    }
+
+    /// How long `get_task_result` waits, if deferral is on: the budget, and at most
+    /// `--deferred-max-wait-ms` when the caller asks for longer.
+    pub fn waits(&self) -> Option<Waits> {
+        let settings = &self.tasks.settings;
+        settings
+            .defer_after
+            .map(|after| Waits::new(after, settings.deferred_max_wait))
+    }
+
+    /// The answer that says `task` still runs, to the request `asked`: in words a model
+    /// follows, naming the exact next call, with `structuredContent` only where the
+    /// called tool's clients require it (`mtg_protocol::wire::deferred`).
+    pub async fn still_running(
+        &self,
+        caller: &Caller<'_>,
+        task: &TaskRecord,
+        asked: Asked<'_>,
+    ) -> Value {
+        let names = self.tool_names(caller).await;
+        let (tool, attempt, structured) = match asked {
+            Asked::Call(tool) => {
+                let structured = self
+                    .tasks
+                    .tool_traits
+                    .declares_output_schema(self.tasks.upstream.as_ref(), caller, tool)
+                    .await;
+                (tool.to_owned(), next_attempt(None), structured)
+            }
+            // The gateway's fetch tool lists no `outputSchema`.
+            Asked::Fetch { attempt } => (tool_of(task), next_attempt(attempt), false),
+        };
+        let waits = self
+            .waits()
+            .unwrap_or_else(|| Waits::new(Duration::ZERO, Duration::ZERO));
+        deferred::deferred_result(&Deferred {
+            tool: &tool,
+            task_id: &task.task_id,
+            status: task.status.as_str(),
+            status_message: task.status_message.as_deref(),
+            names: &names,
+            waits,
+            attempt,
+            structured,
+        })
     }
 
     /// The names of the gateway's tools for this upstream: `gateway_`-prefixed where the
@@ -74,16 +122,29 @@ impl Deferrals {
     }
 }
 
-/// The deferred result of a task still running.
-pub fn deferred_of(task: &TaskRecord, tool: &str, names: &ToolNames, after: Duration) -> Value {
-    deferred::deferred_result(
-        tool,
-        &task.task_id,
-        task.status.as_str(),
-        task.status_message.as_deref(),
-        names,
-        after.as_secs().max(1),
-    )
+/// The request a "still running" answer goes to.
+#[derive(Debug, Clone, Copy)]
+pub enum Asked<'a> {
+    /// The deferred `tools/call` itself, of this tool.
+    Call(&'a str),
+    /// A `get_task_result` call, with the `attempt` it carried.
+    Fetch { attempt: Option<u64> },
+}
+
+impl<'a> Asked<'a> {
+    /// Which of the two a `tools/call`'s params are (a held call's retry may be either).
+    pub fn of(params: Option<&'a Value>, names: &ToolNames) -> Self {
+        let tool = params
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or("tool");
+        if tool == names.get_result {
+            let arguments = params.and_then(|p| p.get("arguments"));
+            let attempt = deferred::attempt_argument(arguments).ok().flatten();
+            return Asked::Fetch { attempt };
+        }
+        Asked::Call(tool)
+    }
 }
 
 /// The tool a task's call is of, from its stored params.

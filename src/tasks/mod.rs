@@ -51,6 +51,9 @@ pub struct TaskSettings {
     /// `--defer-after-ms`: how long a call of a client that cannot take a task runs
     /// before it is answered with a deferred result instead; `None` is off.
     pub defer_after: Option<Duration>,
+    /// `--deferred-max-wait-ms`: the longest a `get_task_result` waits when its caller
+    /// asks for longer than `defer_after` (below it, `defer_after` holds).
+    pub deferred_max_wait: Duration,
     /// Tasks one principal may have running on this instance; 0 = no limit.
     pub max_running_per_principal: u32,
     /// Where the running tasks are counted: one for every upstream of the gateway.

@@ -1,7 +1,8 @@
 //! What the upstream's `tools/list` says about its tools that changes how the gateway
 //! runs them: tools it runs only as its own 2025-11-25 tasks (`execution.taskSupport:
 //! "required"`), and tools that are safe to run again after their gateway instance was
-//! lost (`annotations.readOnlyHint` or `idempotentHint`). Listed with the caller's
+//! lost (`annotations.readOnlyHint` or `idempotentHint`), and tools that declare an
+//! `outputSchema` (their clients require `structuredContent`). Listed with the caller's
 //! credentials, kept a minute; a listing that cannot be had counts as "neither".
 
 use std::collections::HashSet;
@@ -25,10 +26,13 @@ pub struct ToolTraits {
 
 #[derive(Default, Clone)]
 struct Listed {
+    /// Whether the listing was had: without it nothing is known.
+    complete: bool,
     /// Every tool's name.
     names: HashSet<String>,
     own_task_only: HashSet<String>,
     safe_to_run_again: HashSet<String>,
+    with_output_schema: HashSet<String>,
 }
 
 impl ToolTraits {
@@ -57,6 +61,18 @@ impl ToolTraits {
             .await
             .safe_to_run_again
             .contains(tool)
+    }
+
+    /// Whether the upstream lists `tool` with an `outputSchema`; when the listing cannot
+    /// be had, yes (a `structuredContent` too many harms no client, one too few does).
+    pub async fn declares_output_schema(
+        &self,
+        upstream: &dyn Upstream,
+        caller: &Caller<'_>,
+        tool: &str,
+    ) -> bool {
+        let listed = self.listed(upstream, caller).await;
+        !listed.complete || listed.with_output_schema.contains(tool)
     }
 
     /// Which of `tools` the upstream has, in one look at its listing.
@@ -100,8 +116,10 @@ async fn list(upstream: &dyn Upstream, caller: &Caller<'_>) -> Listed {
         .await;
         let Ok(Ok(page)) = page else {
             tracing::debug!("could not list the upstream's tools; no tool traits assumed");
+            listed.complete = false;
             break;
         };
+        listed.complete = true;
         for tool in page["tools"].as_array().into_iter().flatten() {
             let Some(name) = tool["name"].as_str() else {
                 continue;
@@ -113,6 +131,9 @@ async fn list(upstream: &dyn Upstream, caller: &Caller<'_>) -> Listed {
                 == Some("required")
             {
                 listed.own_task_only.insert(name.to_owned());
+            }
+            if tool.get("outputSchema").is_some_and(Value::is_object) {
+                listed.with_output_schema.insert(name.to_owned());
             }
             let hint = |hint: &str| tool["annotations"][hint].as_bool() == Some(true);
             if hint("readOnlyHint") || hint("idempotentHint") {

@@ -23,19 +23,44 @@ fn plain_client(url: &str) -> Client {
     )
 }
 
-/// The deferred result's task id, asserting the shape a client and a model see.
+/// The deferred result's task id, asserting the shape a client and a model see: the id
+/// in `_meta`, words naming the exact next call, and `structuredContent` (where the tool
+/// has an `outputSchema`) carrying the same words.
 fn deferred_task(result: &Value) -> String {
     assert_eq!(result["isError"], false, "{result}");
-    let task_id = result["structuredContent"]["taskId"]
+    let task_id = result["_meta"][RELATED_TASK]["taskId"]
         .as_str()
         .unwrap_or_else(|| panic!("not a deferred result: {result}"))
         .to_owned();
-    assert_eq!(result["_meta"][RELATED_TASK]["taskId"], task_id.as_str());
-    assert!(
-        first_text(result).contains("get_task_result") && first_text(result).contains(&task_id),
-        "{result}"
-    );
+    let (tool, arguments) = next_call(result);
+    assert_eq!(tool, "get_task_result", "{result}");
+    assert_eq!(arguments["taskId"], task_id.as_str(), "{result}");
+    if let Some(structured) = result.get("structuredContent") {
+        assert_eq!(structured["taskId"], task_id.as_str(), "{result}");
+        assert_eq!(structured["message"], first_text(result), "{result}");
+        assert_eq!(structured["nextCall"]["arguments"], arguments, "{result}");
+    }
     task_id
+}
+
+/// The call a deferred result's words name, read as a model reads it: the JSON object
+/// after "call the tool NAME with".
+pub fn next_call(result: &Value) -> (String, Value) {
+    let text = first_text(result);
+    let marker = "call the tool ";
+    let at = text
+        .find(marker)
+        .unwrap_or_else(|| panic!("no next call in {text}"))
+        + marker.len();
+    let (tool, rest) = text[at..]
+        .split_once(" with ")
+        .unwrap_or_else(|| panic!("no arguments in {text}"));
+    let mut objects = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+    let arguments = objects
+        .next()
+        .and_then(Result::ok)
+        .unwrap_or_else(|| panic!("no JSON arguments in {text}"));
+    (tool.to_owned(), arguments)
 }
 
 /// How many `notifications/cancelled` the fixture upstream received.
@@ -44,7 +69,7 @@ fn cancels_heard(stats: &Value) -> usize {
 }
 
 fn is_deferred(result: &Value) -> bool {
-    result["structuredContent"]["taskId"].is_string() && result["_meta"][RELATED_TASK].is_object()
+    result["isError"] != true && result["_meta"][RELATED_TASK]["taskId"].is_string()
 }
 
 async fn get_task_result(client: &Client, arguments: Value) -> Value {
@@ -137,7 +162,13 @@ async fn a_long_call_is_deferred_and_get_task_result_returns_the_upstreams_resul
         "deferred after {waited:?}"
     );
     let task_id = deferred_task(first.result());
-    assert_eq!(first.result()["structuredContent"]["status"], "working");
+    // `sleep` lists no outputSchema: the words are all, for every host.
+    assert!(
+        first.result().get("structuredContent").is_none(),
+        "{}",
+        first.body
+    );
+    assert_eq!(next_call(first.result()).1["attempt"], 1);
 
     // Waiting less than the call needs gets another deferred result.
     let again = get_task_result(&client, json!({"taskId": task_id, "waitSeconds": 0})).await;
@@ -251,6 +282,24 @@ async fn bad_arguments_and_other_callers_get_a_clear_tool_error_and_nothing_upst
             "get_task_result",
             json!({"taskId": task_id, "waitSeconds": "soon"}),
             "waitSeconds",
+        ),
+        (
+            &client,
+            "get_task_result",
+            json!({"taskId": task_id, "attempt": 0}),
+            "attempt must be a whole number",
+        ),
+        (
+            &client,
+            "get_task_result",
+            json!({"taskId": task_id, "attempt": "two"}),
+            "attempt must be a whole number",
+        ),
+        (
+            &client,
+            "get_task_result",
+            json!({"taskId": task_id, "attempt": 2.5}),
+            "attempt must be a whole number",
         ),
         (&client, "cancel_task", json!({}), "needs arguments.taskId"),
         (&other, "cancel_task", json!({"taskId": task_id}), "no task"),
@@ -636,7 +685,7 @@ async fn a_forbidden_tool_is_not_deferred() {
 #[test]
 fn the_typescript_sdk_accepts_a_deferred_result_of_a_tool_with_an_output_schema() {
     use crate::common::stdio::start_stdio_gateway;
-    use crate::session_tasks::{line, ts_client_with};
+    use crate::session_tasks::ts_client_with;
     let server = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/stop_probe_server.mjs");
     let command = format!(
@@ -649,14 +698,134 @@ fn the_typescript_sdk_accepts_a_deferred_result_of_a_tool_with_an_output_schema(
         {"do": "listTools"},
         {"do": "callToolFetchDeferred", "name": "slow_structured",
          "arguments": {"text": "typed", "ms": 2000}},
+        {"do": "callToolFetchDeferred", "name": "sleep", "arguments": {"ms": 2000}},
     ]}));
     assert!(
         lines.iter().all(|l| l.get("error").is_none()),
         "the SDK refused a result: {lines:#?}"
     );
-    deferred_task(&line(&lines, "first")["first"]);
-    let result = &line(&lines, "result")["result"];
-    assert_eq!(result["structuredContent"]["echo"], "typed", "{lines:#?}");
+    let firsts: Vec<&Value> = lines.iter().filter_map(|l| l.get("first")).collect();
+    let results: Vec<&Value> = lines.iter().filter_map(|l| l.get("result")).collect();
+    assert_eq!((firsts.len(), results.len()), (2, 2), "{lines:#?}");
+    // With an outputSchema: structuredContent that validates and carries the words.
+    deferred_task(firsts[0]);
+    assert_eq!(firsts[0]["structuredContent"]["status"], "working");
+    assert_eq!(
+        results[0]["structuredContent"]["echo"], "typed",
+        "{lines:#?}"
+    );
+    // Without one: the words alone, which every host shows its model.
+    deferred_task(firsts[1]);
+    assert!(firsts[1].get("structuredContent").is_none(), "{lines:#?}");
+    assert_eq!(first_text(results[1]), "slept 2000 ms", "{lines:#?}");
+}
+
+/// A model that follows each answer's words never sends the same fetch twice: a tool
+/// that works 10 minutes, deferred after 2 s, is fetched as each answer says. The first
+/// fetches are made exactly as named (each waits the 2 s budget); the rest add
+/// `"waitSeconds": 0` to go through the 300 answers such a call gets in seconds.
+#[tokio::test]
+async fn successive_fetches_of_a_ten_minute_call_are_never_alike() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &["--defer-after-ms", "2000"]);
+    let client = plain_client(&url);
+    let first = client
+        .call_tool("sleep", json!({"ms": 600_000, "steps": 0}))
+        .await;
+    let task_id = deferred_task(first.result());
+    let mut calls: Vec<Value> = Vec::new();
+    let mut answer = first.result().clone();
+    for round in 0..300 {
+        let (tool, mut arguments) = next_call(&answer);
+        assert_eq!(tool, "get_task_result");
+        assert_eq!(arguments["taskId"], task_id.as_str());
+        assert_ne!(
+            calls.last(),
+            Some(&arguments),
+            "the same fetch twice: {answer}"
+        );
+        calls.push(arguments.clone());
+        if round >= 3 {
+            arguments["waitSeconds"] = json!(0);
+        }
+        let started = Instant::now();
+        answer = get_task_result(&client, arguments).await;
+        if round < 3 {
+            assert!(
+                started.elapsed() >= Duration::from_millis(1900),
+                "round {round}"
+            );
+        }
+        assert_eq!(deferred_task(&answer), task_id, "round {round}");
+        assert!(answer.get("structuredContent").is_none(), "{answer}");
+    }
+    let distinct: std::collections::HashSet<String> = calls.iter().map(Value::to_string).collect();
+    assert_eq!(distinct.len(), calls.len(), "every fetch differs");
+    // A fetch that names an old attempt, or none, still gets the task.
+    for stale in [
+        json!({"taskId": task_id, "attempt": 1, "waitSeconds": 0}),
+        json!({"taskId": task_id, "waitSeconds": 0}),
+    ] {
+        let answer = get_task_result(&client, stale.clone()).await;
+        assert_eq!(deferred_task(&answer), task_id, "{stale}");
+    }
+    let cancelled = client
+        .call_tool("cancel_task", json!({"taskId": task_id}))
+        .await;
+    assert_eq!(cancelled.result()["isError"], false, "{}", cancelled.body);
+}
+
+/// `waitSeconds` above the budget is honoured up to `--deferred-max-wait-ms`: one fetch
+/// of a 6 s tool deferred after 1 s gets its result; without the flag the same fetch
+/// waits the budget only.
+#[tokio::test]
+async fn a_fetch_waits_longer_than_the_budget_up_to_the_operators_cap() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let flags = ["--defer-after-ms", "1000", "--deferred-max-wait-ms", "8000"];
+    let (_gateway, url) = start_gateway(&upstream_url, &flags);
+    let client = plain_client(&url);
+
+    let listed = client.request("tools/list", json!({})).await;
+    let tools = listed.result()["tools"].as_array().expect("tools").clone();
+    let get = tools
+        .iter()
+        .find(|t| t["name"] == "get_task_result")
+        .expect("listed");
+    assert_eq!(
+        get["inputSchema"]["properties"]["waitSeconds"]["maximum"],
+        8
+    );
+
+    let first = client
+        .call_tool("sleep", json!({"ms": 6000, "steps": 0}))
+        .await;
+    let task_id = deferred_task(first.result());
+    assert!(first_text(first.result()).contains("\"waitSeconds\" (up to 8)"));
+    let started = Instant::now();
+    let result = get_task_result(&client, json!({"taskId": task_id, "waitSeconds": 60})).await;
+    assert_eq!(first_text(&result), "slept 6000 ms", "{result}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Without the flag, the cap is the budget: the same ask waits 1 s and defers again.
+    let (_plain, plain_url) = start_gateway(&upstream_url, &["--defer-after-ms", "1000"]);
+    let client = plain_client(&plain_url);
+    let first = client
+        .call_tool("sleep", json!({"ms": 6000, "steps": 0}))
+        .await;
+    let task_id = deferred_task(first.result());
+    assert!(!first_text(first.result()).contains("waitSeconds"));
+    let started = Instant::now();
+    let again = get_task_result(&client, json!({"taskId": task_id, "waitSeconds": 60})).await;
+    assert_eq!(deferred_task(&again), task_id);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
 }
 
 /// Session clients passed through to a 2025-xx HTTP upstream's own sessions (the fixture

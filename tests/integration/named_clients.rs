@@ -226,7 +226,7 @@ async fn named_clients_python_without_tasks_meets_its_paths_deferral_only() {
     assert!(tools.contains(&json!("get_task_result")), "{seen}");
     let deferred = seen["deferred"].as_array().expect("deferred results");
     assert!(!deferred.is_empty(), "the call was not deferred: {seen}");
-    let task_id = deferred[0]["structuredContent"]["taskId"]
+    let task_id = deferred[0]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"]
         .as_str()
         .unwrap_or_else(|| panic!("no taskId: {seen}"));
     assert_eq!(

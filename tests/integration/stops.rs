@@ -390,7 +390,7 @@ async fn stops_of_deferred_calls_reach_a_json_response_upstream() {
     let client = Client::new(&url, json!({"elicitation": {"form": {}}}));
 
     let deferred = client.call_tool("sleep", json!({"ms": 60000})).await;
-    let task_id = deferred.result()["structuredContent"]["taskId"]
+    let task_id = deferred.result()["_meta"]["io.modelcontextprotocol/related-task"]["taskId"]
         .as_str()
         .unwrap_or_else(|| panic!("not deferred: {}", deferred.body))
         .to_owned();
@@ -441,7 +441,7 @@ async fn stops_of_deferred_pass_through_calls_reach_the_upstream(kind: Kind) {
 
     // cancel_task of the deferred call.
     let first = session_request(&session, 1, "tools/call", sleep.clone()).await;
-    let task_id = first["result"]["structuredContent"]["taskId"]
+    let task_id = first["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"]
         .as_str()
         .unwrap_or_else(|| panic!("not deferred: {first}"))
         .to_owned();
@@ -467,7 +467,7 @@ async fn stops_of_deferred_pass_through_calls_reach_the_upstream(kind: Kind) {
     let started = Instant::now() + Duration::from_millis(1500);
     let deferred = session_request(&session, 4, "tools/call", sleep.clone()).await;
     assert!(
-        deferred["result"]["structuredContent"]["taskId"].is_string(),
+        deferred["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"].is_string(),
         "{deferred}"
     );
     upstream.wait_started(3).await;

@@ -19,14 +19,14 @@ use crate::server::reply::{self, Body};
 use crate::server::sse::keepalive::ProgressKeepAlive;
 use crate::server::sse::{sse_event, sse_response_kept};
 use crate::store::TaskRecord;
-use crate::tasks::deferral::{Deferrals, deferred_of, failure_of, tool_of};
+use crate::tasks::deferral::{Asked, Deferrals, failure_of, tool_of};
 use crate::tasks::{Started, TaskService};
 use crate::upstream::Caller;
 use mtg_protocol::jsonrpc::{self, ErrorObject};
 use mtg_protocol::names::method;
 use mtg_protocol::task_support::TaskSupport;
 use mtg_protocol::wire::TaskStatus;
-use mtg_protocol::wire::deferred::{self, CANCEL_TASK, GET_TASK_RESULT, ToolNames};
+use mtg_protocol::wire::deferred::{self, CANCEL_TASK, GET_TASK_RESULT, ToolNames, Waits};
 use mtg_protocol::wire::dialect_2025::RELATED_TASK;
 
 /// Room for events the client has not read yet.
@@ -48,7 +48,8 @@ pub async fn serve(
     if params.get("task").is_some() || policy != TaskSupport::Optional {
         return None;
     }
-    if let Some(answer) = gateway_tool(gateway, session, id, params, after).await {
+    let waits = gateway.deferrals.waits()?;
+    if let Some(answer) = gateway_tool(gateway, session, id, params, waits).await {
         return Some(answer);
     }
     Some(call(gateway, session, id, params, tool, after).await)
@@ -61,7 +62,7 @@ pub async fn gateway_tool(
     session: &TaskSession,
     id: &Value,
     params: &Value,
-    after: Duration,
+    waits: Waits,
 ) -> Option<Response<Body>> {
     let tool = params.get("name")?.as_str()?;
     if !deferred::may_be_gateway_tool(tool) {
@@ -69,7 +70,7 @@ pub async fn gateway_tool(
     }
     let names = tool_names(gateway, session).await;
     if tool == names.get_result {
-        return Some(get_result(gateway, session, id, params, &names, after).await);
+        return Some(get_result(gateway, session, id, params, &names, waits).await);
     }
     if tool == names.cancel {
         return Some(cancel(gateway, session, id, params).await);
@@ -159,8 +160,8 @@ enum Purpose {
     /// The call itself: its failure is the call's error, as without deferral, and a
     /// client that leaves within the budget cancels it (it never learned the id).
     Call,
-    /// `get_task_result`: a failure is a result saying so.
-    GetResult,
+    /// `get_task_result` with the `attempt` it carried: a failure is a result saying so.
+    GetResult { attempt: Option<u64> },
 }
 
 async fn get_result(
@@ -169,17 +170,13 @@ async fn get_result(
     id: &Value,
     params: &Value,
     names: &ToolNames,
-    after: Duration,
+    waits: Waits,
 ) -> Response<Body> {
-    let arguments = params.get("arguments");
-    let task_id = match deferred::task_id_argument(arguments, &names.get_result) {
-        Ok(task_id) => task_id,
+    let fetch = match deferred::fetch_arguments(params.get("arguments"), &names.get_result, waits) {
+        Ok(fetch) => fetch,
         Err(refusal) => return tool_answer(id, refusal),
     };
-    let limit = match deferred::wait_argument(arguments, after) {
-        Ok(limit) => limit,
-        Err(refusal) => return tool_answer(id, refusal),
-    };
+    let (task_id, limit) = (fetch.task_id, fetch.wait);
     gateway.tasks.meter().gateway_tool_called(GET_TASK_RESULT);
     let Ok(task) = gateway.tasks.get(task_id, &session.principal).await else {
         return tool_answer(id, deferred::unknown_task(task_id));
@@ -190,7 +187,9 @@ async fn get_result(
         task_id: task_id.to_owned(),
         tool,
         limit,
-        purpose: Purpose::GetResult,
+        purpose: Purpose::GetResult {
+            attempt: fetch.attempt,
+        },
         progress: None,
         keepalive: None,
     };
@@ -280,12 +279,7 @@ fn stream(gateway: &Gateway, session: &TaskSession, answering: Answering) -> Res
             Some(Ok(Some(task))) => answer_of(&task, purpose),
             Some(Ok(None)) => return,
             Some(Err(error)) => Err(error),
-            None => {
-                still_running(
-                    &tasks, &deferrals, &session, &task_id, &tool, limit, purpose,
-                )
-                .await
-            }
+            None => still_running(&tasks, &deferrals, &session, &task_id, &tool, purpose).await,
         };
         let body = match answer {
             Ok(result) => jsonrpc::success_body_of(&id, &result),
@@ -304,7 +298,6 @@ async fn still_running(
     session: &TaskSession,
     task_id: &str,
     tool: &str,
-    limit: Duration,
     purpose: Purpose,
 ) -> Result<Value, ErrorObject> {
     let task = tasks.get(task_id, &session.principal).await?;
@@ -319,9 +312,11 @@ async fn still_running(
         auth: session.auth.as_ref(),
         session: None,
     };
-    let names = deferrals.tool_names(&caller).await;
-    let after = deferrals.after().unwrap_or(limit);
-    Ok(deferred_of(&task, tool, &names, after))
+    let asked = match purpose {
+        Purpose::Call => Asked::Call(tool),
+        Purpose::GetResult { attempt } => Asked::Fetch { attempt },
+    };
+    Ok(deferrals.still_running(&caller, &task, asked).await)
 }
 
 /// An ended task as the client's answer: the upstream's own result, as without deferral.

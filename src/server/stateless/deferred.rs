@@ -16,25 +16,25 @@ use crate::server::Gateway;
 use crate::server::sse::keepalive::ProgressKeepAlive;
 use crate::server::sse::{sse_event, sse_response_kept};
 use crate::tasks::NotificationRelay;
-use crate::tasks::deferral::{Deferrals, deferred_of, failure_of, tool_of};
+use crate::tasks::deferral::{Asked, Deferrals, failure_of};
 use crate::tasks::{Started, ToolCall};
 use crate::upstream::Caller;
 use mtg_protocol::jsonrpc::{self, ErrorObject};
 use mtg_protocol::names::method;
 use mtg_protocol::upgrade;
 use mtg_protocol::wire::TaskStatus;
-use mtg_protocol::wire::deferred::{self, CANCEL_TASK, GET_TASK_RESULT, ToolNames};
+use mtg_protocol::wire::deferred::{self, CANCEL_TASK, GET_TASK_RESULT, ToolNames, Waits};
 
 /// Serves a call of one of the gateway's tools; `None` when `tool` is the upstream's.
 pub(super) async fn gateway_tool(
     gateway: &Gateway,
     request: &Request<'_>,
     tool: &str,
-    after: Duration,
+    waits: Waits,
 ) -> Option<Outcome> {
     let names = tool_names(gateway, request).await;
     let result = if tool == names.get_result {
-        get_result(gateway, request, &names, after).await
+        get_result(gateway, request, &names, waits).await
     } else if tool == names.cancel {
         cancel(gateway, request).await
     } else {
@@ -62,7 +62,7 @@ pub(super) async fn call(
         auth: auth.as_ref(),
         session: None,
     };
-    let result = answer_of(started, tool, &gateway.deferrals, &caller, after).await?;
+    let result = answer_of(started, tool, &gateway.deferrals, &caller).await?;
     Ok(jsonrpc::success_body_of(&request.id, &result).into())
 }
 
@@ -118,7 +118,7 @@ pub(super) fn call_streamed(
             auth: auth.as_ref(),
             session: None,
         };
-        let last = match answer_of(started, &tool, &deferrals, &caller, after).await {
+        let last = match answer_of(started, &tool, &deferrals, &caller).await {
             Ok(result) => jsonrpc::success_body_of(&id, &result),
             Err(error) => jsonrpc::error_body(Some(&id), &error),
         };
@@ -156,15 +156,15 @@ async fn answer_of(
     tool: &str,
     deferrals: &Deferrals,
     caller: &Caller<'_>,
-    after: Duration,
 ) -> Result<Value, ErrorObject> {
     let mut result = match started? {
         Started::Inline(answer) => serde_json::from_str::<Value>(answer?.get())
             .map_err(|e| ErrorObject::internal(format!("the upstream's result: {e}")))?,
         Started::Task(task) => {
             deferrals.meter().call_deferred();
-            let names = deferrals.tool_names(caller).await;
-            deferred_of(&task, tool, &names, after)
+            deferrals
+                .still_running(caller, &task, Asked::Call(tool))
+                .await
         }
     };
     // An MRTR round keeps its own shape, as a forwarded call's does.
@@ -184,23 +184,21 @@ async fn tool_names(gateway: &Gateway, request: &Request<'_>) -> ToolNames {
     gateway.deferrals.tool_names(&caller).await
 }
 
-/// `get_task_result`: waits up to `min(waitSeconds, budget)` for the task, then answers
-/// with its result, its failure, its question (MRTR) or another deferred result.
+/// `get_task_result`: waits up to `waitSeconds` (the budget without one, at most
+/// `--deferred-max-wait-ms`) for the task, then answers with its result, its failure,
+/// its question (MRTR) or another deferred result naming the next call.
 async fn get_result(
     gateway: &Gateway,
     request: &Request<'_>,
     names: &ToolNames,
-    after: Duration,
+    waits: Waits,
 ) -> Result<Value, ErrorObject> {
     let arguments = arguments_of(request);
-    let task_id = match deferred::task_id_argument(arguments, &names.get_result) {
-        Ok(task_id) => task_id,
+    let fetch = match deferred::fetch_arguments(arguments, &names.get_result, waits) {
+        Ok(fetch) => fetch,
         Err(refusal) => return Ok(refusal),
     };
-    let limit = match deferred::wait_argument(arguments, after) {
-        Ok(limit) => limit,
-        Err(refusal) => return Ok(refusal),
-    };
+    let (task_id, limit) = (fetch.task_id, fetch.wait);
     gateway.tasks.meter().gateway_tool_called(GET_TASK_RESULT);
     let Ok(task) = gateway
         .deferrals
@@ -230,7 +228,18 @@ async fn get_result(
             method::TOOLS_CALL,
             request.params.as_ref(),
         ),
-        TaskStatus::Working => deferred_of(&task, &tool_of(&task), names, after),
+        TaskStatus::Working => {
+            let (capabilities, auth) = caller_of(request);
+            let caller = Caller {
+                capabilities: &capabilities,
+                auth: auth.as_ref(),
+                session: None,
+            };
+            let asked = Asked::Fetch {
+                attempt: fetch.attempt,
+            };
+            gateway.deferrals.still_running(&caller, &task, asked).await
+        }
     })
 }
 

@@ -24,7 +24,7 @@ use crate::server::reply::Body;
 use crate::server::sse::keepalive::ProgressKeepAlive;
 use crate::server::sse::{sse_event, sse_response_kept};
 use crate::store::TaskRecord;
-use crate::tasks::deferral::Deferrals;
+use crate::tasks::deferral::{Asked, Deferrals};
 use crate::tasks::mrtr_bridge::{self, BridgedCall, MrtrBridge, Resumed};
 use crate::upstream::forward::{self, Forwarded, How};
 use crate::upstream::{Caller, Upstream, UpstreamEvent};
@@ -113,10 +113,11 @@ async fn answer(
             let mut result = answer?;
             upgrade::complete_result(&call.method, &mut result);
             if call.method == method::TOOLS_LIST
-                && let Some((after, deferrals)) = &route.deferral
+                && let Some((_, deferrals)) = &route.deferral
+                && let Some(waits) = deferrals.waits()
             {
                 let names = deferrals.tool_names(&caller).await;
-                deferred::advertise(&mut result, &names, after.as_secs().max(1));
+                deferred::advertise(&mut result, &names, waits);
             }
             Ok(result)
         }
@@ -130,7 +131,7 @@ async fn answer(
 
 /// A deferred call's answer to a retry that found it still running.
 async fn still_running(route: &Route, call: &BridgedCall, task: &TaskRecord) -> Value {
-    let Some((after, deferrals)) = &route.deferral else {
+    let Some((_, deferrals)) = &route.deferral else {
         return json!(crate::tasks::render::task_result(task, ResultType::Task));
     };
     let caller = Caller {
@@ -138,13 +139,10 @@ async fn still_running(route: &Route, call: &BridgedCall, task: &TaskRecord) -> 
         auth: call.auth.as_ref(),
         session: None,
     };
+    // The retry is of the deferred call itself, or of a `get_task_result` that asked.
     let names = deferrals.tool_names(&caller).await;
-    crate::tasks::deferral::deferred_of(
-        task,
-        &crate::tasks::deferral::tool_of(task),
-        &names,
-        *after,
-    )
+    let asked = Asked::of(call.client_params.as_ref(), &names);
+    deferrals.still_running(&caller, task, asked).await
 }
 
 /// The answer on SSE: the call's notifications the client asked for, then the result.

@@ -166,9 +166,9 @@ async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
         .deferrals
         .after()
         .filter(|_| !meta::declares_tasks(params));
-    if let Some(after) = defer_after
+    if let Some(waits) = defer_after.and(gateway.deferrals.waits())
         && mtg_protocol::wire::deferred::may_be_gateway_tool(tool)
-        && let Some(answered) = deferred::gateway_tool(gateway, &request, tool, after).await
+        && let Some(answered) = deferred::gateway_tool(gateway, &request, tool, waits).await
     {
         return answered;
     }

@@ -42,9 +42,12 @@ pub(super) struct CallContext {
     /// For a session that declared tasks: each tool's `execution.taskSupport` in
     /// `tools/list` comes from these.
     pub tool_policies: Option<crate::tasks::policy::Policies>,
-    /// With `--defer-after-ms`: the longest wait of `get_task_result`, in seconds, and
-    /// the names the gateway's two tools go by, added to `tools/list`.
-    pub deferral: Option<(u64, mtg_protocol::wire::deferred::ToolNames)>,
+    /// With `--defer-after-ms`: how long `get_task_result` waits, and the names the
+    /// gateway's two tools go by, added to `tools/list`.
+    pub deferral: Option<(
+        mtg_protocol::wire::deferred::Waits,
+        mtg_protocol::wire::deferred::ToolNames,
+    )>,
     /// `--progress-keepalive-ms`.
     pub progress_keepalive: Option<crate::server::sse::keepalive::Every>,
 }
@@ -92,9 +95,9 @@ pub(super) async fn serve(
                 crate::server::session::tasks::negotiate::annotate_tools(&mut result, policies);
             }
             if method == method::TOOLS_LIST
-                && let Some((max_wait, names)) = &context.deferral
+                && let Some((waits, names)) = &context.deferral
             {
-                mtg_protocol::wire::deferred::advertise(&mut result, names, *max_wait);
+                mtg_protocol::wire::deferred::advertise(&mut result, names, *waits);
             }
             jsonrpc::success_body_of(&id, &result)
         }

@@ -165,9 +165,9 @@ impl GatewaySessions {
                     return response;
                 }
                 // With deferral on, `tools/list` also lists the gateway's two tools.
-                let deferral = match defer_after {
-                    Some(after) if method == method::TOOLS_LIST => Some((
-                        after.as_secs().max(1),
+                let deferral = match gateway.deferrals.waits() {
+                    Some(waits) if method == method::TOOLS_LIST => Some((
+                        waits,
                         crate::server::session::deferred::tool_names(gateway, &tasks_session())
                             .await,
                     )),

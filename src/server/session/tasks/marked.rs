@@ -15,6 +15,13 @@ use sse_stream::SseStream;
 use super::negotiate::{self, Declared};
 use super::push;
 use super::{Handled, TaskSession};
+
+/// With deferral on, what `tools/list` adds: how long `get_task_result` waits, and the
+/// names of the gateway's two tools.
+type Listed = (
+    mtg_protocol::wire::deferred::Waits,
+    mtg_protocol::wire::deferred::ToolNames,
+);
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};
 use crate::server::session::passthrough::forward;
@@ -120,7 +127,7 @@ impl MarkedCall {
         self,
         gateway: &Gateway,
         response: Response<Body>,
-        listed: Option<(u64, mtg_protocol::wire::deferred::ToolNames)>,
+        listed: Option<Listed>,
     ) -> Response<Body> {
         let response = remarked(response, self.modes);
         match self.message {
@@ -195,7 +202,7 @@ pub async fn list_tools(
     response: Response<Body>,
     id: &Value,
     policies: Option<&crate::tasks::policy::Policies>,
-    listed: Option<(u64, mtg_protocol::wire::deferred::ToolNames)>,
+    listed: Option<Listed>,
 ) -> Response<Body> {
     if policies.is_none() && listed.is_none() {
         return response;
@@ -204,8 +211,8 @@ pub async fn list_tools(
         if let Some(policies) = policies {
             negotiate::annotate_tools(result, policies);
         }
-        if let Some((max_wait, names)) = &listed {
-            mtg_protocol::wire::deferred::advertise(result, names, *max_wait);
+        if let Some((waits, names)) = &listed {
+            mtg_protocol::wire::deferred::advertise(result, names, *waits);
         }
     })
     .await

@@ -31,7 +31,7 @@ use crate::upstream::http::prepare_to_send_on;
 use mtg_protocol::jsonrpc::Message;
 use mtg_protocol::names::method;
 use mtg_protocol::task_support::TaskSupport;
-use mtg_protocol::wire::deferred::ToolNames;
+use mtg_protocol::wire::deferred::{ToolNames, Waits};
 
 /// Whether a pass-through POST may be one to watch, judged from its bytes, so that no
 /// other message is parsed: deferral on and a `tools/…` method, or keep-alive on and a
@@ -82,7 +82,11 @@ pub async fn route(gateway: &Gateway, session: &TaskSession, message: &Message) 
     if let Some(after) = after
         && method == method::TOOLS_CALL
     {
-        if let Some(answer) = deferred::gateway_tool(gateway, session, id, params, after).await {
+        let waits = gateway
+            .deferrals
+            .waits()
+            .unwrap_or(Waits::new(after, after));
+        if let Some(answer) = deferred::gateway_tool(gateway, session, id, params, waits).await {
             return Route::Answer(answer);
         }
         let tool = params.get("name").and_then(Value::as_str).unwrap_or("");
@@ -109,14 +113,11 @@ pub async fn route(gateway: &Gateway, session: &TaskSession, message: &Message) 
     }))
 }
 
-/// With deferral on: what `tools/list` adds (the longest wait of `get_task_result`, in
-/// seconds, and the names of the gateway's two tools).
-pub async fn listed(gateway: &Gateway, session: &TaskSession) -> Option<(u64, ToolNames)> {
-    let after = gateway.deferrals.after()?;
-    Some((
-        after.as_secs().max(1),
-        deferred::tool_names(gateway, session).await,
-    ))
+/// With deferral on: what `tools/list` adds (how long `get_task_result` waits, and the
+/// names of the gateway's two tools).
+pub async fn listed(gateway: &Gateway, session: &TaskSession) -> Option<(Waits, ToolNames)> {
+    let waits = gateway.deferrals.waits()?;
+    Some((waits, deferred::tool_names(gateway, session).await))
 }
 
 /// Sends the request upstream as the client sent it (through the pool: the call may

@@ -3,7 +3,6 @@
 //! that the upstream's answer can outlive the client's request.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Response, StatusCode, header};
@@ -23,7 +22,7 @@ use crate::server::session::tasks::TaskSession;
 use crate::server::sse::keepalive::ProgressKeepAlive;
 use crate::server::sse::{sse_event, sse_response};
 use crate::tasks::TaskService;
-use crate::tasks::deferral::{Deferrals, deferred_of};
+use crate::tasks::deferral::{Asked, Deferrals};
 use crate::upstream::http::{describe_client_error, remove_hop_by_hop};
 use crate::upstream::stream::PendingHead;
 use crate::upstream::{Caller, Upstream, UpstreamError};
@@ -40,7 +39,6 @@ pub struct Watcher {
     tool: String,
     /// When the call is deferred, while it may be.
     defer_at: Option<Instant>,
-    defer_after: Duration,
     keepalive: Option<ProgressKeepAlive>,
     /// The client takes SSE: a kept-alive call's JSON answer may become a stream.
     accepts_sse: bool,
@@ -56,7 +54,6 @@ enum Flow {
 
 impl Watcher {
     pub fn new(gateway: &Gateway, session: TaskSession, watch: Watch, accepts_sse: bool) -> Self {
-        let defer_after = watch.defer.unwrap_or_default();
         Self {
             tasks: gateway.tasks.clone(),
             upstream: gateway.upstream.clone(),
@@ -66,7 +63,6 @@ impl Watcher {
             params: watch.params,
             tool: watch.tool,
             defer_at: watch.defer.map(|after| Instant::now() + after),
-            defer_after,
             keepalive: watch.keepalive,
             accepts_sse,
             finished: false,
@@ -351,8 +347,10 @@ impl Watcher {
             auth: self.session.auth.as_ref(),
             session: None,
         };
-        let names = self.deferrals.tool_names(&caller).await;
-        Ok(deferred_of(&task, &self.tool, &names, self.defer_after))
+        Ok(self
+            .deferrals
+            .still_running(&caller, &task, Asked::Call(&self.tool))
+            .await)
     }
 
     /// Tells the upstream the call is off (`notifications/cancelled`), unless it ended.
