@@ -1,7 +1,14 @@
-//! Deferred results (`--defer-after-ms`): a call of a client that cannot take a task runs
-//! as a task of its caller, and a model fetches or stops it with two tools the gateway
-//! adds (`mtg_protocol::wire::deferred`). Waiting for a deferred call, and which names
-//! those tools go by.
+//! Calls of clients that cannot take a task, run as tasks of their callers and answered
+//! on the call itself:
+//! - with `--defer-after-ms`, any such call: past the budget it gets a deferred result,
+//!   and a model fetches or stops it with two tools the gateway adds
+//!   (`mtg_protocol::wire::deferred`);
+//! - a call of a tool the upstream runs only as its own task (`upstream_tasks`), which
+//!   could not be forwarded as it came: it is answered when it ends (deferred past the
+//!   budget when deferral is on).
+//!
+//! Waiting for such a call, its "still running" answers, and which names the gateway's
+//! tools go by.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +24,10 @@ use mtg_protocol::wire::deferred::{
 };
 use serde_json::Value;
 
+/// A budget that does not pass: the call is answered when it ends (the upstream timeout
+/// and the task's TTL still stop it).
+pub const UNTIL_IT_ENDS: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
 /// Deferred calls: waiting for one, and the gateway's tool names.
 #[derive(Clone)]
 pub struct Deferrals {
@@ -24,6 +35,35 @@ pub struct Deferrals {
 }
 
 impl Deferrals {
+    /// How long a plain `tools/call` of `tool`, from a client that will not take a task,
+    /// runs as the caller's task before it is answered on the call: `--defer-after-ms`
+    /// when deferral is on; [`UNTIL_IT_ENDS`] for a tool the upstream runs only as its own
+    /// task; `None` otherwise (the call is forwarded as it came).
+    pub async fn answer_within(&self, caller: &Caller<'_>, tool: &str) -> Option<Duration> {
+        if let Some(after) = self.after() {
+            return Some(after);
+        }
+        self.runs_only_as_task(caller, tool)
+            .await
+            .then_some(UNTIL_IT_ENDS)
+    }
+
+    /// Whether the upstream runs `tool` only as its own task.
+    pub async fn runs_only_as_task(&self, caller: &Caller<'_>, tool: &str) -> bool {
+        let upstream = self.tasks.upstream.as_ref();
+        self.tasks
+            .tool_traits
+            .own_task_only(upstream, caller, tool)
+            .await
+    }
+
+    /// Whether a client's plain `tools/call` may need the gateway even with deferral
+    /// off: `false` once the upstream's listing showed no tool it runs only as a task.
+    /// Read without a lock, for paths that otherwise parse nothing.
+    pub fn may_run_task_only_tools(&self) -> bool {
+        self.tasks.tool_traits.may_have_own_task_only()
+    }
+
     /// The metrics of the upstream whose calls these are.
     pub fn meter(&self) -> &crate::telemetry::Meter {
         self.tasks.meter()

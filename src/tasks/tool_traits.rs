@@ -6,6 +6,8 @@
 //! credentials, kept a minute; a listing that cannot be had counts as "neither".
 
 use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -19,12 +21,23 @@ const LIST_TIMEOUT: Duration = Duration::from_secs(10);
 /// A listing longer than this many pages is not followed further.
 const MAX_PAGES: usize = 20;
 
-#[derive(Default)]
 pub struct ToolTraits {
-    listing: Mutex<Option<(Instant, Listed)>>,
+    listing: Mutex<Option<(Instant, Arc<Listed>)>>,
+    /// Whether the last listing had a tool the upstream runs only as its own task (or
+    /// there was none yet): read without a lock on paths that parse nothing otherwise.
+    maybe_own_task_only: AtomicBool,
 }
 
-#[derive(Default, Clone)]
+impl Default for ToolTraits {
+    fn default() -> Self {
+        Self {
+            listing: Mutex::default(),
+            maybe_own_task_only: AtomicBool::new(true),
+        }
+    }
+}
+
+#[derive(Default)]
 struct Listed {
     /// Whether the listing was had: without it nothing is known.
     complete: bool,
@@ -36,6 +49,12 @@ struct Listed {
 }
 
 impl ToolTraits {
+    /// Whether the upstream may have a tool it runs only as its own task: `false` only
+    /// once a listing showed none.
+    pub fn may_have_own_task_only(&self) -> bool {
+        self.maybe_own_task_only.load(Ordering::Relaxed)
+    }
+
     /// Whether the upstream runs `tool` only as a task of its own.
     pub async fn own_task_only(
         &self,
@@ -86,18 +105,20 @@ impl ToolTraits {
         tools.map(|tool| listed.names.contains(tool))
     }
 
-    async fn listed(&self, upstream: &dyn Upstream, caller: &Caller<'_>) -> Listed {
+    async fn listed(&self, upstream: &dyn Upstream, caller: &Caller<'_>) -> Arc<Listed> {
         let mut listing = self.listing.lock().await;
-        let stale = listing
-            .as_ref()
-            .is_none_or(|(at, _)| at.elapsed() > FRESH_FOR);
-        if stale {
-            *listing = Some((Instant::now(), list(upstream, caller).await));
+        match listing.as_ref() {
+            Some((at, listed)) if at.elapsed() <= FRESH_FOR => listed.clone(),
+            _ => {
+                let listed = Arc::new(list(upstream, caller).await);
+                self.maybe_own_task_only.store(
+                    !listed.complete || !listed.own_task_only.is_empty(),
+                    Ordering::Relaxed,
+                );
+                *listing = Some((Instant::now(), listed.clone()));
+                listed
+            }
         }
-        listing
-            .as_ref()
-            .map(|(_, listed)| listed.clone())
-            .unwrap_or_default()
     }
 }
 

@@ -32,15 +32,15 @@ use mtg_protocol::wire::dialect_2025::RELATED_TASK;
 /// Room for events the client has not read yet.
 const BACKLOG: usize = 64;
 
-/// Serves a `tools/call` of the session with deferral on; `None` when it is not one the
-/// gateway defers (a task-augmented call, a tool that runs only as a task or never as
-/// one).
+/// Serves a plain `tools/call` of the session that the gateway runs as a task: with
+/// deferral on, any such call and the gateway's own tools; with it off, a call of a
+/// tool the upstream runs only as its own task. `None` for every other call (a
+/// task-augmented one, a tool whose policy is `required` or `forbidden`).
 pub async fn serve(
     gateway: &Gateway,
     session: &TaskSession,
     id: &Value,
     params: Option<&Value>,
-    after: Duration,
 ) -> Option<Response<Body>> {
     let params = params?;
     let tool = params.get("name")?.as_str()?;
@@ -48,11 +48,18 @@ pub async fn serve(
     if params.get("task").is_some() || policy != TaskSupport::Optional {
         return None;
     }
-    let waits = gateway.deferrals.waits()?;
-    if let Some(answer) = gateway_tool(gateway, session, id, params, waits).await {
+    if let Some(waits) = gateway.deferrals.waits()
+        && let Some(answer) = gateway_tool(gateway, session, id, params, waits).await
+    {
         return Some(answer);
     }
-    Some(call(gateway, session, id, params, tool, after).await)
+    let caller = Caller {
+        capabilities: &session.capabilities,
+        auth: session.auth.as_ref(),
+        session: None,
+    };
+    let limit = gateway.deferrals.answer_within(&caller, tool).await?;
+    Some(call(gateway, session, id, params, tool, limit).await)
 }
 
 /// Answers a call of the gateway's `get_task_result` or `cancel_task`; `None` for any
@@ -88,7 +95,8 @@ pub async fn tool_names(gateway: &Gateway, session: &TaskSession) -> ToolNames {
     gateway.deferrals.tool_names(&caller).await
 }
 
-async fn call(
+/// Runs the call as a task of the session and answers it on SSE within `after`.
+pub(super) async fn call(
     gateway: &Gateway,
     session: &TaskSession,
     id: &Value,

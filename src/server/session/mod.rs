@@ -91,7 +91,8 @@ pub async fn serve(
 }
 
 /// An unmarked session's `tools/list` while calls are watched: the upstream's list with
-/// the gateway's deferred-result tools added.
+/// the gateway's deferred-result tools added and its task-only tools offered for plain
+/// calls.
 async fn list_watched_tools(
     gateway: &Gateway,
     pinned: &PinnedConn,
@@ -103,7 +104,7 @@ async fn list_watched_tools(
 ) -> Response<Body> {
     let listed = watched::listed(gateway, session).await;
     let response = passthrough::forward(&gateway.client, pinned, url, parts, body).await;
-    tasks::marked::list_tools(response, &id, None, listed).await
+    tasks::marked::list_tools(response, &id, &gateway.policies, false, listed).await
 }
 
 /// A marked session's POST that is not a task message: watched when it is a call to
@@ -115,7 +116,9 @@ async fn marked_passed_on(
     passed: tasks::marked::PassedOn,
 ) -> Response<Body> {
     let tasks::marked::PassedOn { parts, body, call } = passed;
-    let watching = gateway.deferrals.after().is_some() || gateway.progress_keepalive.is_some();
+    let watching = gateway.deferrals.after().is_some()
+        || gateway.progress_keepalive.is_some()
+        || gateway.deferrals.may_run_task_only_tools();
     let route = match watching {
         true => watched::route(gateway, &call.session, &call.message).await,
         false => watched::Route::PassOn,

@@ -195,20 +195,27 @@ async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
             format!("tool {tool:?} runs only as a task: declare the io.modelcontextprotocol/tasks extension"),
         )
         .with_data(wire::missing_tasks_capability_data())),
-        // A call that streams its progress or log messages is forwarded as it is.
-        // A `forbidden` tool is never a task, deferred or not.
-        CallPlan::Inline => match defer_after
-            .filter(|_| gateway.policies.policy_of(tool) != TaskSupport::Forbidden)
-        {
-            Some(after) => {
-                let tool = tool.to_owned();
-                match wanted::Wanted::of(params) {
-                    None => deferred::call(gateway, request, &tool, after).await,
-                    Some(wanted) => deferred::call_streamed(gateway, request, &tool, after, wanted),
+        // A `forbidden` tool is never a task, deferred or not. Any other runs as the
+        // caller's task, answered on the call, with deferral on and when the upstream
+        // runs it only as its own task (the call could not be forwarded as it came).
+        CallPlan::Inline => {
+            let budget = match gateway.policies.policy_of(tool) {
+                TaskSupport::Forbidden => None,
+                _ => gateway.deferrals.answer_within(&caller, tool).await,
+            };
+            match budget {
+                Some(after) => {
+                    let tool = tool.to_owned();
+                    match wanted::Wanted::of(params) {
+                        None => deferred::call(gateway, request, &tool, after).await,
+                        Some(wanted) => {
+                            deferred::call_streamed(gateway, request, &tool, after, wanted)
+                        }
+                    }
                 }
+                None => forward(gateway, request).await,
             }
-            None => forward(gateway, request).await,
-        },
+        }
         CallPlan::Task => {
             let params = upstream_params(request.params.unwrap_or_default());
             let call = ToolCall {

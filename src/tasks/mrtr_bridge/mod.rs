@@ -202,13 +202,18 @@ impl MrtrBridge {
         self.tasks
             .update(&claims.task_id, &owner, responses)
             .await?;
-        // A task's call answers within the promotion budget, or becomes the task; a
-        // deferred call's within the deferral budget, or is deferred again.
-        let deferred_after = self
-            .tasks
-            .settings
-            .defer_after
-            .filter(|_| claims.visible && !mtg_protocol::meta::declares_tasks(Some(params)));
+        // A task's call answers within the promotion budget, or becomes the task. The
+        // call of a client without the extension (`tasks::deferral`) answers within the
+        // deferral budget, or is deferred again; with deferral off it is a call of a
+        // tool the upstream runs only as a task, answered when it ends.
+        let deferred_after = (claims.visible
+            && !mtg_protocol::meta::declares_tasks(Some(params)))
+        .then(|| {
+            self.tasks
+                .settings
+                .defer_after
+                .unwrap_or(crate::tasks::deferral::UNTIL_IT_ENDS)
+        });
         let budget = deferred_after.or(claims.visible.then_some(self.tasks.settings.promote_after));
         let Some(record) = self
             .next_round_or_end(&claims.task_id, &owner, budget)

@@ -39,9 +39,11 @@ pub(super) struct CallContext {
     /// The credentials of this request, passed to the upstream as they are.
     pub auth: Option<HeaderValue>,
     pub timeout: Option<Duration>,
-    /// For a session that declared tasks: each tool's `execution.taskSupport` in
-    /// `tools/list` comes from these.
-    pub tool_policies: Option<crate::tasks::policy::Policies>,
+    /// Each tool's `execution.taskSupport` in `tools/list` comes from these
+    /// (`negotiate::show_task_support`).
+    pub tool_policies: crate::tasks::policy::Policies,
+    /// Whether the session declared `capabilities.tasks`.
+    pub declared_tasks: bool,
     /// With `--defer-after-ms`: how long `get_task_result` waits, and the names the
     /// gateway's two tools go by, added to `tools/list`.
     pub deferral: Option<(
@@ -89,10 +91,12 @@ pub(super) async fn serve(
     session.touch();
     let body = match answer {
         Ok(Ok(mut result)) => {
-            if method == method::TOOLS_LIST
-                && let Some(policies) = &context.tool_policies
-            {
-                crate::server::session::tasks::negotiate::annotate_tools(&mut result, policies);
+            if method == method::TOOLS_LIST {
+                crate::server::session::tasks::negotiate::show_task_support(
+                    &mut result,
+                    &context.tool_policies,
+                    context.declared_tasks,
+                );
             }
             if method == method::TOOLS_LIST
                 && let Some((waits, names)) = &context.deferral

@@ -149,15 +149,12 @@ impl GatewaySessions {
                 ),
             ),
             Message::Request { id, method, params } => {
-                let defer_after = gateway.deferrals.after();
-                if let Some(after) = defer_after
-                    && method == method::TOOLS_CALL
+                if method == method::TOOLS_CALL
                     && let Some(response) = crate::server::session::deferred::serve(
                         gateway,
                         &tasks_session(),
                         &id,
                         params.as_ref(),
-                        after,
                     )
                     .await
                 {
@@ -177,7 +174,8 @@ impl GatewaySessions {
                     upstream: gateway.upstream.clone(),
                     auth: parts.headers.get(header::AUTHORIZATION).cloned(),
                     timeout: gateway.upstream_timeout,
-                    tool_policies: session.tasks.map(|_| gateway.policies.clone()),
+                    tool_policies: gateway.policies.clone(),
+                    declared_tasks: session.tasks.is_some(),
                     deferral,
                     progress_keepalive: gateway.progress_keepalive.clone(),
                 };

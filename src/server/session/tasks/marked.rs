@@ -132,7 +132,7 @@ impl MarkedCall {
         let response = remarked(response, self.modes);
         match self.message {
             Message::Request { id, method, .. } if method == method::TOOLS_LIST => {
-                list_tools(response, &id, Some(&gateway.policies), listed).await
+                list_tools(response, &id, &gateway.policies, true, listed).await
             }
             _ => response,
         }
@@ -195,22 +195,19 @@ pub async fn serve(
     Served::PassedOn(Box::new(PassedOn { parts, body, call }))
 }
 
-/// The upstream's `tools/list` answer with each tool's task support (a session that
-/// declared tasks) and, with deferral on, the gateway's two tools and the output
-/// schemas that admit a deferred result.
+/// The upstream's `tools/list` answer with each tool's task support as the gateway
+/// serves it (`negotiate::show_task_support`; `declared`: the session declared tasks)
+/// and, with deferral on, the gateway's two tools and the output schemas that admit a
+/// deferred result.
 pub async fn list_tools(
     response: Response<Body>,
     id: &Value,
-    policies: Option<&crate::tasks::policy::Policies>,
+    policies: &crate::tasks::policy::Policies,
+    declared: bool,
     listed: Option<Listed>,
 ) -> Response<Body> {
-    if policies.is_none() && listed.is_none() {
-        return response;
-    }
     rewrite_result(response, id, |result| {
-        if let Some(policies) = policies {
-            negotiate::annotate_tools(result, policies);
-        }
+        negotiate::show_task_support(result, policies, declared);
         if let Some((waits, names)) = &listed {
             mtg_protocol::wire::deferred::advertise(result, names, *waits);
         }

@@ -79,6 +79,39 @@ pub fn annotate_tools(result: &mut Value, policies: &Policies) {
     }
 }
 
+/// A `tools/list` result for a session that did not declare tasks: a tool the upstream
+/// runs only as its own task is `optional` there, since the gateway runs its plain call
+/// as a task (`tasks::deferral`). Left `required`, the TypeScript SDK 1.x client would
+/// refuse to call it. A tool the operator marked `required` or `forbidden` stays so.
+pub fn offer_task_only_tools(result: &mut Value, policies: &Policies) {
+    let Some(tools) = result.get_mut("tools").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for tool in tools {
+        let Some(name) = tool.get("name").and_then(Value::as_str) else {
+            continue;
+        };
+        if policies.policy_of(name) != TaskSupport::Optional {
+            continue;
+        }
+        if let Some(support) = tool.pointer_mut("/execution/taskSupport")
+            && support == "required"
+        {
+            *support = "optional".into();
+        }
+    }
+}
+
+/// A session's `tools/list` result with each tool's task support as the gateway
+/// serves it: from its policies for a session that declared tasks, else with the
+/// upstream's task-only tools offered for plain calls.
+pub fn show_task_support(result: &mut Value, policies: &Policies, declared: bool) {
+    match declared {
+        true => annotate_tools(result, policies),
+        false => offer_task_only_tools(result, policies),
+    }
+}
+
 /// `object[key]` as an object, made empty if missing; `None` if it is something else.
 fn object_entry<'a>(
     object: &'a mut Map<String, Value>,
@@ -105,6 +138,27 @@ mod tests {
             json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}})
         );
         assert_eq!(result["capabilities"]["tools"], json!({}));
+    }
+
+    #[test]
+    fn a_session_without_tasks_is_offered_the_upstreams_task_only_tools() {
+        let policies = Policies::new(HashMap::from([("kept".to_owned(), TaskSupport::Required)]));
+        let mut result = json!({"tools": [
+            {"name": "native", "execution": {"taskSupport": "required", "other": 1}},
+            {"name": "kept", "execution": {"taskSupport": "required"}},
+            {"name": "plain"},
+            {"name": "either", "execution": {"taskSupport": "optional"}},
+        ]});
+        offer_task_only_tools(&mut result, &policies);
+        assert_eq!(
+            result["tools"],
+            json!([
+                {"name": "native", "execution": {"taskSupport": "optional", "other": 1}},
+                {"name": "kept", "execution": {"taskSupport": "required"}},
+                {"name": "plain"},
+                {"name": "either", "execution": {"taskSupport": "optional"}},
+            ])
+        );
     }
 
     #[test]

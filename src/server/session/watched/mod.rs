@@ -27,6 +27,8 @@ use super::tasks::TaskSession;
 use crate::server::Gateway;
 use crate::server::reply::Body;
 use crate::server::sse::keepalive::ProgressKeepAlive;
+use crate::tasks::deferral::UNTIL_IT_ENDS;
+use crate::upstream::Caller;
 use crate::upstream::http::prepare_to_send_on;
 use mtg_protocol::jsonrpc::Message;
 use mtg_protocol::names::method;
@@ -34,21 +36,24 @@ use mtg_protocol::task_support::TaskSupport;
 use mtg_protocol::wire::deferred::{ToolNames, Waits};
 
 /// Whether a pass-through POST may be one to watch, judged from its bytes, so that no
-/// other message is parsed: deferral on and a `tools/…` method, or keep-alive on and a
-/// progress token.
+/// other message is parsed: a `tools/…` method with deferral on or while the upstream
+/// may have tools it runs only as its own tasks, or a progress token with keep-alive on.
 pub fn may_watch(gateway: &Gateway, body: &[u8]) -> bool {
     let has = |needle: &[u8]| memchr::memmem::find(body, needle).is_some();
-    (gateway.deferrals.after().is_some() && has(b"tools/"))
+    let deferrals = &gateway.deferrals;
+    ((deferrals.after().is_some() || deferrals.may_run_task_only_tools()) && has(b"tools/"))
         || (gateway.progress_keepalive.is_some() && has(b"progressToken"))
 }
 
 /// What the gateway does with a parsed pass-through message.
 pub enum Route {
-    /// Answered by the gateway (its `get_task_result` or `cancel_task`).
+    /// Answered by the gateway: its `get_task_result` or `cancel_task`, or a call of a
+    /// tool the upstream runs only as its own task, run as a task of the session.
     Answer(Response<Body>),
     /// Sent upstream and watched.
     Watch(Box<Watch>),
-    /// `tools/list` with deferral on: the upstream's answer lists the gateway's tools too.
+    /// `tools/list` with deferral on, or while the upstream may have task-only tools: the
+    /// upstream's answer lists the gateway's tools too, and offers those tools.
     ListTools(Value),
     /// Not the gateway's: on to the upstream as it is.
     PassOn,
@@ -69,7 +74,8 @@ pub async fn route(gateway: &Gateway, session: &TaskSession, message: &Message) 
         return Route::PassOn;
     };
     let after = gateway.deferrals.after();
-    if method == method::TOOLS_LIST && after.is_some() {
+    let task_only = gateway.deferrals.may_run_task_only_tools();
+    if method == method::TOOLS_LIST && (after.is_some() || task_only) {
         return Route::ListTools(id.clone());
     }
     if !method::MAY_ASK_FOR_INPUT.contains(&method.as_str()) {
@@ -79,20 +85,22 @@ pub async fn route(gateway: &Gateway, session: &TaskSession, message: &Message) 
         return Route::PassOn;
     };
     let mut defer = None;
-    if let Some(after) = after
-        && method == method::TOOLS_CALL
-    {
-        let waits = gateway
-            .deferrals
-            .waits()
-            .unwrap_or(Waits::new(after, after));
-        if let Some(answer) = deferred::gateway_tool(gateway, session, id, params, waits).await {
+    if method == method::TOOLS_CALL {
+        if let Some(waits) = gateway.deferrals.waits()
+            && let Some(answer) = deferred::gateway_tool(gateway, session, id, params, waits).await
+        {
             return Route::Answer(answer);
         }
         let tool = params.get("name").and_then(Value::as_str).unwrap_or("");
         let optional = gateway.policies.policy_of(tool) == TaskSupport::Optional;
         if params.get("task").is_none() && optional {
-            defer = Some(after);
+            // The upstream would refuse the call as it came: it runs as a task here.
+            if task_only && runs_only_as_task(gateway, session, tool).await {
+                let limit = after.unwrap_or(UNTIL_IT_ENDS);
+                let answer = deferred::call(gateway, session, id, params, tool, limit).await;
+                return Route::Answer(answer);
+            }
+            defer = after;
         }
     }
     let keepalive =
@@ -111,6 +119,15 @@ pub async fn route(gateway: &Gateway, session: &TaskSession, message: &Message) 
         defer,
         keepalive,
     }))
+}
+
+async fn runs_only_as_task(gateway: &Gateway, session: &TaskSession, tool: &str) -> bool {
+    let caller = Caller {
+        capabilities: &session.capabilities,
+        auth: session.auth.as_ref(),
+        session: None,
+    };
+    gateway.deferrals.runs_only_as_task(&caller, tool).await
 }
 
 /// With deferral on: what `tools/list` adds (how long `get_task_result` waits, and the
