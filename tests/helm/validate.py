@@ -345,6 +345,7 @@ def expect_defaults(docs: list[dict], notes: str) -> None:
     assert data["MTG_SESSION_IDLE_TIMEOUT_MS"] == "3600000", data["MTG_SESSION_IDLE_TIMEOUT_MS"]
     assert data["MTG_MAX_SESSIONS"] == "10000", data["MTG_MAX_SESSIONS"]
     assert data["MTG_IDLE_POLL_US"] == "0", data["MTG_IDLE_POLL_US"]
+    assert data["MTG_DEFERRED_MAX_WAIT_MS"] == "0", data["MTG_DEFERRED_MAX_WAIT_MS"]
     assert data["MTG_INPUT_WAIT_TIMEOUT_MS"] == "300000", data["MTG_INPUT_WAIT_TIMEOUT_MS"]
     # No TLS, no token validation, the caller's own Authorization upstream, no rate limit.
     assert data["MTG_MAX_TASK_REQUESTS_PER_SECOND"] == "0"
@@ -1135,12 +1136,14 @@ UPSTREAM_CREDENTIALS_DIR = "/etc/mcp-task-gateway-upstreams"
 # The gateway's config-file contract for a named upstream: its NAME and an entry's keys.
 UPSTREAM_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 UPSTREAM_FILE_KEYS = {"url", "cmd", "env", "cwd", "pool", "tool-policy", "promote-after-ms",
-                      "upstream-timeout-ms", "defer-after-ms", "retry-on-owner-loss",
+                      "upstream-timeout-ms", "defer-after-ms", "deferred-max-wait-ms",
+                      "retry-on-owner-loss",
                       "upstream-http2", "upstream-http2-max-streams", "upstream-credential", "upstream-credential-file", "auth-jwt-audience"}
 # A value's key -> the config file's (upstreamCredentialSecret becomes upstream-credential-file).
 UPSTREAM_KEBAB = {"url": "url", "cmd": "cmd", "env": "env", "cwd": "cwd", "pool": "pool",
                   "toolPolicy": "tool-policy", "promoteAfterMs": "promote-after-ms",
                   "upstreamTimeoutMs": "upstream-timeout-ms", "deferAfterMs": "defer-after-ms",
+                  "deferredMaxWaitMs": "deferred-max-wait-ms",
                   "retryOnOwnerLoss": "retry-on-owner-loss",
                   "upstreamHttp2": "upstream-http2",
                   "upstreamHttp2MaxStreams": "upstream-http2-max-streams",
@@ -1204,7 +1207,8 @@ def check_upstream_contract(ups: Any) -> None:
         policy = e.get("tool-policy", {})
         assert isinstance(policy, dict) and set(policy.values()) <= {
             "forbidden", "optional", "required"}, f"{at}: tool-policy {policy!r}"
-        for k in ("promote-after-ms", "upstream-timeout-ms", "defer-after-ms"):
+        for k in ("promote-after-ms", "upstream-timeout-ms", "defer-after-ms",
+                  "deferred-max-wait-ms"):
             assert non_negative_int(e.get(k, 0)), f"{at}: {k} {e.get(k)!r}"
         retry = e.get("retry-on-owner-loss", [])
         assert isinstance(retry, list) and all(isinstance(x, str) and x for x in retry), \
@@ -1307,6 +1311,7 @@ def expect_upstreams(docs: list[dict], notes: str) -> None:
             "upstream-credential": "static",
             "upstream-credential-file": "/etc/mcp-task-gateway-upstreams/github/credential",
             "defer-after-ms": 20000,
+            "deferred-max-wait-ms": 240000,
             "auth-jwt-audience": "https://mcp.example.com/mcp/github",
         },
         "files": {

@@ -290,7 +290,7 @@ can say it: the checks hold with --skip-schema-validation too.
 {{- if hasKey (default dict .Values.gateway.configFile) "upstreams" }}
 {{- fail "gateway.configFile.upstreams: set named upstreams in the value upstreams, which the chart renders into the config file (with their credential Secrets mounted)" }}
 {{- end }}
-{{- $allowed := list "url" "cmd" "env" "cwd" "pool" "toolPolicy" "promoteAfterMs" "upstreamTimeoutMs" "deferAfterMs" "retryOnOwnerLoss" "upstreamCredential" "upstreamCredentialSecret" "authAudience" "upstreamHttp2" "upstreamHttp2MaxStreams" }}
+{{- $allowed := list "url" "cmd" "env" "cwd" "pool" "toolPolicy" "promoteAfterMs" "upstreamTimeoutMs" "deferAfterMs" "deferredMaxWaitMs" "retryOnOwnerLoss" "upstreamCredential" "upstreamCredentialSecret" "authAudience" "upstreamHttp2" "upstreamHttp2MaxStreams" }}
 {{- range $name := keys $ups | sortAlpha }}
 {{- $u := get $ups $name }}
 {{- $at := printf "upstreams.%s" $name }}
@@ -358,7 +358,7 @@ can say it: the checks hold with --skip-schema-validation too.
 {{- fail (printf "%s.upstreamHttp2MaxStreams: %v is not an integer from 1 to 10000" $at $u.upstreamHttp2MaxStreams) }}
 {{- end }}
 {{- end }}
-{{- range $k := list "promoteAfterMs" "upstreamTimeoutMs" "deferAfterMs" }}
+{{- range $k := list "promoteAfterMs" "upstreamTimeoutMs" "deferAfterMs" "deferredMaxWaitMs" }}
 {{- if hasKey $u $k }}
 {{- $v := get $u $k }}
 {{- if not (and (include "mtg.isInteger" $v) (ge (int64 $v) 0)) }}
@@ -451,6 +451,7 @@ gateway's kebab-case keys. Empty when there is nothing to write.
 {{- if hasKey $u "promoteAfterMs" }}{{ $_ := set $e "promote-after-ms" (int64 $u.promoteAfterMs) }}{{ end }}
 {{- if hasKey $u "upstreamTimeoutMs" }}{{ $_ := set $e "upstream-timeout-ms" (int64 $u.upstreamTimeoutMs) }}{{ end }}
 {{- if hasKey $u "deferAfterMs" }}{{ $_ := set $e "defer-after-ms" (int64 $u.deferAfterMs) }}{{ end }}
+{{- if hasKey $u "deferredMaxWaitMs" }}{{ $_ := set $e "deferred-max-wait-ms" (int64 $u.deferredMaxWaitMs) }}{{ end }}
 {{- if hasKey $u "upstreamHttp2" }}{{ $_ := set $e "upstream-http2" $u.upstreamHttp2 }}{{ end }}
 {{- if hasKey $u "upstreamHttp2MaxStreams" }}{{ $_ := set $e "upstream-http2-max-streams" (int64 $u.upstreamHttp2MaxStreams) }}{{ end }}
 {{- if hasKey $u "retryOnOwnerLoss" }}{{ $_ := set $e "retry-on-owner-loss" (default list $u.retryOnOwnerLoss) }}{{ end }}
