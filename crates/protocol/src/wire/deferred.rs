@@ -224,9 +224,11 @@ pub fn deferred_result(deferred: &Deferred<'_>) -> Value {
         structured,
     } = deferred;
     let next = json!({"taskId": task_id, "attempt": attempt});
+    // Written by hand so that `taskId` comes first, as a person would write the call.
+    let next_text = format!("{{\"taskId\": {}, \"attempt\": {attempt}}}", json!(task_id));
     let mut text = format!(
         "The tool {tool} is still running (task {task_id}); nothing went wrong. Its result is \
-         not ready yet. To get it, call the tool {get} with {next}. That call waits up to \
+         not ready yet. To get it, call the tool {get} with {next_text}. That call waits up to \
          {wait} s for the result; if it says again that the work goes on, make the next call \
          it names (its attempt number goes up each time).",
         get = names.get_result,
