@@ -6,8 +6,8 @@
 //! credentials, kept a minute; a listing that cannot be had counts as "neither".
 
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -22,7 +22,11 @@ const LIST_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_PAGES: usize = 20;
 
 pub struct ToolTraits {
-    listing: Mutex<Option<(Instant, Arc<Listed>)>>,
+    /// The last listing and when it was had: read on every call that asks, so a lock
+    /// held only to swap it, never across the upstream's answer.
+    listing: RwLock<Option<(Instant, Arc<Listed>)>>,
+    /// Held while one caller lists, so that callers do not list at once.
+    refreshing: Mutex<()>,
     /// Whether the last listing had a tool the upstream runs only as its own task (or
     /// there was none yet): read without a lock on paths that parse nothing otherwise.
     maybe_own_task_only: AtomicBool,
@@ -31,7 +35,8 @@ pub struct ToolTraits {
 impl Default for ToolTraits {
     fn default() -> Self {
         Self {
-            listing: Mutex::default(),
+            listing: RwLock::default(),
+            refreshing: Mutex::default(),
             maybe_own_task_only: AtomicBool::new(true),
         }
     }
@@ -106,19 +111,31 @@ impl ToolTraits {
     }
 
     async fn listed(&self, upstream: &dyn Upstream, caller: &Caller<'_>) -> Arc<Listed> {
-        let mut listing = self.listing.lock().await;
-        match listing.as_ref() {
-            Some((at, listed)) if at.elapsed() <= FRESH_FOR => listed.clone(),
-            _ => {
-                let listed = Arc::new(list(upstream, caller).await);
-                self.maybe_own_task_only.store(
-                    !listed.complete || !listed.own_task_only.is_empty(),
-                    Ordering::Relaxed,
-                );
-                *listing = Some((Instant::now(), listed.clone()));
-                listed
-            }
+        if let Some(listed) = self.fresh() {
+            return listed;
         }
+        let _listing = self.refreshing.lock().await;
+        // Another caller may have listed while this one waited.
+        if let Some(listed) = self.fresh() {
+            return listed;
+        }
+        let listed = Arc::new(list(upstream, caller).await);
+        self.maybe_own_task_only.store(
+            !listed.complete || !listed.own_task_only.is_empty(),
+            Ordering::Relaxed,
+        );
+        *self.listing.write().unwrap_or_else(PoisonError::into_inner) =
+            Some((Instant::now(), listed.clone()));
+        listed
+    }
+
+    /// The last listing, if it is fresh.
+    fn fresh(&self) -> Option<Arc<Listed>> {
+        let listing = self.listing.read().unwrap_or_else(PoisonError::into_inner);
+        listing
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() <= FRESH_FOR)
+            .map(|(_, listed)| listed.clone())
     }
 }
 
