@@ -4,23 +4,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Tools a plain Rust + Node + Python machine lacks: the test runner and Redis (the tests
-# start their own redis-server processes on free ports).
+# Tools a plain Rust + Node + Python machine lacks: the test runner, Redis (the tests
+# start their own redis-server processes on free ports) and strace.
 if ! command -v cargo-nextest >/dev/null; then
   cargo install cargo-nextest --locked
 fi
-if ! command -v redis-server >/dev/null; then
-  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-    apt-get update && apt-get install -y redis-server
-  elif command -v apt-get >/dev/null && command -v sudo >/dev/null; then
-    sudo apt-get update && sudo apt-get install -y redis-server
-  else
-    echo "redis-server is needed by the tests; install it with your package manager" >&2
-    exit 1
+# strace watches the real host in tests/integration/hosts.rs (nothing beyond loopback).
+for tool in redis-server strace; do
+  if ! command -v "$tool" >/dev/null; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+      apt-get update && apt-get install -y "$tool"
+    elif command -v apt-get >/dev/null && command -v sudo >/dev/null; then
+      sudo apt-get update && sudo apt-get install -y "$tool"
+    else
+      echo "$tool is needed by the tests; install it with your package manager" >&2
+      exit 1
+    fi
   fi
-fi
+done
 
-# npm test peers (server-everything), pinned by tests/package-lock.json.
+# npm test peers (server-everything, the TypeScript SDK, Gemini CLI), pinned by
+# tests/package-lock.json.
 if [ ! -d tests/node_modules ] || [ tests/package-lock.json -nt tests/node_modules/.package-lock.json ]; then
   npm ci --prefix tests --no-audit --no-fund
 fi
