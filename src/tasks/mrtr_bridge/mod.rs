@@ -206,14 +206,13 @@ impl MrtrBridge {
         // call of a client without the extension (`tasks::deferral`) answers within the
         // deferral budget, or is deferred again; with deferral off it is a call of a
         // tool the upstream runs only as a task, answered when it ends.
-        let deferred_after = (claims.visible
-            && !mtg_protocol::meta::declares_tasks(Some(params)))
-        .then(|| {
-            self.tasks
-                .settings
-                .defer_after
-                .unwrap_or(crate::tasks::deferral::UNTIL_IT_ENDS)
-        });
+        let deferred_after = (claims.visible && !mtg_protocol::meta::declares_tasks(Some(params)))
+            .then(|| {
+                self.tasks
+                    .settings
+                    .defer_after
+                    .unwrap_or(crate::tasks::deferral::UNTIL_IT_ENDS)
+            });
         let budget = deferred_after.or(claims.visible.then_some(self.tasks.settings.promote_after));
         let Some(record) = self
             .next_round_or_end(&claims.task_id, &owner, budget)
