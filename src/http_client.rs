@@ -113,6 +113,70 @@ pub enum CallError {
     Lean(#[from] lean_http1::LeanError),
 }
 
+impl CallError {
+    /// Whose failure this is; see [`Party`].
+    pub fn party(&self) -> Party {
+        match self {
+            Self::Lean(e) => e.party(),
+            Self::Http2(e) => e.party(),
+            Self::Http1(e) => match hyper_source(e) {
+                Some(hyper) if hyper.is_user() => Party::Gateway,
+                _ => Party::Upstream,
+            },
+        }
+    }
+
+    /// The metric label of this failure, within its party's series.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Lean(e) => e.kind(),
+            Self::Http2(e) => e.kind(),
+            Self::Http1(e) if e.is_connect() => "unreachable",
+            Self::Http1(_) => match self.party() {
+                Party::Gateway => "request_encoding",
+                _ => "lost",
+            },
+        }
+    }
+}
+
+fn hyper_source<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a hyper::Error> {
+    std::error::Error::source(error)?.downcast_ref::<hyper::Error>()
+}
+
+/// Who a failed exchange with an upstream is blamed on. A client's request is never
+/// reported as the upstream's failure: each party has its own answer and metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Party {
+    /// The client sent what cannot go upstream: HTTP 400, -32600 naming what.
+    Client,
+    /// The upstream could not be reached, broke the connection or HTTP: HTTP 502,
+    /// -32603, `mtg_upstream_errors_total`.
+    Upstream,
+    /// The gateway could not build or send its own request: HTTP 500, -32603.
+    Gateway,
+}
+
+impl Party {
+    /// The HTTP status of a request refused or failed for this party's reason.
+    pub fn status(self) -> http::StatusCode {
+        match self {
+            Self::Client => http::StatusCode::BAD_REQUEST,
+            Self::Upstream => http::StatusCode::BAD_GATEWAY,
+            Self::Gateway => http::StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The counter this party's failures go to, labelled by kind.
+    pub fn metric(self) -> &'static str {
+        match self {
+            Self::Client => "mtg_client_request_errors_total",
+            Self::Upstream => "mtg_upstream_errors_total",
+            Self::Gateway => "mtg_gateway_errors_total",
+        }
+    }
+}
+
 /// Why reading a response body from an upstream failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CallBodyError {

@@ -71,6 +71,30 @@ pub enum PoolError {
     OtherOrigin(Uri),
 }
 
+impl PoolError {
+    /// Whose failure this is: hyper refusing what the gateway asked it to send is the
+    /// gateway's; the rest is the upstream's.
+    pub fn party(&self) -> super::Party {
+        match self {
+            Self::Request { source } if source.is_user() => super::Party::Gateway,
+            Self::OtherOrigin(_) => super::Party::Gateway,
+            Self::Connect(_) | Self::Request { .. } | Self::NotHttp2 { .. } => {
+                super::Party::Upstream
+            }
+        }
+    }
+
+    /// The metric label of this failure, within its party's series.
+    pub fn kind(&self) -> &'static str {
+        match (self, self.party()) {
+            (Self::Connect(_), _) => "unreachable",
+            (Self::NotHttp2 { .. }, _) => "protocol",
+            (_, super::Party::Gateway) => "request_encoding",
+            _ => "lost",
+        }
+    }
+}
+
 fn h2_error(error: &hyper::Error) -> Option<&h2::Error> {
     std::error::Error::source(error)?.downcast_ref::<h2::Error>()
 }

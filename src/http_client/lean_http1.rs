@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::uri::Authority;
-use http::{HeaderValue, Method, Request, Response, Uri, header};
+use http::{HeaderName, HeaderValue, Method, Request, Response, Uri, header};
 use http_body::{Body, Frame};
 use hyper_util::client::legacy::connect::HttpConnector;
 use tokio::io::AsyncWriteExt;
@@ -35,7 +35,11 @@ use tokio::net::TcpStream;
 use tower::ServiceExt;
 use ureq_proto::BodyMode;
 use ureq_proto::client::state::{RecvBody, RecvResponse};
-use ureq_proto::client::{Call, RecvBodyResult, RecvResponseResult, SendRequestResult};
+use ureq_proto::client::{
+    Await100Result, Call, RecvBodyResult, RecvResponseResult, SendRequestResult,
+};
+
+use super::Party;
 
 /// How long an idle connection is kept for reuse (hyper's client keeps its own 90 s).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
@@ -53,12 +57,62 @@ pub enum LeanError {
     Io(#[from] std::io::Error),
     #[error("the upstream broke HTTP/1.1: {0}")]
     Protocol(#[from] ureq_proto::Error),
+    /// The request's header value holds bytes HTTP forbids in a field value (controls
+    /// but HTAB, DEL): the client's, refused before anything is written.
+    #[error("the {0} header's value holds a byte HTTP forbids (a control character)")]
+    HeaderValue(HeaderName),
+    /// The gateway could not encode its own request as HTTP/1.1.
+    #[error("the request could not be encoded as HTTP/1.1: {0}")]
+    Encode(ureq_proto::Error),
     #[error("the upstream closed the connection before its response ended")]
     Closed,
     #[error("the upstream's response head is over {MAX_HEAD_BYTES} bytes")]
     HeadTooLarge,
     #[error("the request cannot be sent: {0}")]
     Request(&'static str),
+}
+
+impl LeanError {
+    /// Whose failure this is: the client's request, the upstream, or the gateway.
+    pub fn party(&self) -> Party {
+        match self {
+            Self::HeaderValue(_) => Party::Client,
+            Self::Encode(_) | Self::Request(_) => Party::Gateway,
+            Self::Connect(_)
+            | Self::Io(_)
+            | Self::Protocol(_)
+            | Self::Closed
+            | Self::HeadTooLarge => Party::Upstream,
+        }
+    }
+
+    /// The metric label of this failure, within its party's series.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Connect(_) => "unreachable",
+            Self::Io(_) | Self::Closed => "lost",
+            Self::Protocol(_) | Self::HeadTooLarge => "protocol",
+            Self::HeaderValue(_) => "header_value",
+            Self::Encode(_) | Self::Request(_) => "request_encoding",
+        }
+    }
+}
+
+/// Whether `value` is a field value HTTP/1.1 lets through (RFC 9110 §5.5): visible
+/// ASCII, SP, HTAB and obs-text (0x80–0xFF). `HeaderValue` is built checked almost
+/// everywhere; this holds the line for values built without the check.
+pub fn is_field_value(value: &[u8]) -> bool {
+    value
+        .iter()
+        .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b) || b >= 0x80)
+}
+
+/// The first header whose value HTTP forbids, if any.
+pub fn forbidden_header(headers: &http::HeaderMap) -> Option<&HeaderName> {
+    headers
+        .iter()
+        .find(|(_, value)| !is_field_value(value.as_bytes()))
+        .map(|(name, _)| name)
 }
 
 /// The connections to `http://` upstreams, shared by every world of the process.
@@ -198,33 +252,71 @@ impl Outgoing {
     pub fn new(request: Request<Bytes>) -> Result<Self, LeanError> {
         let idempotent = request.method().is_idempotent();
         let (mut parts, body) = request.into_parts();
+        if let Some(name) = forbidden_header(&parts.headers) {
+            return Err(LeanError::HeaderValue(name.clone()));
+        }
         let needs_length = matches!(parts.method, Method::POST | Method::PUT | Method::PATCH);
         if needs_length || !body.is_empty() {
             parts
                 .headers
                 .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
         }
-        let mut call = Call::new(Request::from_parts(parts, ()))?.proceed();
+        // ureq-proto refuses an `Authorization` value that is not visible ASCII, which
+        // HTTP allows (obs-text): such values are written here, after its head.
+        let spliced = match parts
+            .headers
+            .get_all(header::AUTHORIZATION)
+            .iter()
+            .any(|value| value.to_str().is_err())
+        {
+            true => match parts.headers.entry(header::AUTHORIZATION) {
+                http::header::Entry::Occupied(entry) => entry.remove_entry_mult().1.collect(),
+                http::header::Entry::Vacant(_) => Vec::new(),
+            },
+            false => Vec::new(),
+        };
+        let mut call = Call::new(Request::from_parts(parts, ()))
+            .map_err(LeanError::Encode)?
+            .proceed();
         let mut wire = vec![0; 1024];
         let mut used = 0;
         while !call.can_proceed() {
             match call.write(&mut wire[used..]) {
                 Ok(n) => used += n,
                 Err(ureq_proto::Error::OutputOverflow) => wire.resize(wire.len() * 2, 0),
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(LeanError::Encode(e)),
             }
         }
         wire.truncate(used);
-        let call = match call.proceed()? {
-            Some(SendRequestResult::RecvResponse(call)) => call,
-            Some(SendRequestResult::SendBody(mut call)) => {
-                wire.extend_from_slice(&body);
-                call.consume_direct_write(body.len())?;
-                call.proceed()
-                    .ok_or(LeanError::Request("the body is shorter than its length"))?
+        if !spliced.is_empty() {
+            // The head ends with the empty line: the values go before it.
+            let mut lines = Vec::new();
+            for value in &spliced {
+                lines.extend_from_slice(b"authorization: ");
+                lines.extend_from_slice(value.as_bytes());
+                lines.extend_from_slice(b"\r\n");
             }
-            Some(SendRequestResult::Await100(_)) => {
-                return Err(LeanError::Request("`Expect: 100-continue` is not sent"));
+            let end = wire.len().saturating_sub(2);
+            wire.splice(end..end, lines);
+        }
+        let write_body =
+            |wire: &mut Vec<u8>, mut call: Call<ureq_proto::client::state::SendBody>| {
+                wire.extend_from_slice(&body);
+                call.consume_direct_write(body.len())
+                    .map_err(LeanError::Encode)?;
+                call.proceed()
+                    .ok_or(LeanError::Request("the body is shorter than its length"))
+            };
+        let call = match call.proceed().map_err(LeanError::Encode)? {
+            Some(SendRequestResult::RecvResponse(call)) => call,
+            Some(SendRequestResult::SendBody(call)) => write_body(&mut wire, call)?,
+            // The body is here whole (the client's `Expect` was answered by the
+            // gateway's server): it is sent at once, as hyper's client sends it.
+            Some(SendRequestResult::Await100(call)) => {
+                match call.proceed().map_err(LeanError::Encode)? {
+                    Await100Result::SendBody(call) => write_body(&mut wire, call)?,
+                    Await100Result::RecvResponse(call) => call,
+                }
             }
             None => return Err(LeanError::Request("the request head was not written")),
         };

@@ -24,7 +24,7 @@ pub(super) fn timed_out(service: &TaskService) -> Outcome {
 }
 
 pub(super) fn upstream_failure(error: &UpstreamError) -> Outcome {
-    telemetry::Meter::runner_upstream_error(error.kind());
+    telemetry::Meter::runner_failure(error.party().metric(), error.kind());
     let message = error.to_string();
     Outcome::Failed {
         error: ErrorObject::internal(message.clone()),

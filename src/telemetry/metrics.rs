@@ -84,9 +84,9 @@ impl Meter {
         RUNNER_METER.scope(self, runner)
     }
 
-    /// An upstream failure of the runner this is called in.
-    pub fn runner_upstream_error(kind: &'static str) {
-        let _ = RUNNER_METER.try_with(|meter| meter.upstream_error(kind));
+    /// A failed call of the runner this is called in, in its party's series.
+    pub fn runner_failure(metric: &'static str, kind: &'static str) {
+        let _ = RUNNER_METER.try_with(|meter| meter.failure(metric, kind));
     }
 
     pub fn new(upstream: Option<&str>) -> Self {
@@ -195,9 +195,10 @@ impl Meter {
             .increment(count as u64);
     }
 
-    fn upstream_error(&self, kind: &'static str) {
-        self.counter_with("mtg_upstream_errors_total", "kind", kind)
-            .increment(1);
+    /// A request that did not get the upstream's answer, counted in its party's
+    /// series (`http_client::Party::metric`) under `kind`.
+    pub fn failure(&self, metric: &'static str, kind: &'static str) {
+        self.counter_with(metric, "kind", kind).increment(1);
     }
 
     /// A client session the gateway serves itself was opened (`initialize`).

@@ -58,11 +58,11 @@ pub async fn probe_reachable(
     let request = http::Request::get(url.clone())
         .header(http::header::ACCEPT, "text/event-stream")
         .body(Full::new(Bytes::new()))
-        .map_err(|e| UpstreamError::Unreachable(e.to_string()))?;
+        .map_err(|e| UpstreamError::from_build(&e))?;
     let response = tokio::time::timeout(LIMIT, client.request(request))
         .await
         .map_err(|_| UpstreamError::Timeout(LIMIT.as_millis() as u64))?
-        .map_err(|e| UpstreamError::Unreachable(describe_client_error(&e)))?;
+        .map_err(|e| UpstreamError::from_call(&e))?;
     if response.status().is_server_error() {
         return Err(UpstreamError::Status {
             status: response.status().as_u16(),

@@ -13,6 +13,7 @@ pub mod tool_headers;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
+pub use crate::http_client::Party;
 pub use session_http::SessionHttpUpstream;
 pub use stream::{CallStream, UpstreamEvent};
 
@@ -37,12 +38,26 @@ pub enum UpstreamError {
     /// A stdio upstream's process ended, e.g. "status 137 (signal 9)".
     #[error("upstream process exited with {0}")]
     Exited(String),
+    /// The client's request cannot go upstream as it is (a header value HTTP forbids):
+    /// nothing was sent, and the upstream is not to blame.
+    #[error("request refused: {0}")]
+    Refused(String),
+    /// The gateway could not build or send its own request.
+    #[error("gateway error: {0}")]
+    Gateway(String),
 }
 
-/// What a client sees when its request failed upstream: an internal error that says why.
+/// What a client sees when its request failed upstream: an internal error that says why,
+/// or, when the request itself could not go, an invalid request.
 impl From<UpstreamError> for ErrorObject {
     fn from(error: UpstreamError) -> Self {
-        ErrorObject::internal(error.to_string())
+        match error.party() {
+            Party::Client => ErrorObject::new(
+                mtg_protocol::jsonrpc::code::INVALID_REQUEST,
+                error.to_string(),
+            ),
+            Party::Upstream | Party::Gateway => ErrorObject::internal(error.to_string()),
+        }
     }
 }
 
@@ -57,6 +72,36 @@ impl UpstreamError {
             Self::Protocol(_) => "protocol",
             Self::Timeout(_) => "timeout",
             Self::Exited(_) => "exited",
+            Self::Refused(_) => "header_value",
+            Self::Gateway(_) => "request_encoding",
+        }
+    }
+
+    /// Whose failure this is, for its answer and its metric (`Party::metric`).
+    pub fn party(&self) -> Party {
+        match self {
+            Self::Refused(_) => Party::Client,
+            Self::Gateway(_) => Party::Gateway,
+            _ => Party::Upstream,
+        }
+    }
+
+    /// A request of the gateway's own that failed on the way, blamed where it belongs.
+    pub fn from_call(error: &crate::http_client::CallError) -> Self {
+        let detail = crate::http_client::describe_client_error(error);
+        match error.party() {
+            Party::Client => Self::Refused(detail),
+            Party::Gateway => Self::Gateway(detail),
+            Party::Upstream => Self::Unreachable(detail),
+        }
+    }
+
+    /// A request the gateway could not build: a value from the client that HTTP
+    /// forbids in a header is the client's; anything else the gateway's.
+    pub fn from_build(error: &::http::Error) -> Self {
+        match error.is::<::http::header::InvalidHeaderValue>() {
+            true => Self::Refused(format!("a header value HTTP forbids: {error}")),
+            false => Self::Gateway(error.to_string()),
         }
     }
 }

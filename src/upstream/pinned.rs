@@ -35,7 +35,7 @@ use tower::ServiceExt;
 
 use super::http::describe_client_error;
 use crate::http_client::lean_http1::{self, Home, LeanBody, Outgoing};
-use crate::http_client::{CallBodyError, PinnedConnectors};
+use crate::http_client::{CallBodyError, Party, PinnedConnectors};
 
 /// Why a request did not go out on the pinned connection.
 #[derive(Debug, thiserror::Error)]
@@ -44,8 +44,45 @@ pub enum LaneError {
     /// another way.
     #[error("the pinned connection is busy")]
     Busy(Box<Request<Bytes>>),
-    #[error("{0}")]
-    Failed(String),
+    #[error("{detail}")]
+    Failed {
+        /// Whose failure it is: the answer's status and metric follow it.
+        party: Party,
+        /// The metric label, within the party's series.
+        kind: &'static str,
+        detail: String,
+    },
+}
+
+impl LaneError {
+    fn upstream(kind: &'static str, detail: String) -> Self {
+        Self::Failed {
+            party: Party::Upstream,
+            kind,
+            detail,
+        }
+    }
+
+    fn lean(e: &lean_http1::LeanError) -> Self {
+        Self::Failed {
+            party: e.party(),
+            kind: e.kind(),
+            detail: e.to_string(),
+        }
+    }
+
+    /// hyper refusing the request itself is the gateway's; the rest the upstream's.
+    fn hyper(e: &hyper::Error) -> Self {
+        let (party, kind) = match e.is_user() {
+            true => (Party::Gateway, "request_encoding"),
+            false => (Party::Upstream, "lost"),
+        };
+        Self::Failed {
+            party,
+            kind,
+            detail: describe_client_error(e),
+        }
+    }
 }
 
 /// How long a pinned connection keeps an idle connection: the pooled client's default.
@@ -151,7 +188,7 @@ impl PinnedConn {
         let (mut parts, body) = request.into_parts();
         parts.uri = upstream.clone();
         parts.headers.remove(header::HOST);
-        let failed = |e: lean_http1::LeanError| LaneError::Failed(e.to_string());
+        let failed = |e: lean_http1::LeanError| LaneError::lean(&e);
         let mut outgoing = Outgoing::new(Request::from_parts(parts, body)).map_err(failed)?;
         let head = outgoing
             .send(held, || self.connect_plain(upstream), READ_SIZE)
@@ -212,7 +249,7 @@ impl PinnedConn {
                         lane = self.connect_tls(upstream).await?;
                         reused = false;
                     }
-                    _ => return Err(LaneError::Failed(describe_client_error(e.error()))),
+                    _ => return Err(LaneError::hyper(e.error())),
                 },
             }
         }
@@ -231,11 +268,14 @@ impl PinnedConn {
         self.reap_idle();
         let authority = upstream
             .authority()
-            .ok_or_else(|| LaneError::Failed(format!("{upstream} has no host")))?;
+            .ok_or_else(|| LaneError::upstream("unreachable", format!("{upstream} has no host")))?;
         let host = HeaderValue::from_str(authority.as_str())
-            .map_err(|e| LaneError::Failed(e.to_string()))?;
+            .map_err(|e| LaneError::upstream("unreachable", e.to_string()))?;
         let failed = |e: &(dyn std::error::Error + 'static)| {
-            LaneError::Failed(format!("connecting: {}", describe_client_error(e)))
+            LaneError::upstream(
+                "unreachable",
+                format!("connecting: {}", describe_client_error(e)),
+            )
         };
         let io = self
             .connectors

@@ -21,7 +21,7 @@ use tokio::task::AbortHandle;
 
 use async_trait::async_trait;
 
-use super::http::{describe_client_error, truncate_on_char};
+use super::http::truncate_on_char;
 use super::{
     CallStream, Caller, Exchange, Opened, SessionRef, Upstream, UpstreamError, UpstreamEvent,
 };
@@ -506,11 +506,11 @@ impl SessionHttpUpstream {
     ) -> Result<hyper::Response<CallBody>, UpstreamError> {
         let request = request
             .body(Full::new(body))
-            .map_err(|e| UpstreamError::Unreachable(e.to_string()))?;
+            .map_err(|e| UpstreamError::from_build(&e))?;
         self.client
             .request(request)
             .await
-            .map_err(|e| UpstreamError::Unreachable(describe_client_error(&e)))
+            .map_err(|e| UpstreamError::from_call(&e))
     }
 
     async fn serve_listener(

@@ -13,7 +13,7 @@ use http::{HeaderValue, Method, Request, Uri, header};
 use http_body_util::{BodyExt, Full, Limited};
 use serde_json::Value;
 
-use super::http::{describe_client_error, truncate_on_char};
+use super::http::truncate_on_char;
 use super::tool_headers::ToolHeaderCache;
 use super::{CallStream, Caller, Exchange, Opened, Upstream, UpstreamError, UpstreamEvent};
 use crate::http_client::{CallBody, CallClient};
@@ -165,13 +165,21 @@ pub(super) async fn post(
     body: &Value,
     extra_headers: &[(String, String)],
 ) -> Result<hyper::Response<CallBody>, UpstreamError> {
+    // The method comes from the client's body; one HTTP forbids in a header is its
+    // request's fault, not the upstream's.
+    let method_header = HeaderValue::from_str(method).map_err(|_| {
+        UpstreamError::Refused(format!(
+            "the method {method:?} cannot be sent upstream as the {MCP_METHOD} header: \
+             it holds a byte HTTP forbids in a header"
+        ))
+    })?;
     let mut request = Request::builder()
         .method(Method::POST)
         .uri(url.clone())
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::ACCEPT, "application/json, text/event-stream")
         .header(MCP_PROTOCOL_VERSION, STATELESS_VERSION)
-        .header(MCP_METHOD, method);
+        .header(MCP_METHOD, method_header);
     let name =
         headers::name_field(method).and_then(|field| body.get("params")?.get(field)?.as_str());
     if let Some(name) = name {
@@ -186,11 +194,11 @@ pub(super) async fn post(
     let bytes = Bytes::from(serde_json::to_vec(body).expect("JSON values serialize"));
     let request = request
         .body(Full::new(bytes))
-        .map_err(|e| UpstreamError::Unreachable(e.to_string()))?;
+        .map_err(|e| UpstreamError::from_build(&e))?;
     client
         .request(request)
         .await
-        .map_err(|e| UpstreamError::Unreachable(describe_client_error(&e)))
+        .map_err(|e| UpstreamError::from_call(&e))
 }
 
 /// One request on a 2026-07-28 upstream: the response's JSON body or SSE stream.

@@ -521,3 +521,90 @@ async fn upstream_sockets_are_kept_alive_at_the_tcp_level() {
         crate::http_client::TCP_KEEPALIVE_PROBES
     );
 }
+
+/// What HTTP/1.1 permits in a field value (obs-text, HTAB) is written as it came, in
+/// `Authorization` too (ureq-proto refuses that one unless visible ASCII), once; a
+/// client's `Expect: 100-continue` does not stop the body, which is here whole.
+#[test]
+fn permitted_header_bytes_are_written_unchanged() {
+    let value = http::HeaderValue::from_bytes(b"Bearer \xff\xfe\tcaf\xe9").unwrap();
+    let request = Request::post("http://127.0.0.1:9/mcp")
+        .header("authorization", value.clone())
+        .header("x-note", value)
+        .header("expect", "100-continue")
+        .body(Bytes::from_static(b"{}"))
+        .unwrap();
+    let wire = super::Outgoing::new(request).unwrap().wire;
+    let end = wire.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let (head, body) = wire.split_at(end);
+    let lines: Vec<&[u8]> = head.split(|&b| b == b'\n').collect();
+    let line = |name: &[u8]| -> Vec<&[u8]> {
+        lines
+            .iter()
+            .copied()
+            .filter(|l| l.to_ascii_lowercase().starts_with(name))
+            .collect()
+    };
+    assert_eq!(
+        line(b"authorization:"),
+        [&b"authorization: Bearer \xff\xfe\tcaf\xe9\r"[..]]
+    );
+    assert_eq!(
+        line(b"x-note:"),
+        [&b"x-note: Bearer \xff\xfe\tcaf\xe9\r"[..]]
+    );
+    assert_eq!(body, b"{}");
+}
+
+/// Each failure is blamed on its party, with its metric label: the client's request
+/// (a value HTTP forbids), the gateway's (a request ureq-proto cannot encode), the
+/// upstream's (refused connection, broken response).
+#[tokio::test]
+async fn each_failure_is_blamed_on_its_party() {
+    use crate::http_client::Party;
+    let forbidden = LeanError::HeaderValue(http::header::AUTHORIZATION);
+    assert_eq!(
+        (forbidden.party(), forbidden.kind()),
+        (Party::Client, "header_value")
+    );
+    assert!(forbidden.to_string().contains("authorization"));
+    assert!(super::is_field_value(b"Bearer \xff\t ~"));
+    for bad in [0u8, 1, 0x0a, 0x0d, 0x1f, 0x7f] {
+        assert!(!super::is_field_value(&[b'a', bad]), "{bad:#04x}");
+    }
+
+    let http2 = Request::get("http://127.0.0.1:9/mcp")
+        .version(http::Version::HTTP_2)
+        .body(Bytes::new())
+        .unwrap();
+    let encode = super::Outgoing::new(http2).err().expect("not HTTP/1.1");
+    assert!(matches!(encode, LeanError::Encode(_)), "{encode}");
+    assert_eq!(
+        (encode.party(), encode.kind()),
+        (Party::Gateway, "request_encoding")
+    );
+
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let pool = LeanPool::new(crate::http_client::tcp(), 4096);
+    let refused = pool
+        .request(
+            Request::get(format!("http://127.0.0.1:{port}/mcp"))
+                .body(Bytes::new())
+                .unwrap(),
+        )
+        .await
+        .err()
+        .expect("nothing listens");
+    assert_eq!(
+        (refused.party(), refused.kind()),
+        (Party::Upstream, "unreachable")
+    );
+    let broken = LeanError::Protocol(ureq_proto::Error::HttpParseFail("x".into()));
+    assert_eq!(
+        (broken.party(), broken.kind()),
+        (Party::Upstream, "protocol")
+    );
+    assert_eq!(LeanError::Closed.party(), Party::Upstream);
+}

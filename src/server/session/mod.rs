@@ -82,7 +82,7 @@ pub async fn serve(
                     watched::Route::PassOn => {}
                 }
             }
-            passthrough::forward(&gateway.client, pinned, url, parts, body).await
+            passthrough::forward(gateway, pinned, url, parts, body).await
         }
         // No upstream session to pass through to: the gateway serves the session.
         Ok(None) => Box::pin(gateway.sessions.serve(gateway, &parts, body)).await,
@@ -103,7 +103,7 @@ async fn list_watched_tools(
     id: serde_json::Value,
 ) -> Response<Body> {
     let listed = watched::listed(gateway, session).await;
-    let response = passthrough::forward(&gateway.client, pinned, url, parts, body).await;
+    let response = passthrough::forward(gateway, pinned, url, parts, body).await;
     tasks::marked::list_tools(response, &id, &gateway.policies, false, listed).await
 }
 
@@ -131,7 +131,7 @@ async fn marked_passed_on(
             watched::call(gateway, url, parts, body, session, *watch).await
         }
         watched::Route::ListTools(_) | watched::Route::PassOn => {
-            passthrough::forward(&gateway.client, pinned, url, parts, body).await
+            passthrough::forward(gateway, pinned, url, parts, body).await
         }
     };
     let listed = match listing {

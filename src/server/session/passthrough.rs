@@ -3,21 +3,22 @@
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{Request, Response, StatusCode, Uri, Version};
+use http::{Request, Response, Uri, Version};
 use http_body_util::{BodyExt, Full};
 
-use crate::http_client::HttpClient;
+use crate::http_client::lean_http1::forbidden_header;
+use crate::http_client::{CallError, Party};
+use crate::server::Gateway;
 use crate::server::reply::{self, Body};
 use crate::server::session::coalesce;
-use crate::upstream::http::describe_client_error;
 use crate::upstream::http::{prepare_to_send_on, remove_hop_by_hop};
 use crate::upstream::pinned::{LaneError, PinnedConn};
-use mtg_protocol::jsonrpc::ErrorObject;
+use mtg_protocol::jsonrpc::{ErrorObject, code};
 
 /// Sends a 2025-xx session client's request to `upstream` on the client connection's pinned connection (through
 /// the pool when the pinned connection is busy) and relays the answer.
 pub async fn forward(
-    client: &HttpClient,
+    gateway: &Gateway,
     pinned: &PinnedConn,
     upstream: &Uri,
     mut parts: Parts,
@@ -29,14 +30,28 @@ pub async fn forward(
     parts.version = Version::HTTP_11;
     parts.extensions.clear();
     prepare_to_send_on(&mut parts.headers);
+    if let Some(name) = forbidden_header(&parts.headers) {
+        let detail = format!("the {name} header's value holds a byte HTTP forbids");
+        return failed(gateway, Party::Client, "header_value", &detail);
+    }
     let request = Request::from_parts(parts, body);
     match pinned.send(upstream, request).await {
         Ok(response) => relay(response).await,
-        Err(LaneError::Failed(detail)) => bad_gateway(&detail),
-        Err(LaneError::Busy(request)) => match client.request(request.map(Full::new)).await {
-            Ok(response) => relay(response).await,
-            Err(e) => bad_gateway(&describe_client_error(&e)),
-        },
+        Err(LaneError::Failed {
+            party,
+            kind,
+            detail,
+        }) => failed(gateway, party, kind, &detail),
+        Err(LaneError::Busy(request)) => {
+            match gateway.client.request(request.map(Full::new)).await {
+                Ok(response) => relay(response).await,
+                Err(e) => {
+                    let e = CallError::from(e);
+                    let detail = crate::http_client::describe_client_error(&e);
+                    failed(gateway, e.party(), e.kind(), &detail)
+                }
+            }
+        }
     }
 }
 
@@ -53,10 +68,23 @@ where
     Response::from_parts(parts, body.map_err(Into::into).boxed())
 }
 
-fn bad_gateway(detail: &str) -> Response<Body> {
-    tracing::warn!(detail, "pass-through to the upstream failed");
-    reply::error_with_status(
-        StatusCode::BAD_GATEWAY,
-        &ErrorObject::internal(format!("upstream unreachable: {detail}")),
-    )
+/// The answer to a pass-through request that did not get the upstream's: its status,
+/// code and metric follow whose failure it was.
+fn failed(gateway: &Gateway, party: Party, kind: &'static str, detail: &str) -> Response<Body> {
+    gateway.tasks.meter().failure(party.metric(), kind);
+    let error = match party {
+        Party::Client => {
+            tracing::debug!(detail, "pass-through request refused");
+            ErrorObject::new(code::INVALID_REQUEST, format!("request refused: {detail}"))
+        }
+        Party::Upstream => {
+            tracing::warn!(detail, "pass-through to the upstream failed");
+            ErrorObject::internal(format!("upstream unreachable: {detail}"))
+        }
+        Party::Gateway => {
+            tracing::error!(detail, "pass-through request could not be sent");
+            ErrorObject::internal(format!("gateway error: {detail}"))
+        }
+    };
+    reply::error_with_status(party.status(), &error)
 }

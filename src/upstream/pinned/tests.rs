@@ -248,7 +248,7 @@ async fn a_written_request_left_unanswered_goes_again_only_if_idempotent() {
     within(first.into_body().collect()).await.unwrap();
     let second = within(pinned.send(&url, post(&url))).await;
     assert!(
-        matches!(second, Err(LaneError::Failed(_))),
+        matches!(second, Err(LaneError::Failed { .. })),
         "the POST failed"
     );
     assert_eq!(posts.load(SeqCst), 2, "each POST was sent once");

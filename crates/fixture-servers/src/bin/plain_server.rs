@@ -196,6 +196,8 @@ struct Stats {
     connections_accepted: u64,
     /// `POST /mcp` requests by HTTP version ("HTTP/1.1", "HTTP/2.0").
     posts_by_version: BTreeMap<String, u64>,
+    /// The `Authorization` bytes of the last 64 requests that had one, oldest first.
+    authorizations_seen: std::collections::VecDeque<Vec<u8>>,
 }
 
 impl App {
@@ -505,6 +507,15 @@ fn session_not_found() -> HttpError {
 type HttpResult = Result<Response<Body>, HttpError>;
 
 async fn route(app: &Arc<App>, req: Request<Incoming>) -> Response<Body> {
+    if let Some(auth) = req.headers().get(header::AUTHORIZATION) {
+        let mut stats = app.stats();
+        if stats.authorizations_seen.len() == 64 {
+            stats.authorizations_seen.pop_front();
+        }
+        stats
+            .authorizations_seen
+            .push_back(auth.as_bytes().to_vec());
+    }
     let result = match (req.uri().path(), req.method()) {
         ("/mcp", &Method::POST) => {
             *app.stats()
@@ -994,6 +1005,7 @@ fn stats_json(app: &App) -> Value {
         "callsInFlight": stats.calls_in_flight,
         "connectionsAccepted": stats.connections_accepted,
         "postsByVersion": stats.posts_by_version,
+        "authorizationsSeen": stats.authorizations_seen,
     })
 }
 

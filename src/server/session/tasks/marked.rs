@@ -84,7 +84,7 @@ pub async fn initialize(
     negotiate::without_client_tasks(&mut params);
     let request = jsonrpc::request_value(id.clone(), method::INITIALIZE, Some(params));
     let body = Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
-    let mut response = forward(&gateway.client, pinned, url, parts, body).await;
+    let mut response = forward(gateway, pinned, url, parts, body).await;
     if !response.status().is_success() {
         return response;
     }
@@ -155,7 +155,7 @@ pub async fn serve(
     };
     if parts.method == Method::GET {
         let principal = gateway.edge.principal(&parts);
-        let upstream = forward(&gateway.client, pinned, url, parts, body).await;
+        let upstream = forward(gateway, pinned, url, parts, body).await;
         let upstream = if push::is_event_stream(&upstream) {
             Some(upstream)
         } else {
@@ -170,7 +170,7 @@ pub async fn serve(
         ));
     }
     if parts.method != Method::POST {
-        let response = forward(&gateway.client, pinned, url, parts, body).await;
+        let response = forward(gateway, pinned, url, parts, body).await;
         return Served::Answered(remarked(response, marked.modes));
     }
     let message = match Message::parse(&body) {

@@ -23,7 +23,7 @@ use crate::server::sse::keepalive::ProgressKeepAlive;
 use crate::server::sse::{sse_event, sse_response};
 use crate::tasks::TaskService;
 use crate::tasks::deferral::{Asked, Deferrals};
-use crate::upstream::http::{describe_client_error, remove_hop_by_hop};
+use crate::upstream::http::remove_hop_by_hop;
 use crate::upstream::stream::PendingHead;
 use crate::upstream::{Caller, Upstream, UpstreamError};
 use mtg_protocol::jsonrpc::{self, ErrorObject};
@@ -74,7 +74,7 @@ impl Watcher {
         let head: PendingHead = Box::pin(async move {
             sending
                 .await
-                .map_err(|e| UpstreamError::Unreachable(describe_client_error(&e)))
+                .map_err(|e| UpstreamError::from_call(&e.into()))
         });
         let (answer, answered) = oneshot::channel();
         tokio::spawn(self.run(head, answer));
@@ -380,7 +380,12 @@ async fn at(when: Option<Instant>) {
     }
 }
 
+/// 502, or 400 for a request refused as the client's (-32600).
 fn bad_gateway(error: &ErrorObject) -> Response<Body> {
     tracing::warn!(detail = %error.message, "a watched pass-through call failed");
-    reply::error_with_status(StatusCode::BAD_GATEWAY, error)
+    let status = match error.code {
+        mtg_protocol::jsonrpc::code::INVALID_REQUEST => StatusCode::BAD_REQUEST,
+        _ => StatusCode::BAD_GATEWAY,
+    };
+    reply::error_with_status(status, error)
 }
