@@ -108,6 +108,8 @@ pub struct Gateway {
     check_upstream_readiness: bool,
     /// Session clients whose upstream has no sessions to pass them through to.
     sessions: Arc<session::served::GatewaySessions>,
+    /// Pass-through sessions the upstream confirmed lately (`session/tasks/confirm.rs`).
+    confirmed_sessions: session::tasks::confirm::Confirmed,
     /// Cancelled when the gateway starts to stop: long-lived streams end gracefully
     /// instead of holding the connection drain.
     pub closing: tokio_util::sync::CancellationToken,
@@ -163,6 +165,7 @@ impl Gateway {
             upstream_timeout: settings.upstream_timeout,
             check_upstream_readiness: settings.check_upstream_readiness,
             sessions: session::served::GatewaySessions::start(settings.session_limits, meter),
+            confirmed_sessions: Default::default(),
         }
     }
 }
@@ -347,8 +350,11 @@ async fn mcp_endpoint(
         }
     };
     // Session traffic goes where its session lives (`passthrough` decides): the
-    // gateway does not read it. The metric label keeps its old name for dashboards.
-    if parts.headers.contains_key(SESSION_HEADER) {
+    // gateway does not read it, unless it may say 2026-07-28, which outranks the
+    // session id (`classify`). The metric label keeps its old name for dashboards.
+    if parts.headers.contains_key(SESSION_HEADER)
+        && (parts.method != Method::POST || !may_say_stateless(&parts.headers, &body))
+    {
         "legacy_passthrough".clone_into(method);
         if let Some(refusal) = edge::authn::check_scopes(gateway, &parts, None, &body) {
             return refusal;
@@ -402,8 +408,31 @@ enum Era {
     Rejected(ErrorObject),
 }
 
-/// Stateless requests carry their version in `_meta`; `initialize` and requests without
-/// any 2026-07-28 marker belong to sessions.
+/// Whether a request with `Mcp-Session-Id` may be other than session traffic by
+/// [`classify`], judged without parsing: its header is not a session version, or its
+/// body may hold the `_meta` version key (`protocolVersion`, or an escape that could
+/// spell it). Only then is session traffic parsed.
+fn may_say_stateless(headers: &HeaderMap, body: &[u8]) -> bool {
+    let session_header = match headers.get(MCP_PROTOCOL_VERSION) {
+        None => true,
+        Some(v) => v
+            .to_str()
+            .map(str::trim)
+            .is_ok_and(|v| v.starts_with("2024-") || v.starts_with("2025-")),
+    };
+    !session_header
+        || memchr::memchr(b'\\', body).is_some()
+        || memchr::memmem::find(body, b"protocolVersion").is_some()
+}
+
+/// A request's generation, one rule for every path (ARCHITECTURE.md, "The era"):
+/// `initialize` opens a session; else a version in `_meta` makes the request of the
+/// 2026-07-28 form (2026-07-28, or -32022), whatever its header or `Mcp-Session-Id`
+/// say (a disagreeing header is -32020 on the stateless path); else the header
+/// decides (2026-07-28 without `_meta`: -32602; a session version or none: session
+/// traffic; another: -32022). `Mcp-Session-Id` never makes a request a session's
+/// when its own version says 2026-07-28: such a request is answered as 2026-07-28,
+/// its session id ignored.
 fn classify(headers: &HeaderMap, message: &Message) -> Era {
     let (method, params) = match message {
         Message::Request { method, params, .. } | Message::Notification { method, params } => {
@@ -530,5 +559,170 @@ mod tests {
             rejected_code(classify(&headers(Some(STATELESS_VERSION)), &plain)),
             code::INVALID_PARAMS
         );
+    }
+
+    /// The generation rule over every combination of its signals (#43): the header,
+    /// the `_meta` version (also as a non-string), `Mcp-Session-Id`, the method and the
+    /// message kind, with the `_meta` key sometimes written with JSON escapes.
+    mod generation_props {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// What ARCHITECTURE.md ("The era") says, written apart from `classify`.
+        #[derive(Debug, PartialEq)]
+        enum Expected {
+            Session,
+            Stateless,
+            Rejected(i64),
+        }
+
+        fn expected(
+            kind: u8,
+            method: &str,
+            meta: &Option<Value>,
+            header: Option<&str>,
+        ) -> Expected {
+            if kind == 2 || method == "initialize" {
+                return Expected::Session;
+            }
+            match meta.as_ref().and_then(Value::as_str) {
+                Some("2026-07-28") => return Expected::Stateless,
+                Some(_) => return Expected::Rejected(code::UNSUPPORTED_PROTOCOL_VERSION),
+                None => {}
+            }
+            match header.map(str::trim) {
+                None => Expected::Session,
+                Some("2026-07-28") => Expected::Rejected(code::INVALID_PARAMS),
+                Some(v) if v.starts_with("2024-") || v.starts_with("2025-") => Expected::Session,
+                Some(_) => Expected::Rejected(code::UNSUPPORTED_PROTOCOL_VERSION),
+            }
+        }
+
+        fn header_version() -> impl Strategy<Value = Option<String>> {
+            prop_oneof![
+                Just(None),
+                Just(Some("2026-07-28".to_owned())),
+                Just(Some(" 2026-07-28 ".to_owned())),
+                Just(Some("2025-11-25".to_owned())),
+                Just(Some("2025-06-18".to_owned())),
+                Just(Some("2024-11-05".to_owned())),
+                Just(Some("2026-01-01".to_owned())),
+                "[ -~]{0,12}".prop_map(Some),
+            ]
+        }
+
+        fn meta_version() -> impl Strategy<Value = Option<Value>> {
+            prop_oneof![
+                Just(None),
+                Just(Some(json!("2026-07-28"))),
+                Just(Some(json!("2025-11-25"))),
+                Just(Some(json!("2030-01-01"))),
+                Just(Some(json!(20260728))),
+                Just(Some(Value::Null)),
+                "[ -~]{0,12}".prop_map(|v| Some(json!(v))),
+            ]
+        }
+
+        fn session_id() -> impl Strategy<Value = Option<String>> {
+            prop_oneof![
+                Just(None),
+                Just(Some("../..".to_owned())),
+                Just(Some("x".repeat(5000))),
+                Just(Some("mtg-t.abc".to_owned())),
+                "[0-9a-f]{32}".prop_map(Some),
+            ]
+        }
+
+        fn method() -> impl Strategy<Value = &'static str> {
+            prop::sample::select(vec![
+                "initialize",
+                "tasks/get",
+                "tasks/result",
+                "tasks/list",
+                "tools/call",
+                "tools/list",
+                "ping",
+                "notifications/initialized",
+            ])
+        }
+
+        /// The body as a client may write it: the `_meta` key plain, or with escapes.
+        fn body(kind: u8, method: &str, meta: &Option<Value>, escape: u8) -> Vec<u8> {
+            let mut params = json!({"taskId": "t-1", "name": "echo"});
+            if let Some(version) = meta {
+                params["_meta"] = json!({ meta::META_PROTOCOL_VERSION: version });
+            }
+            let message = match kind {
+                0 => json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}),
+                1 => json!({"jsonrpc": "2.0", "method": method, "params": params}),
+                _ => json!({"jsonrpc": "2.0", "id": 1, "result": {}}),
+            };
+            let text = message.to_string();
+            let key = meta::META_PROTOCOL_VERSION;
+            let written = match escape {
+                0 => key.to_owned(),
+                1 => key.replace('/', "\\/"),
+                _ => format!("\\u{:04x}{}", key.as_bytes()[0], &key[1..]),
+            };
+            text.replace(key, &written).into_bytes()
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2000))]
+
+            /// One rule, whatever the session id: a request is classified as the
+            /// documented table says, and the session id never changes it.
+            #[test]
+            fn every_combination_of_signals_follows_the_one_rule(
+                kind in 0u8..3,
+                method in method(),
+                meta_v in meta_version(),
+                header in header_version(),
+                session in session_id(),
+                escape in 0u8..3,
+            ) {
+                let bytes = body(kind, method, &meta_v, escape);
+                let message = Message::parse(&bytes).expect("a JSON-RPC message");
+                let mut headers = HeaderMap::new();
+                if let Some(v) = &header {
+                    headers.insert(MCP_PROTOCOL_VERSION, v.parse().unwrap());
+                }
+                let without = classify(&headers, &message);
+                if let Some(id) = &session {
+                    headers.insert(SESSION_HEADER, id.parse().unwrap());
+                }
+                let with = classify(&headers, &message);
+                let outcome = |era: Era| match era {
+                    Era::Session => Expected::Session,
+                    Era::Stateless => Expected::Stateless,
+                    Era::Rejected(e) => Expected::Rejected(e.code),
+                };
+                let want = expected(kind, method, &meta_v, header.as_deref());
+                prop_assert_eq!(outcome(without), outcome(with));
+                prop_assert_eq!(outcome(classify(&headers, &message)), want);
+            }
+
+            /// Session traffic is read only when it may be other than a session's: a
+            /// POST with `Mcp-Session-Id` that the rule gives to 2026-07-28 (or
+            /// refuses) is always parsed, however its `_meta` key is written.
+            #[test]
+            fn session_traffic_the_rule_may_take_is_always_read(
+                kind in 0u8..3,
+                method in method(),
+                meta_v in meta_version(),
+                header in header_version(),
+                escape in 0u8..3,
+            ) {
+                let bytes = body(kind, method, &meta_v, escape);
+                let mut headers = HeaderMap::new();
+                if let Some(v) = &header {
+                    headers.insert(MCP_PROTOCOL_VERSION, v.parse().unwrap());
+                }
+                headers.insert(SESSION_HEADER, "s-1".parse().unwrap());
+                if expected(kind, method, &meta_v, header.as_deref()) != Expected::Session {
+                    prop_assert!(may_say_stateless(&headers, &bytes));
+                }
+            }
+        }
     }
 }

@@ -14,6 +14,7 @@ mod conformance;
 mod deferred;
 mod fixture_servers;
 mod gateway_sessions;
+mod generations;
 mod header_values;
 mod hostile_props;
 mod hosts;

@@ -184,6 +184,11 @@ pub async fn serve(
         marked.upstream,
         marked.modes,
     );
+    if super::gateway_may_answer(&message)
+        && let Some(not_found) = Box::pin(super::confirm::unknown_session(gateway, &session)).await
+    {
+        return Served::Answered(not_found);
+    }
     if let Handled::Reply(response) = super::handle(gateway, &session, &message).await {
         return Served::Answered(response);
     }

@@ -7,6 +7,7 @@
 //! (`marked.rs`: the session id is marked, the call runs in the client's own
 //! upstream session) and those the gateway serves itself (`server/session/served/`).
 
+pub mod confirm;
 pub mod marked;
 pub mod negotiate;
 pub mod push;
@@ -156,7 +157,29 @@ pub async fn handle_undeclared(
             return Handled::PassOn;
         }
     }
+    // Only for a session the upstream has: else its 404 (`confirm`).
+    if let Some(not_found) = confirm::unknown_session(gateway, session).await {
+        return Handled::Reply(not_found);
+    }
     handle(gateway, session, message).await
+}
+
+/// Whether [`handle`] may answer `message` itself rather than pass it on: a
+/// `tools/call` asking for a task, a `tasks/*` request, an answer to one of the
+/// gateway's input requests.
+pub fn gateway_may_answer(message: &Message) -> bool {
+    match message {
+        Message::Request {
+            method: name,
+            params,
+            ..
+        } => match name.as_str() {
+            method::TOOLS_CALL => params.as_ref().is_some_and(|p| p.get("task").is_some()),
+            other => other.starts_with("tasks/"),
+        },
+        Message::Response { id, .. } => wire::parse_input_request_id(id).is_some(),
+        Message::Notification { .. } => false,
+    }
 }
 
 /// What [`handle_undeclared`] may take, judged without the store: a `tools/call` with
