@@ -1,11 +1,13 @@
-//! A real host through the gateway: Gemini CLI (`@google/gemini-cli`, pinned by
-//! tests/package-lock.json, run unchanged in headless mode, `gemini -p`), with the
-//! gateway as its MCP server over Streamable HTTP and a stand-in for its model API on
-//! loopback (tests/fixtures/stand_in_model.py) that plays the model's turns: it calls
-//! the upstream's `sleep`, reads each tool result the host feeds it, makes the call
-//! the words ask for, and ends with a text turn quoting the last result.
+//! Real hosts through the gateway: Gemini CLI (`@google/gemini-cli`, `gemini -p`) and
+//! Claude Code (`@anthropic-ai/claude-code`, `claude -p`), each pinned by
+//! tests/package-lock.json and run unchanged in headless mode, with the gateway as its
+//! MCP server over Streamable HTTP and a stand-in for its model API on loopback
+//! (tests/fixtures/stand_in_model.py: the Gemini API or the Anthropic Messages API)
+//! that plays the model's turns: it calls an upstream tool, reads each tool result the
+//! host feeds it, makes the call the words ask for, and ends with a text turn quoting
+//! the last result.
 //!
-//! The host gives an MCP tool call 60 s (`timeout` of its server entry), so a 90 s call
+//! Gemini CLI gives an MCP tool call 60 s (`timeout` of its server entry), so a 90 s call
 //! reaches it only through the gateway's deferred results (`--defer-after-ms 20000`).
 //! The host also stops a turn in which the model makes the same tool call with the same
 //! arguments five times in a row (its loop guard); the gateway's words name each next
@@ -14,6 +16,11 @@
 //! feature that reaches beyond the machine is switched off, and the host runs under
 //! `strace`: each test fails if the host connected anywhere but loopback or looked up a
 //! name.
+//!
+//! Claude Code shows its model a result's `structuredContent` (as JSON) in place of its
+//! text when there is one: the tests call a tool with an `outputSchema` (`slow_echo`,
+//! whose deferred result carries the words in `structuredContent`) and one without
+//! (`sleep`, words only), and read which form reached the model.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
@@ -60,22 +67,56 @@ impl Drop for Scratch {
     }
 }
 
+/// The host under test, and the model API its stand-in speaks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Host {
+    GeminiCli,
+    ClaudeCode,
+}
+
+impl Host {
+    /// The stand-in model's `--api`.
+    fn api(self) -> &'static str {
+        match self {
+            Self::GeminiCli => "gemini",
+            Self::ClaudeCode => "anthropic",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::GeminiCli => "gemini-cli",
+            Self::ClaudeCode => "claude-code",
+        }
+    }
+}
+
 /// Where a test's host runs: `plain_server`, the gateway in front of it, and the
 /// stand-in model, each on loopback, and a scratch directory for the host's home.
 struct Stage {
     _processes: [Proc; 3],
+    host: Host,
     upstream_url: String,
     /// The gateway's MCP endpoint.
     url: String,
     model_url: String,
     model_log: PathBuf,
+    /// The model's first call: the upstream's tool and its arguments.
+    first_tool: String,
+    first_args: Value,
     scratch: Scratch,
 }
 
 impl Stage {
-    /// The gateway gets `gateway_flags`; the stand-in model makes its first call `sleep`
-    /// with `first_args`, and takes `model_flags`.
-    fn start(name: &str, gateway_flags: &[&str], first_args: &Value, model_flags: &[&str]) -> Self {
+    /// The gateway gets `gateway_flags`; the stand-in model speaks `host`'s API, makes
+    /// its first call `first_tool` with `first_args`, and takes `model_flags`.
+    fn start(
+        host: Host,
+        name: &str,
+        gateway_flags: &[&str],
+        (first_tool, first_args): (&str, &Value),
+        model_flags: &[&str],
+    ) -> Self {
         let scratch = Scratch::new(name);
         let (upstream, upstream_url) = start_plain_server();
         let (gateway, url) = start_gateway(&upstream_url, gateway_flags);
@@ -83,37 +124,94 @@ impl Stage {
         let mut command = Command::new(python());
         command
             .arg(repo_root().join("tests/fixtures/stand_in_model.py"))
+            .args(["--api", host.api()])
             .arg("--log")
             .arg(&model_log)
-            .args(["--first-tool", "sleep"])
+            .args(["--first-tool", first_tool])
             .args(["--first-args", &first_args.to_string()])
             .args(model_flags);
         let (model, model_url) = spawn_announcing("stand-in model", command);
         Self {
             _processes: [upstream, gateway, model],
+            host,
             upstream_url,
             url,
             model_url,
             model_log,
+            first_tool: first_tool.to_owned(),
+            first_args: first_args.clone(),
             scratch,
         }
     }
 
-    /// Runs Gemini CLI headless (`gemini -p`, and `host_flags`) under `strace`, with a
-    /// home of its own whose settings name the gateway as MCP server `gw` and switch off
-    /// all that reaches beyond the machine; the stand-in model is its model API.
+    /// Runs the host headless (`-p`, and `host_flags`) under `strace`, with a home of
+    /// its own, the gateway as its only MCP server `gw`, all that reaches beyond the
+    /// machine switched off, and the stand-in model as its model API.
     fn run_host(&self, host_flags: &[&str], deadline: Duration) -> HostRun {
+        let dir = &self.scratch.0;
+        let home = dir.join("home");
+        let workspace = dir.join("workspace");
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&workspace).unwrap();
+        let prompt = format!("Run the tool {} and tell me its result.", self.first_tool);
+
+        let trace = dir.join("connect.strace");
+        let stdout = dir.join("host.stdout");
+        let stderr = dir.join("host.stderr");
+        let mut command = Command::new("strace");
+        // 1024 bytes of each message sent: enough for the MCP requests' headers.
+        command
+            .args(["-f", "-qq", "--seccomp-bpf", "-s", "1024"])
+            .args(["-e", "trace=connect,sendto,sendmsg,sendmmsg"])
+            .arg("-o")
+            .arg(&trace)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &home)
+            .env("NO_COLOR", "1");
+        match self.host {
+            Host::GeminiCli => self.gemini_cli(&mut command, &home, &prompt),
+            Host::ClaudeCode => self.claude_code(&mut command, &prompt),
+        }
+        command
+            .args(host_flags)
+            .current_dir(&workspace)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::fs::File::create(&stderr).unwrap());
+        let started = Instant::now();
+        let mut host = Proc::spawn(command, self.host.name()).expect("strace and the host run");
+        let status = wait_with_deadline(&mut host, deadline);
+        let elapsed = started.elapsed();
+        let out = std::fs::read_to_string(&stdout).unwrap_or_default();
+        let err = std::fs::read_to_string(&stderr).unwrap_or_default();
+        let context = format!(
+            "host exit {status:?} after {elapsed:?}\nstdout:\n{out}\nstderr:\n{err}\nmodel log: {}",
+            self.model_log.display()
+        );
+        HostRun {
+            status,
+            elapsed,
+            out,
+            requests: model_requests(&self.model_log),
+            first_tool: self.first_tool.clone(),
+            first_args: self.first_args.clone(),
+            trace,
+            context,
+        }
+    }
+
+    /// Gemini CLI (`node gemini.js -p PROMPT`): its settings in `home` name the gateway
+    /// (`httpUrl`, a 60 s `timeout`) and switch off updates, telemetry, usage
+    /// statistics, the IDE link, folder trust and ripgrep.
+    fn gemini_cli(&self, command: &mut Command, home: &Path, prompt: &str) {
         let gemini = repo_root().join("tests/node_modules/@google/gemini-cli/bundle/gemini.js");
         assert!(
             gemini.exists(),
             "run `npm ci --prefix tests` first ({} is missing)",
             gemini.display()
         );
-        let dir = &self.scratch.0;
-        let home = dir.join("home");
-        let workspace = dir.join("workspace");
         std::fs::create_dir_all(home.join(".gemini")).unwrap();
-        std::fs::create_dir_all(&workspace).unwrap();
         let settings = json!({
             "security": {
                 "auth": {"selectedType": "gemini-api-key"},
@@ -134,49 +232,48 @@ impl Stage {
             serde_json::to_vec_pretty(&settings).unwrap(),
         )
         .unwrap();
-
-        let trace = dir.join("connect.strace");
-        let stdout = dir.join("host.stdout");
-        let stderr = dir.join("host.stderr");
-        let mut command = Command::new("strace");
         command
-            .args(["-f", "-qq", "--seccomp-bpf", "-s", "64"])
-            .args(["-e", "trace=connect,sendto,sendmsg,sendmmsg"])
-            .arg("-o")
-            .arg(&trace)
             .arg("node")
             .arg(&gemini)
-            .args(["-p", "Run the tool sleep and tell me its result."])
-            .args(host_flags)
-            .current_dir(&workspace)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &home)
+            .args(["-p", prompt])
             .env("GEMINI_API_KEY", "stand-in")
             .env("GOOGLE_GEMINI_BASE_URL", &self.model_url)
-            .env("GEMINI_TELEMETRY_ENABLED", "false")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&stdout).unwrap())
-            .stderr(std::fs::File::create(&stderr).unwrap());
-        let started = Instant::now();
-        let mut host = Proc::spawn(command, "gemini-cli").expect("strace and node run");
-        let status = wait_with_deadline(&mut host, deadline);
-        let elapsed = started.elapsed();
-        let out = std::fs::read_to_string(&stdout).unwrap_or_default();
-        let err = std::fs::read_to_string(&stderr).unwrap_or_default();
-        let context = format!(
-            "host exit {status:?} after {elapsed:?}\nstdout:\n{out}\nstderr:\n{err}\nmodel log: {}",
-            self.model_log.display()
+            .env("GEMINI_TELEMETRY_ENABLED", "false");
+    }
+
+    /// Claude Code (its native binary, `claude -p PROMPT`): the gateway is its only MCP
+    /// server (`--mcp-config` with `type: http`, `--strict-mcp-config`), whose tools it
+    /// may call without asking (`--allowedTools mcp__gw`), with a 60 s tool-call limit
+    /// (`MCP_TOOL_TIMEOUT`). Its model API is the stand-in (`ANTHROPIC_BASE_URL`, an API
+    /// key of its own); nonessential traffic (telemetry, error reports, updates, the bug
+    /// command) is off, and so is tool search, which would hold the MCP tools back from
+    /// the model until it searched for them (`ENABLE_TOOL_SEARCH=false`).
+    fn claude_code(&self, command: &mut Command, prompt: &str) {
+        let claude =
+            repo_root().join("tests/node_modules/@anthropic-ai/claude-code/bin/claude.exe");
+        assert!(
+            claude.exists(),
+            "run `npm ci --prefix tests` first ({} is missing)",
+            claude.display()
         );
-        HostRun {
-            status,
-            elapsed,
-            out,
-            requests: model_requests(&self.model_log),
-            trace,
-            context,
-        }
+        let config = self.scratch.0.join("mcp.json");
+        let servers = json!({"mcpServers": {"gw": {"type": "http", "url": self.url}}});
+        std::fs::write(&config, serde_json::to_vec_pretty(&servers).unwrap()).unwrap();
+        command
+            .arg(&claude)
+            .args(["-p", prompt])
+            .arg("--mcp-config")
+            .arg(&config)
+            .args(["--strict-mcp-config", "--allowedTools", "mcp__gw"])
+            .env("ANTHROPIC_BASE_URL", &self.model_url)
+            .env("ANTHROPIC_API_KEY", "sk-ant-stand-in")
+            .env("MCP_TOOL_TIMEOUT", "60000")
+            .env("ENABLE_TOOL_SEARCH", "false")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("DISABLE_TELEMETRY", "1")
+            .env("DISABLE_ERROR_REPORTING", "1")
+            .env("DISABLE_AUTOUPDATER", "1")
+            .env("DISABLE_BUG_COMMAND", "1");
     }
 
     /// The upstream's `/stats` (`callsStarted`: how many calls reached its tool code).
@@ -221,6 +318,9 @@ struct HostRun {
     elapsed: Duration,
     out: String,
     requests: Vec<Value>,
+    /// The model's first call, as the stage scripted it.
+    first_tool: String,
+    first_args: Value,
     trace: PathBuf,
     /// All of it, for failure messages.
     context: String,
@@ -236,19 +336,20 @@ impl HostRun {
             .collect()
     }
 
-    /// The arguments of the model's calls: the first, `sleep` with `first_args`, then
-    /// only `get_task_result`s, as the deferred results' words ask.
-    fn fetches(&self, first_args: &Value) -> Vec<&Value> {
+    /// The arguments of the model's calls: the first, the stage's first tool with its
+    /// arguments, then only `get_task_result`s, as the deferred results' words ask.
+    fn fetches(&self) -> Vec<&Value> {
         let turns = self.turns();
         let calls: Vec<(&str, &Value)> = turns
             .iter()
             .filter_map(|t| Some((t["call"][0].as_str()?, &t["call"][1])))
             .collect();
+        let (tool, first_args) = (&self.first_tool, &self.first_args);
         assert!(
-            calls
-                .first()
-                .is_some_and(|(name, args)| name.ends_with("sleep") && *args == first_args),
-            "turn 1 is not the call of sleep {first_args}: {turns:#?}\n{}",
+            calls.first().is_some_and(|(name, args)| {
+                name.ends_with(&format!("_{tool}")) && *args == first_args
+            }),
+            "turn 1 is not the call of {tool} {first_args}: {turns:#?}\n{}",
             self.context
         );
         assert!(
@@ -378,16 +479,17 @@ fn wait_with_deadline(host: &mut Proc, limit: Duration) -> ExitStatus {
 fn gemini_cli_gets_a_90_s_tools_result_through_deferred_results_on_loopback_only() {
     let first_args = json!({"ms": 90000, "steps": 0});
     let stage = Stage::start(
+        Host::GeminiCli,
         "gemini-cli",
         &["--defer-after-ms", "20000"],
-        &first_args,
+        ("sleep", &first_args),
         &[],
     );
     let run = stage.run_host(&[], HOST_DEADLINE);
     let context = &run.context;
     assert!(run.status.success(), "{context}");
 
-    run.fetches(&first_args);
+    run.fetches();
     let turns = run.turns();
     let last = *turns.last().expect("a model turn");
     assert_eq!(last["final"], true, "no final turn: {turns:#?}\n{context}");
@@ -429,14 +531,20 @@ const LOOP_STOPPED: &str = "Loop detected, stopping execution";
 #[test]
 fn gemini_cli_gets_past_its_loop_guard_by_the_rising_attempt_on_loopback_only() {
     let first_args: Value = serde_json::from_str(LOOP_FIRST_ARGS).unwrap();
-    let stage = Stage::start("gemini-cli-attempt", &LOOP_GATEWAY_FLAGS, &first_args, &[]);
+    let stage = Stage::start(
+        Host::GeminiCli,
+        "gemini-cli-attempt",
+        &LOOP_GATEWAY_FLAGS,
+        ("sleep", &first_args),
+        &[],
+    );
     let run = stage.run_host(&["-o", "stream-json"], LOOP_HOST_DEADLINE);
     let context = &run.context;
     assert!(run.status.success(), "{context}");
 
     // The model fetched at least six times (past the guard's five), each fetch the
     // call the last answer named: the same taskId, attempt 1, 2, 3, …
-    let fetches = run.fetches(&first_args);
+    let fetches = run.fetches();
     assert!(fetches.len() > LOOP_THRESHOLD, "{fetches:#?}\n{context}");
     let task_id = &fetches[0]["taskId"];
     for (at, args) in fetches.iter().enumerate() {
@@ -489,9 +597,10 @@ fn gemini_cli_gets_past_its_loop_guard_by_the_rising_attempt_on_loopback_only() 
 fn gemini_cli_loop_guard_stops_a_model_that_repeats_the_same_fetch_on_loopback_only() {
     let first_args: Value = serde_json::from_str(LOOP_FIRST_ARGS).unwrap();
     let stage = Stage::start(
+        Host::GeminiCli,
         "gemini-cli-no-attempt",
         &LOOP_GATEWAY_FLAGS,
-        &first_args,
+        ("sleep", &first_args),
         &["--drop-argument", "attempt"],
     );
     let run = stage.run_host(&["-o", "stream-json"], LOOP_HOST_DEADLINE);
@@ -514,7 +623,7 @@ fn gemini_cli_loop_guard_stops_a_model_that_repeats_the_same_fetch_on_loopback_o
 
     // The model asked for the same fetch six times: four the host made, the fifth it
     // dropped with its warning to the model, the sixth stopped the turn.
-    let fetches = run.fetches(&first_args);
+    let fetches = run.fetches();
     let task_id = &fetches[0]["taskId"];
     let same = json!({"taskId": task_id});
     assert_eq!(fetches.len(), LOOP_THRESHOLD + 1, "{fetches:#?}\n{context}");
@@ -553,6 +662,242 @@ fn gemini_cli_loop_guard_stops_a_model_that_repeats_the_same_fetch_on_loopback_o
     assert!(read.contains("is still running"), "{read:?}\n{context}");
     assert!(!run.out.contains("slept 24000 ms"), "{context}");
     stage.assert_loopback_only(&run);
+}
+
+/// How long Claude Code may take with an 8 s tool fetched every 2 s.
+const CLAUDE_HOST_DEADLINE: Duration = Duration::from_secs(45);
+
+/// The gateway of the Claude Code tests: deferred results after 2 s.
+const CLAUDE_GATEWAY_FLAGS: [&str; 2] = ["--defer-after-ms", "2000"];
+
+/// The tool results (the `content` of each `tool_result` block) in the conversation
+/// Claude Code sent the model, in order.
+fn claude_tool_results(request: &Value) -> Vec<&Value> {
+    request["body"]["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|m| m["content"].as_array().into_iter().flatten())
+        .filter(|block| block["type"] == "tool_result")
+        .map(|block| &block["content"])
+        .collect()
+}
+
+/// One tool result as Claude Code fed it to the model: a `tool_result` block whose
+/// `content` is a string, or one text block.
+#[derive(Debug)]
+enum Fed {
+    String(String),
+    TextBlock(String),
+}
+
+/// The tool results Claude Code fed the model in the whole run: those of the last
+/// request it sent, which carries the conversation.
+fn claude_fed(run: &HostRun) -> Vec<Fed> {
+    let last = run
+        .requests
+        .iter()
+        .rfind(|r| r["turn"].is_object() && r["turn"]["side"] != true)
+        .unwrap_or_else(|| panic!("no model turn\n{}", run.context));
+    claude_tool_results(last)
+        .into_iter()
+        .map(
+            |content| match (content, content.as_array().map(Vec::as_slice)) {
+                (Value::String(text), _) => Fed::String(text.clone()),
+                (_, Some([block])) if block["type"] == "text" && block["text"].is_string() => {
+                    Fed::TextBlock(block["text"].as_str().unwrap().to_owned())
+                }
+                _ => panic!("a tool result neither a string nor one text block: {content}"),
+            },
+        )
+        .collect()
+}
+
+/// The words of a deferred result that name the next fetch.
+fn named_fetch(task_id: &str, attempt: usize) -> String {
+    format!(
+        "call the tool get_task_result with {{\"taskId\": \"{task_id}\", \"attempt\": {attempt}}}"
+    )
+}
+
+/// What Claude Code sent the gateway, as `strace` saw its requests (the first 1024
+/// bytes of each): at connect a `server/discover` probe, then `prompts/list`,
+/// `resources/list` and `tools/list` in any order, after that only `calls` tool calls;
+/// every request on 2026-07-28 (`mcp-protocol-version` and `_meta`), with no
+/// `initialize` and no tasks extension among its capabilities.
+fn assert_claude_code_speaks_2026_07_28(run: &HostRun, calls: usize) {
+    let trace = std::fs::read_to_string(&run.trace).expect("the strace log");
+    let requests: Vec<&str> = trace
+        .lines()
+        .filter(|line| line.contains("\"POST /mcp HTTP/1.1\\r\\n"))
+        .collect();
+    let mut methods: Vec<&str> = requests
+        .iter()
+        .filter_map(|line| {
+            let method = &line[line.find("mcp-method: ")? + "mcp-method: ".len()..];
+            Some(&method[..method.find("\\r\\n")?])
+        })
+        .collect();
+    assert_eq!(methods.len(), requests.len(), "{requests:#?}");
+    if methods.len() >= 4 {
+        methods[1..4].sort_unstable();
+    }
+    let expected: Vec<&str> = [
+        "server/discover",
+        "prompts/list",
+        "resources/list",
+        "tools/list",
+    ]
+    .into_iter()
+    .chain(std::iter::repeat_n("tools/call", calls))
+    .collect();
+    assert_eq!(methods, expected, "{requests:#?}");
+    assert!(
+        requests.iter().all(|r| {
+            r.contains("mcp-protocol-version: 2026-07-28\\r\\n")
+                && r.contains("io.modelcontextprotocol/protocolVersion\\\":\\\"2026-07-28\\\"")
+                && !r.contains("initialize")
+                && !r.contains("io.modelcontextprotocol/tasks")
+        }),
+        "{requests:#?}"
+    );
+}
+
+/// Claude Code in front of the gateway (`CLAUDE_GATEWAY_FLAGS`), its model's first call
+/// `tool` with `first_args`: the stage, the run (which ended well), and the tool results
+/// fed to the model, one for the first call and one for each fetch.
+fn run_claude_code(name: &str, tool: &str, first_args: &Value) -> (Stage, HostRun, Vec<Fed>) {
+    let stage = Stage::start(
+        Host::ClaudeCode,
+        name,
+        &CLAUDE_GATEWAY_FLAGS,
+        (tool, first_args),
+        &[],
+    );
+    let run = stage.run_host(&[], CLAUDE_HOST_DEADLINE);
+    assert!(run.status.success(), "{}", run.context);
+    let fed = claude_fed(&run);
+    assert_eq!(
+        fed.len(),
+        run.fetches().len() + 1,
+        "{fed:#?}\n{}",
+        run.context
+    );
+    (stage, run, fed)
+}
+
+/// The end of a Claude Code run: the model's final turn read `result`, and the host
+/// printed it; the upstream ran the tool once; Claude Code spoke 2026-07-28 and made
+/// the first call and the fetches; loopback only.
+fn assert_claude_code_reached(stage: &Stage, run: &HostRun, result: &str) {
+    let context = &run.context;
+    let turns = run.turns();
+    let last = *turns.last().expect("a model turn");
+    assert_eq!(last["final"], true, "no final turn: {turns:#?}\n{context}");
+    assert!(
+        last["read"].as_str().unwrap_or_default().contains(result),
+        "{context}"
+    );
+    assert!(run.out.contains(result), "{context}");
+    let stats = stage.upstream_stats();
+    assert_eq!(stats["callsStarted"], 1, "{stats}");
+    assert!(run.elapsed >= Duration::from_secs(8), "{context}");
+    assert_claude_code_speaks_2026_07_28(run, run.fetches().len() + 1);
+    stage.assert_loopback_only(run);
+}
+
+/// A tool with an `outputSchema`, past N: Claude Code shows its model the deferred
+/// result's `structuredContent` as JSON (`{"message", "nextCall", "status", "taskId"}`)
+/// in place of the content text; the words in `message` name the next call, which the
+/// model (the stand-in) makes, and the real result reaches its final turn within the
+/// host's run. The gateway's `get_task_result` lists no `outputSchema`, so its "still
+/// running" answers reach the model as text; the tool's own result again as the JSON of
+/// its `structuredContent`. Claude Code probes with `server/discover` and speaks
+/// 2026-07-28. Loopback only.
+#[test]
+fn claude_code_follows_a_deferred_structured_content_to_the_result_on_loopback_only() {
+    let first_args = json!({"text": "structured", "ms": 8000});
+    let (stage, run, fed) = run_claude_code("claude-code-structured", "slow_echo", &first_args);
+    let task_id = run.fetches()[0]["taskId"]
+        .as_str()
+        .expect("a taskId")
+        .to_owned();
+    // The first call's result reached the model as the JSON of structuredContent (the
+    // block's `content` a string), not as the content text: its words are inside
+    // `message`, the call in `nextCall`.
+    let Fed::String(first) = &fed[0] else {
+        panic!("the first result was not fed as a string: {fed:#?}")
+    };
+    let first: Value = serde_json::from_str(first)
+        .unwrap_or_else(|e| panic!("the first result fed is not JSON ({e}): {first:?}"));
+    let mut keys: Vec<&str> = first
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        ["message", "nextCall", "status", "taskId"],
+        "{first:#}"
+    );
+    let message = first["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("The tool slow_echo is still running")
+            && message.contains(&named_fetch(&task_id, 1)),
+        "{first:#}"
+    );
+    assert_eq!(
+        first["nextCall"],
+        json!({"name": "get_task_result", "arguments": {"taskId": task_id, "attempt": 1}})
+    );
+    assert_eq!(first["taskId"], task_id.as_str());
+    assert_eq!(first["status"], "working");
+    // The fetches' "still running" answers (get_task_result lists no outputSchema)
+    // came as their text, each naming the next attempt; the last, the tool's own
+    // result, as the JSON of its structuredContent.
+    for (at, fed) in fed[1..fed.len() - 1].iter().enumerate() {
+        assert!(
+            matches!(fed, Fed::TextBlock(text)
+                if text.starts_with("The tool slow_echo is still running")
+                    && text.contains(&named_fetch(&task_id, at + 2))),
+            "fetch {}: {fed:?}",
+            at + 1
+        );
+    }
+    let Some(Fed::String(last)) = fed.last() else {
+        panic!("the result was not fed as a string: {fed:#?}")
+    };
+    let last: Value = serde_json::from_str(last).expect("JSON");
+    assert_eq!(last, json!({"echo": first_args}), "{}", run.context);
+    assert_claude_code_reached(&stage, &run, "\"text\":\"structured\"");
+}
+
+/// A tool without an `outputSchema`, past N: the deferred result is words only, and
+/// Claude Code feeds the model that text; the model follows it through
+/// `get_task_result` to the tool's own result in its final turn. Loopback only.
+#[test]
+fn claude_code_follows_a_deferred_results_words_to_the_result_on_loopback_only() {
+    let first_args = json!({"ms": 8000, "steps": 0});
+    let (stage, run, fed) = run_claude_code("claude-code-words", "sleep", &first_args);
+    let fetches = run.fetches();
+    let task_id = fetches[0]["taskId"].as_str().expect("a taskId");
+    for (at, (fed, fetch)) in fed.iter().zip(&fetches).enumerate() {
+        assert!(
+            matches!(fed, Fed::TextBlock(text)
+                if text.starts_with("The tool sleep is still running")
+                    && text.contains(&named_fetch(task_id, at + 1))),
+            "result {at}: {fed:?}"
+        );
+        assert_eq!(**fetch, json!({"taskId": task_id, "attempt": at + 1}));
+    }
+    assert!(
+        matches!(fed.last(), Some(Fed::TextBlock(text)) if text == "slept 8000 ms"),
+        "{fed:#?}\n{}",
+        run.context
+    );
+    assert_claude_code_reached(&stage, &run, "slept 8000 ms");
 }
 
 #[test]
