@@ -23,7 +23,7 @@ for tool in redis-server strace; do
   fi
 done
 
-# npm test peers (server-everything, the TypeScript SDK, Gemini CLI), pinned by
+# npm test peers (server-everything, the TypeScript SDK, Gemini CLI, Claude Code), pinned by
 # tests/package-lock.json.
 if [ ! -d tests/node_modules ] || [ tests/package-lock.json -nt tests/node_modules/.package-lock.json ]; then
   npm ci --prefix tests --no-audit --no-fund
