@@ -70,9 +70,12 @@ fn check_answer(case: &Case, answer: &Answer, rpc: &mut Vec<String>) -> Result<(
             if status >= 400 && code.is_none() {
                 return Err(format!("{status} with a JSON-RPC result"));
             }
+            if let Some(result) = value.get("result") {
+                case.expect.check_result(result)?;
+            }
             vec![code]
         }
-        Some("text/event-stream") => check_sse(&answer.body)?,
+        Some("text/event-stream") => check_sse(&answer.body, case)?,
         _ => Vec::new(),
     };
     for code in &codes {
@@ -128,7 +131,7 @@ fn check_error_object(error: &Value) -> Result<i64, String> {
 }
 
 /// An SSE body: each event's data a JSON-RPC message; the responses' codes.
-fn check_sse(body: &[u8]) -> Result<Vec<Option<i64>>, String> {
+fn check_sse(body: &[u8], case: &Case) -> Result<Vec<Option<i64>>, String> {
     let text = std::str::from_utf8(body).map_err(|_| "an SSE body that is not UTF-8")?;
     let mut codes = Vec::new();
     for event in text.replace("\r\n", "\n").split("\n\n") {
@@ -148,6 +151,9 @@ fn check_sse(body: &[u8]) -> Result<Vec<Option<i64>>, String> {
             }
         } else {
             codes.push(check_rpc_response(&value)?);
+            if let Some(result) = value.get("result") {
+                case.expect.check_result(result)?;
+            }
         }
     }
     if codes.is_empty() {
