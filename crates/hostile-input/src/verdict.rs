@@ -62,6 +62,14 @@ fn check_answer(case: &Case, answer: &Answer, rpc: &mut Vec<String>) -> Result<(
         .and_then(|c| c.split(';').next())
         .map(|c| c.trim().to_ascii_lowercase());
     let status = answer.status;
+    // What a client sends is never the gateway's own failure (#43): 500 is for faults
+    // of the gateway's that no request should reach.
+    if status == 500 && case.path_is_mcp() {
+        return Err(format!(
+            "HTTP 500 (the gateway's own failure) for a client's request: {}",
+            String::from_utf8_lossy(&answer.body[..answer.body.len().min(300)])
+        ));
+    }
     let codes = match media.as_deref() {
         Some("application/json") if case.path_is_mcp() => {
             let value: Value = serde_json::from_slice(&answer.body)
