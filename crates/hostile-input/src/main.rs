@@ -9,6 +9,8 @@
 //!   wrong, missing, duplicate, invalid-UTF-8, oversized or too many headers; bad
 //!   `Content-Type`; wrong methods and paths; mutated 2025-11-25 `initialize`; arbitrary
 //!   task ids; deep nesting; huge strings; bodies over `--max-body-bytes`; dribbled bodies;
+//!   issue #43's header values beyond ASCII and contradictory revision signals
+//!   (`revisions.rs`), in a real pass-through session opened before the campaign;
 //! - over raw TCP: garbage bytes, broken HTTP/1.1 framing, requests cut off by a
 //!   half-close (or an abort), and heads dribbled byte by byte.
 //!
@@ -26,6 +28,9 @@
 //! ```text
 //! cargo run --release -p hostile-input -- --requests 1000000
 //! ```
+//!
+//! `--gateway-arg=--upstream-http2` puts the gateway's own calls on the HTTP/2 pool;
+//! `--redis` keeps its tasks in a redis-server of the run's own.
 //!
 //! The gateway binary and the fixture are built with cargo in this program's profile
 //! (release above); the gateway's log and the failing requests go to
