@@ -7,8 +7,11 @@
 use serde_json::{Value, json};
 
 use crate::case::{Case, Context, End, Expect, Generation, HttpCase, RawCase, Rng};
-use crate::classes::to_bytes;
 use crate::{MODERN, SESSION, TASKS_EXTENSION};
+
+fn to_bytes(value: &Value) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_default()
+}
 
 /// The headers a pass-through or bridged request carries upstream, and a few the
 /// gateway reads itself.
