@@ -275,9 +275,14 @@ impl Outgoing {
             },
             false => Vec::new(),
         };
-        let mut call = Call::new(Request::from_parts(parts, ()))
-            .map_err(LeanError::Encode)?
-            .proceed();
+        let mut call = Call::new(Request::from_parts(parts, ())).map_err(LeanError::Encode)?;
+        // A client's method and body go on as they came, as hyper's client sends them:
+        // any method token HTTP allows (`BREW`, `post`), a body on any method.
+        call.allow_non_standard_methods(true);
+        if !body.is_empty() {
+            call.force_send_body();
+        }
+        let mut call = call.proceed();
         let mut wire = vec![0; 1024];
         let mut used = 0;
         while !call.can_proceed() {

@@ -281,3 +281,30 @@ async fn an_upstream_that_went_away_is_blamed_on_the_upstream() {
     );
     assert!(!metrics.contains("mtg_gateway_errors_total"), "{metrics}");
 }
+
+/// What the campaign found after part 1: a pass-through request with a method token
+/// ureq-proto does not know (`BREW`, a lower-case `post`) or a body on `HEAD` was the
+/// gateway's 500 (before: a 502 blaming the upstream). It goes to the upstream as it
+/// came, as hyper's client sent it, and the client gets the upstream's answer (405).
+#[tokio::test]
+async fn any_method_token_reaches_the_upstream_as_it_came() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let mut session = crate::common::session::SessionClient::new(&url);
+    session.initialize("2025-11-25", json!({})).await;
+    let id = session.session.clone().unwrap();
+    for method in ["BREW", "post", "PATCH"] {
+        let response = reqwest::Client::new()
+            .request(
+                reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
+                &url,
+            )
+            .header("mcp-session-id", id.as_str())
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 405, "{method}");
+    }
+}

@@ -95,6 +95,9 @@ pub(crate) struct Context {
     pub(crate) max_body_bytes: usize,
     /// Bytes to slice oversized bodies from, made once.
     pub(crate) filler: Bytes,
+    /// A pass-through session opened through the gateway before the campaign, for
+    /// requests that need a real one.
+    pub(crate) session: Option<String>,
 }
 
 impl Context {
@@ -104,6 +107,7 @@ impl Context {
             seed,
             max_body_bytes,
             filler: Bytes::from(vec![b'x'; max_body_bytes + 128 * 1024]),
+            session: None,
         }
     }
 
@@ -318,6 +322,26 @@ pub(crate) enum Expect {
     NoSuchTask,
     /// Some 4xx: the request is refused.
     Refused,
+    /// Anything well-formed but a 5xx or -32603: what the client sent is never the
+    /// upstream's (or the gateway's) failure.
+    NotTheUpstreamsFault,
+    /// The answer of one generation, as the rule names it.
+    Generation(Generation),
+}
+
+/// Which generation must answer a request whose revision signals disagree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Generation {
+    /// 2026-07-28: HTTP 200; a result carries `resultType`.
+    Modern,
+    /// The campaign's real session: no `resultType`, not 404, not 5xx.
+    Session,
+    /// A session id no session has: 404.
+    UnknownSession,
+    /// Session traffic without a session id: a 4xx, no `resultType`.
+    NoSession,
+    /// HTTP 400 with this code.
+    Refused(i64),
 }
 
 impl Expect {
@@ -328,6 +352,14 @@ impl Expect {
             Expect::TooLarge => status == 413,
             Expect::NoSuchTask => status == 200 && matches!(codes, [Some(-32602)]),
             Expect::Refused => (400..500).contains(&status),
+            Expect::NotTheUpstreamsFault => status < 500 && !codes.contains(&Some(-32603)),
+            Expect::Generation(generation) => match generation {
+                Generation::Modern => status == 200,
+                Generation::Session => status < 500 && status != 404,
+                Generation::UnknownSession => status == 404,
+                Generation::NoSession => (400..500).contains(&status),
+                Generation::Refused(code) => status == 400 && codes == [Some(code)],
+            },
         };
         if ok {
             Ok(())
@@ -346,6 +378,30 @@ impl Expect {
             Expect::TooLarge => "413",
             Expect::NoSuchTask => "200 with -32602",
             Expect::Refused => "a 4xx",
+            Expect::NotTheUpstreamsFault => "no 5xx and no -32603",
+            Expect::Generation(Generation::Modern) => "a 2026-07-28 answer (200)",
+            Expect::Generation(Generation::Session) => "the session's answer",
+            Expect::Generation(Generation::UnknownSession) => "404 (no such session)",
+            Expect::Generation(Generation::NoSession) => "a 4xx (no session)",
+            Expect::Generation(Generation::Refused(_)) => "400 with the rule's code",
+        }
+    }
+
+    /// The shape of a result: `resultType` exactly on 2026-07-28 answers.
+    pub(crate) fn check_result(self, result: &serde_json::Value) -> Result<(), String> {
+        let Expect::Generation(generation) = self else {
+            return Ok(());
+        };
+        let modern = result.get("resultType").is_some();
+        let legacy = result.get("ttl").is_some() || result.get("pollInterval").is_some();
+        match generation {
+            Generation::Modern if !modern || legacy => {
+                Err(format!("a 2026-07-28 request got another shape: {result}"))
+            }
+            Generation::Session | Generation::NoSession | Generation::UnknownSession if modern => {
+                Err(format!("session traffic got a 2026-07-28 shape: {result}"))
+            }
+            _ => Ok(()),
         }
     }
 }

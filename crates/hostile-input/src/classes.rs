@@ -31,6 +31,17 @@ pub(crate) const CLASSES: &[(&str, u32, Generator)] = &[
     ("half-closed or aborted (raw)", 310, half_closed),
     ("garbage on the socket (raw)", 800, raw_garbage),
     ("broken HTTP/1.1 framing (raw)", 450, broken_framing),
+    // Issue #43's classes.
+    (
+        "header bytes beyond ASCII",
+        600,
+        crate::revisions::header_bytes,
+    ),
+    (
+        "contradictory revision signals",
+        600,
+        crate::revisions::contradictory_revisions,
+    ),
 ];
 
 pub(crate) fn generate(context: &Context, index: u64) -> Case {

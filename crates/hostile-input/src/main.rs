@@ -9,6 +9,8 @@
 //!   wrong, missing, duplicate, invalid-UTF-8, oversized or too many headers; bad
 //!   `Content-Type`; wrong methods and paths; mutated 2025-11-25 `initialize`; arbitrary
 //!   task ids; deep nesting; huge strings; bodies over `--max-body-bytes`; dribbled bodies;
+//!   issue #43's header values beyond ASCII and contradictory revision signals
+//!   (`revisions.rs`), in a real pass-through session opened before the campaign;
 //! - over raw TCP: garbage bytes, broken HTTP/1.1 framing, requests cut off by a
 //!   half-close (or an abort), and heads dribbled byte by byte.
 //!
@@ -27,6 +29,9 @@
 //! cargo run --release -p hostile-input -- --requests 1000000
 //! ```
 //!
+//! `--gateway-arg=--upstream-http2` puts the gateway's own calls on the HTTP/2 pool;
+//! `--redis` keeps its tasks in a redis-server of the run's own.
+//!
 //! The gateway binary and the fixture are built with cargo in this program's profile
 //! (release above); the gateway's log and the failing requests go to
 //! `target/tmp/hostile_input/`.
@@ -37,6 +42,7 @@ mod classes;
 mod gateway;
 mod http1;
 mod report;
+mod revisions;
 mod spray;
 mod tally;
 mod verdict;
@@ -100,6 +106,13 @@ pub(crate) struct Args {
     /// probe shows whether the gateway ever lets them go.
     #[arg(long, default_value_t = 0)]
     spray: u64,
+    /// A flag for the gateway (repeat for more), e.g. `--gateway-arg=--upstream-http2`
+    /// to send its own calls over the HTTP/2 pool.
+    #[arg(long = "gateway-arg", allow_hyphen_values = true)]
+    gateway_args: Vec<String>,
+    /// Keep the gateway's tasks in a redis-server of the run's own instead of memory.
+    #[arg(long)]
+    redis: bool,
 }
 
 fn main() -> ExitCode {
@@ -130,9 +143,20 @@ async fn run(args: Args) -> Result<bool, String> {
     let (mut upstream, upstream_url) =
         test_support::bench::fixture_server(&gateway_bin, "plain_server");
     let log = log_path()?;
-    let (mut gateway, url) = start_gateway(&gateway_bin, &upstream_url, &args, &log)?;
+    let redis = args.redis.then(test_support::RedisServer::start);
+    let mut extra = args.gateway_args.clone();
+    if let Some(redis) = &redis {
+        extra.extend(["--redis".to_owned(), redis.url()]);
+    }
+    let (mut gateway, url) = start_gateway(&gateway_bin, &upstream_url, &args, &extra, &log)?;
     let addr = socket_addr(&url)?;
-    let context = Arc::new(Context::new(addr, args.seed, args.max_body_bytes));
+    let mut context = Context::new(addr, args.seed, args.max_body_bytes);
+    context.session = open_session(addr).await;
+    eprintln!(
+        "gateway flags {extra:?}; pass-through session {:?}",
+        context.session.as_deref()
+    );
+    let context = Arc::new(context);
     if let Some(index) = args.replay {
         replay(context, index).await;
         return Ok(true);
@@ -256,6 +280,7 @@ fn start_gateway(
     binary: &Path,
     upstream: &str,
     args: &Args,
+    extra: &[String],
     log: &Path,
 ) -> Result<(Proc, String), String> {
     let file = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
@@ -264,6 +289,7 @@ fn start_gateway(
         .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
         .args(["--drain-timeout-ms", "0", "--default-ttl-ms", "5000"])
         .args(["--max-body-bytes", &args.max_body_bytes.to_string()])
+        .args(extra)
         .env("RUST_LOG", "warn")
         .stderr(Stdio::from(file));
     Ok(spawn_announcing(
@@ -271,6 +297,32 @@ fn start_gateway(
         command,
         Duration::from_secs(30),
     ))
+}
+
+/// A 2025-11-25 session opened through the gateway (pass-through to the fixture): its
+/// `Mcp-Session-Id`.
+async fn open_session(addr: SocketAddr) -> Option<String> {
+    use http_body_util::BodyExt;
+    let mut sender = campaign::connect(addr).await.ok()?;
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": SESSION, "capabilities": {},
+        "clientInfo": {"name": "hostile_input", "version": "0"}}});
+    let request = http::Request::post("/mcp")
+        .header("host", addr.to_string())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", SESSION)
+        .body(http_body_util::Full::new(bytes::Bytes::from(body.to_string())).boxed_unsync())
+        .ok()?;
+    let response = sender.send_request(request).await.ok()?;
+    let id = response
+        .headers()
+        .get("mcp-session-id")?
+        .to_str()
+        .ok()?
+        .to_owned();
+    let _ = response.into_body().collect().await;
+    Some(id)
 }
 
 fn socket_addr(url: &str) -> Result<SocketAddr, String> {

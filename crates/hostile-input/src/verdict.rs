@@ -62,6 +62,14 @@ fn check_answer(case: &Case, answer: &Answer, rpc: &mut Vec<String>) -> Result<(
         .and_then(|c| c.split(';').next())
         .map(|c| c.trim().to_ascii_lowercase());
     let status = answer.status;
+    // What a client sends is never the gateway's own failure (#43): 500 is for faults
+    // of the gateway's that no request should reach.
+    if status == 500 && case.path_is_mcp() {
+        return Err(format!(
+            "HTTP 500 (the gateway's own failure) for a client's request: {}",
+            String::from_utf8_lossy(&answer.body[..answer.body.len().min(300)])
+        ));
+    }
     let codes = match media.as_deref() {
         Some("application/json") if case.path_is_mcp() => {
             let value: Value = serde_json::from_slice(&answer.body)
@@ -70,9 +78,12 @@ fn check_answer(case: &Case, answer: &Answer, rpc: &mut Vec<String>) -> Result<(
             if status >= 400 && code.is_none() {
                 return Err(format!("{status} with a JSON-RPC result"));
             }
+            if let Some(result) = value.get("result") {
+                case.expect.check_result(result)?;
+            }
             vec![code]
         }
-        Some("text/event-stream") => check_sse(&answer.body)?,
+        Some("text/event-stream") => check_sse(&answer.body, case)?,
         _ => Vec::new(),
     };
     for code in &codes {
@@ -128,7 +139,7 @@ fn check_error_object(error: &Value) -> Result<i64, String> {
 }
 
 /// An SSE body: each event's data a JSON-RPC message; the responses' codes.
-fn check_sse(body: &[u8]) -> Result<Vec<Option<i64>>, String> {
+fn check_sse(body: &[u8], case: &Case) -> Result<Vec<Option<i64>>, String> {
     let text = std::str::from_utf8(body).map_err(|_| "an SSE body that is not UTF-8")?;
     let mut codes = Vec::new();
     for event in text.replace("\r\n", "\n").split("\n\n") {
@@ -148,6 +159,9 @@ fn check_sse(body: &[u8]) -> Result<Vec<Option<i64>>, String> {
             }
         } else {
             codes.push(check_rpc_response(&value)?);
+            if let Some(result) = value.get("result") {
+                case.expect.check_result(result)?;
+            }
         }
     }
     if codes.is_empty() {

@@ -221,3 +221,38 @@ async fn after_a_goaway_new_calls_go_on_a_new_connection_and_held_ones_stay() {
     }
     first.iter().chain(&later).for_each(|call| call.abort());
 }
+
+/// The pool's failures are blamed where they belong (#43): nothing listening is the
+/// upstream's (`unreachable`); a request for another origin is the gateway's own.
+#[tokio::test]
+async fn pool_failures_are_blamed_on_their_party() {
+    use crate::http_client::{CallError, Party};
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", closed.local_addr().unwrap());
+    drop(closed);
+    let pool = H2Pool::new(
+        &url.parse().unwrap(),
+        crate::http_client::connector(),
+        crate::http_client::call_client(2048),
+        PoolSettings { max_streams: 4 },
+    );
+    let refused = pool
+        .request(post(&url))
+        .await
+        .err()
+        .expect("nothing listens");
+    assert_eq!(
+        (refused.party(), refused.kind()),
+        (Party::Upstream, "unreachable")
+    );
+    let elsewhere = pool
+        .request(post("http://127.0.0.1:9/other"))
+        .await
+        .err()
+        .expect("another origin");
+    assert!(matches!(elsewhere, CallError::Http2(_)), "{elsewhere}");
+    assert_eq!(
+        (elsewhere.party(), elsewhere.kind()),
+        (Party::Gateway, "request_encoding")
+    );
+}

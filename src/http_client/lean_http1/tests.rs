@@ -557,7 +557,7 @@ fn permitted_header_bytes_are_written_unchanged() {
 }
 
 /// Each failure is blamed on its party, with its metric label: the client's request
-/// (a value HTTP forbids), the gateway's (a request ureq-proto cannot encode), the
+/// (a value HTTP forbids), the gateway's (a request of its own ureq-proto cannot encode), the
 /// upstream's (refused connection, broken response).
 #[tokio::test]
 async fn each_failure_is_blamed_on_its_party() {
@@ -573,11 +573,14 @@ async fn each_failure_is_blamed_on_its_party() {
         assert!(!super::is_field_value(&[b'a', bad]), "{bad:#04x}");
     }
 
-    let http2 = Request::get("http://127.0.0.1:9/mcp")
-        .version(http::Version::HTTP_2)
+    // Two `Host` headers: only the gateway's own request can have them (pass-through
+    // drops the client's).
+    let two_hosts = Request::get("http://127.0.0.1:9/mcp")
+        .header("host", "a")
+        .header("host", "b")
         .body(Bytes::new())
         .unwrap();
-    let encode = super::Outgoing::new(http2).err().expect("not HTTP/1.1");
+    let encode = super::Outgoing::new(two_hosts).err().expect("two hosts");
     assert!(matches!(encode, LeanError::Encode(_)), "{encode}");
     assert_eq!(
         (encode.party(), encode.kind()),
@@ -607,4 +610,28 @@ async fn each_failure_is_blamed_on_its_party() {
         (Party::Upstream, "protocol")
     );
     assert_eq!(LeanError::Closed.party(), Party::Upstream);
+}
+
+/// A client's method and body go on as they came (hyper's client sent them): a method
+/// token HTTP allows but ureq-proto does not know, or a body on a method without one,
+/// is the upstream's to answer, not a request the gateway cannot encode.
+#[test]
+fn any_method_token_and_its_body_are_written() {
+    for (method, body) in [
+        ("BREW", &b"{}"[..]),
+        ("post", b"{}"),
+        ("HEAD", b"x"),
+        ("GET", b""),
+    ] {
+        let request = Request::builder()
+            .method(method)
+            .uri("http://127.0.0.1:9/mcp")
+            .body(Bytes::from_static(body))
+            .unwrap();
+        let wire = super::Outgoing::new(request)
+            .unwrap_or_else(|e| panic!("{method}: {e}"))
+            .wire;
+        assert!(wire.starts_with(format!("{method} /mcp HTTP/1.1\r\n").as_bytes()));
+        assert!(wire.ends_with(&[b"\r\n\r\n", body].concat()), "{method}");
+    }
 }
