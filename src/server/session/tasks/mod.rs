@@ -168,23 +168,25 @@ pub async fn handle_undeclared(
 /// `tools/call` asking for a task, a `tasks/*` request, an answer to one of the
 /// gateway's input requests.
 pub fn gateway_may_answer(message: &Message) -> bool {
-    match message {
-        Message::Request {
-            method: name,
-            params,
-            ..
-        } => match name.as_str() {
-            method::TOOLS_CALL => params.as_ref().is_some_and(|p| p.get("task").is_some()),
-            other => other.starts_with("tasks/"),
-        },
-        Message::Response { id, .. } => wire::parse_input_request_id(id).is_some(),
-        Message::Notification { .. } => false,
-    }
+    may_be_tasks(message, |name| name.starts_with("tasks/"))
 }
 
 /// What [`handle_undeclared`] may take, judged without the store: a `tools/call` with
 /// `task`, `tasks/get|result|cancel`, an answer to one of the gateway's input requests.
 pub fn may_be_undeclared_tasks(message: &Message) -> bool {
+    may_be_tasks(message, |name| {
+        [
+            method::TASKS_GET,
+            method::TASKS_RESULT,
+            method::TASKS_CANCEL,
+        ]
+        .contains(&name)
+    })
+}
+
+/// A task-augmented `tools/call`, a request `tasks_method` takes, or an answer to one of
+/// the gateway's input requests.
+fn may_be_tasks(message: &Message, tasks_method: impl Fn(&str) -> bool) -> bool {
     match message {
         Message::Request {
             method: name,
@@ -192,8 +194,7 @@ pub fn may_be_undeclared_tasks(message: &Message) -> bool {
             ..
         } => match name.as_str() {
             method::TOOLS_CALL => params.as_ref().is_some_and(|p| p.get("task").is_some()),
-            method::TASKS_GET | method::TASKS_RESULT | method::TASKS_CANCEL => true,
-            _ => false,
+            other => tasks_method(other),
         },
         Message::Response { id, .. } => wire::parse_input_request_id(id).is_some(),
         Message::Notification { .. } => false,
