@@ -148,6 +148,16 @@ impl Stage {
     /// its own, the gateway as its only MCP server `gw`, all that reaches beyond the
     /// machine switched off, and the stand-in model as its model API.
     fn run_host(&self, host_flags: &[&str], deadline: Duration) -> HostRun {
+        self.run_host_with_env(host_flags, &[], deadline)
+    }
+
+    /// `run_host`, with `env` set for the host on top of the stage's own.
+    fn run_host_with_env(
+        &self,
+        host_flags: &[&str],
+        env: &[(&str, &str)],
+        deadline: Duration,
+    ) -> HostRun {
         let dir = &self.scratch.0;
         let home = dir.join("home");
         let workspace = dir.join("workspace");
@@ -175,6 +185,7 @@ impl Stage {
         }
         command
             .args(host_flags)
+            .envs(env.iter().copied())
             .current_dir(&workspace)
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&stdout).unwrap())
@@ -673,13 +684,20 @@ const CLAUDE_GATEWAY_FLAGS: [&str; 2] = ["--defer-after-ms", "2000"];
 /// The tool results (the `content` of each `tool_result` block) in the conversation
 /// Claude Code sent the model, in order.
 fn claude_tool_results(request: &Value) -> Vec<&Value> {
+    claude_tool_results_blocks(request)
+        .into_iter()
+        .map(|block| &block["content"])
+        .collect()
+}
+
+/// The `tool_result` blocks in the conversation Claude Code sent the model, in order.
+fn claude_tool_results_blocks(request: &Value) -> Vec<&Value> {
     request["body"]["messages"]
         .as_array()
         .into_iter()
         .flatten()
         .flat_map(|m| m["content"].as_array().into_iter().flatten())
         .filter(|block| block["type"] == "tool_result")
-        .map(|block| &block["content"])
         .collect()
 }
 
@@ -898,6 +916,112 @@ fn claude_code_follows_a_deferred_results_words_to_the_result_on_loopback_only()
         run.context
     );
     assert_claude_code_reached(&stage, &run, "slept 8000 ms");
+}
+
+/// Claude Code's idle limit for a remote MCP call, in ms
+/// (`CLAUDE_CODE_MCP_TOOL_IDLE_TIMEOUT`; 5 min by default for HTTP servers). Its
+/// watchdog looks every 30 s, so a call silent past the limit is stopped at the first
+/// look after it: 30 s into the call.
+const CLAUDE_IDLE_LIMIT_MS: &str = "10000";
+
+/// A silent call (no progress of its own) that outlasts the watchdog's first look.
+const CLAUDE_SILENT_MS: u64 = 35000;
+
+/// How long Claude Code may take with the silent call.
+const CLAUDE_IDLE_HOST_DEADLINE: Duration = Duration::from_secs(55);
+
+/// Claude Code with its idle limit at `CLAUDE_IDLE_LIMIT_MS`, in front of the gateway
+/// with `--progress-keepalive-ms keepalive_ms` and no deferral, its model's first call
+/// `sleep` for `CLAUDE_SILENT_MS` with no steps: the stage (kept for its scratch
+/// directory), the run (which ended well), and the one tool result fed to the model: its
+/// text, and whether the host marked it `is_error`.
+fn run_claude_code_silent_call(name: &str, keepalive_ms: &str) -> (Stage, HostRun, String, bool) {
+    let first_args = json!({"ms": CLAUDE_SILENT_MS, "steps": 0});
+    let stage = Stage::start(
+        Host::ClaudeCode,
+        name,
+        &["--progress-keepalive-ms", keepalive_ms],
+        ("sleep", &first_args),
+        &[],
+    );
+    let run = stage.run_host_with_env(
+        &[],
+        &[("CLAUDE_CODE_MCP_TOOL_IDLE_TIMEOUT", CLAUDE_IDLE_LIMIT_MS)],
+        CLAUDE_IDLE_HOST_DEADLINE,
+    );
+    let context = &run.context;
+    assert!(run.status.success(), "{context}");
+    let fed = claude_fed(&run);
+    let [Fed::TextBlock(text) | Fed::String(text)] = fed.as_slice() else {
+        panic!("not one tool result: {fed:#?}\n{context}")
+    };
+    let text = text.clone();
+    let turns = run.turns();
+    assert_eq!(turns.len(), 2, "{turns:#?}\n{context}");
+    assert_eq!(turns[0]["call"][1], first_args, "{context}");
+    assert_eq!(turns[1]["final"], true, "{turns:#?}\n{context}");
+    assert_eq!(turns[1]["read"], text.as_str(), "{context}");
+    let last = run.requests.iter().rfind(|r| r["turn"]["final"] == true);
+    let is_error = claude_tool_results_blocks(last.unwrap())[0]["is_error"] == true;
+    let stats = stage.upstream_stats();
+    assert_eq!(stats["callsStarted"], 1, "{stats}");
+    stage.assert_loopback_only(&run);
+    (stage, run, text, is_error)
+}
+
+/// Claude Code stops a remote MCP call that sent no response or progress for its idle
+/// limit (10 s here); the gateway's keep-alive (`--progress-keepalive-ms 3000`) sends
+/// the call's `progressToken` a `notifications/progress` every 3 s, each of which
+/// restarts that clock, so a 35 s call with no progress of its own completes: the
+/// model's final turn reads `slept 35000 ms`, with no deferral. Loopback only.
+#[test]
+fn claude_code_keeps_a_silent_call_past_its_idle_limit_by_the_keepalive_on_loopback_only() {
+    let (_stage, run, text, is_error) =
+        run_claude_code_silent_call("claude-code-keepalive", "3000");
+    let context = &run.context;
+    assert!(!is_error, "{context}");
+    assert_eq!(text, format!("slept {CLAUDE_SILENT_MS} ms"), "{context}");
+    assert!(run.out.contains(&text), "{context}");
+    assert!(
+        run.elapsed >= Duration::from_millis(CLAUDE_SILENT_MS),
+        "{context}"
+    );
+    assert_claude_code_speaks_2026_07_28(&run, 1);
+}
+
+/// The control: the same run with `--progress-keepalive-ms 0`. Nothing reaches the host
+/// while the tool sleeps, and Claude Code gives up on the call at its watchdog's first
+/// look (30 s in, idle past 10 s), before the result: it feeds the model its idle-limit
+/// error instead, and the model's final turn reads that. Loopback only.
+#[test]
+fn claude_code_gives_up_a_silent_call_at_its_idle_limit_without_keepalive_on_loopback_only() {
+    let (_stage, run, text, is_error) = run_claude_code_silent_call("claude-code-idle", "0");
+    let context = &run.context;
+    assert!(is_error, "{context}");
+    // "MCP server "gw" tool "sleep" sent no response or progress for 30s; aborting. If
+    // this server is configured in your MCP settings, set a per-server "timeout" (ms) to
+    // allow longer silent runs for just this server; otherwise set
+    // CLAUDE_CODE_MCP_TOOL_IDLE_TIMEOUT (ms) globally (0 disables)."
+    let idle_for = text
+        .strip_prefix("MCP server \"gw\" tool \"sleep\" sent no response or progress for ")
+        .and_then(|rest| rest.split_once("s; aborting. "))
+        .and_then(|(seconds, _)| seconds.parse::<u64>().ok());
+    assert!(
+        idle_for.is_some_and(|s| (30..CLAUDE_SILENT_MS / 1000).contains(&s))
+            && text.contains("set CLAUDE_CODE_MCP_TOOL_IDLE_TIMEOUT (ms) globally (0 disables)"),
+        "what the model was fed: {text:?}\n{context}"
+    );
+    assert!(!run.out.contains("slept"), "{context}");
+    assert!(
+        run.requests
+            .iter()
+            .all(|r| !r.to_string().contains("slept")),
+        "{context}"
+    );
+    assert!(
+        run.elapsed < Duration::from_millis(CLAUDE_SILENT_MS),
+        "{context}"
+    );
 }
 
 #[test]
