@@ -97,8 +97,8 @@ impl Deferrals {
         asked: Asked<'_>,
     ) -> Value {
         let names = self.tool_names(caller).await;
-        let (tool, attempt, structured) = match asked {
-            Asked::Call(tool) => {
+        let (tool, attempt, structured) = match Answered::to(asked, &names) {
+            Answered::Call(tool) => {
                 let structured = self
                     .tasks
                     .tool_traits
@@ -107,7 +107,7 @@ impl Deferrals {
                 (tool.to_owned(), next_attempt(None), structured)
             }
             // The gateway's fetch tool lists no `outputSchema`.
-            Asked::Fetch { attempt } => (tool_of(task), next_attempt(attempt), false),
+            Answered::Fetch { attempt } => (tool_of(task), next_attempt(attempt), false),
         };
         let waits = self
             .waits()
@@ -169,21 +169,35 @@ pub enum Asked<'a> {
     Call(&'a str),
     /// A `get_task_result` call, with the `attempt` it carried.
     Fetch { attempt: Option<u64> },
+    /// A held call's retry, with its `tools/call` params: either of the two, told by the
+    /// tool it names (the gateway's fetch tool may go by another name).
+    Retry(Option<&'a Value>),
 }
 
-impl<'a> Asked<'a> {
-    /// Which of the two a `tools/call`'s params are (a held call's retry may be either).
-    pub fn of(params: Option<&'a Value>, names: &ToolNames) -> Self {
-        let tool = params
-            .and_then(|p| p.get("name"))
-            .and_then(Value::as_str)
-            .unwrap_or("tool");
-        if tool == names.get_result {
-            let arguments = params.and_then(|p| p.get("arguments"));
-            let attempt = deferred::attempt_argument(arguments).ok().flatten();
-            return Asked::Fetch { attempt };
+/// What an [`Asked`] answers for, once a retry is told apart by the gateway's tool names.
+enum Answered<'a> {
+    Call(&'a str),
+    Fetch { attempt: Option<u64> },
+}
+
+impl<'a> Answered<'a> {
+    fn to(asked: Asked<'a>, names: &ToolNames) -> Self {
+        match asked {
+            Asked::Call(tool) => Self::Call(tool),
+            Asked::Fetch { attempt } => Self::Fetch { attempt },
+            Asked::Retry(params) => {
+                let tool = params
+                    .and_then(|p| p.get("name"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("tool");
+                if tool != names.get_result {
+                    return Self::Call(tool);
+                }
+                let arguments = params.and_then(|p| p.get("arguments"));
+                let attempt = deferred::attempt_argument(arguments).ok().flatten();
+                Self::Fetch { attempt }
+            }
         }
-        Asked::Call(tool)
     }
 }
 

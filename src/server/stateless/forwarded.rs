@@ -140,8 +140,7 @@ async fn still_running(route: &Route, call: &BridgedCall, task: &TaskRecord) -> 
         session: None,
     };
     // The retry is of the deferred call itself, or of a `get_task_result` that asked.
-    let names = deferrals.tool_names(&caller).await;
-    let asked = Asked::of(call.client_params.as_ref(), &names);
+    let asked = Asked::Retry(call.client_params.as_ref());
     deferrals.still_running(&caller, task, asked).await
 }
 
