@@ -43,11 +43,12 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     // none is the default until one is named: `rediss://` connections need it.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let admin_token = config
+        .operations
         .admin_token_file
         .as_deref()
         .map(admin::read_token)
         .transpose()?;
-    let operators = match config.metrics_listen {
+    let operators = match config.operations.metrics_listen {
         Some(addr) => {
             let listener = admin::bind(addr).await?;
             let metrics = telemetry::install_metrics().map_err(std::io::Error::other)?;
@@ -55,12 +56,12 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         }
         None => None,
     };
-    let listener = TcpListener::bind(config.listen).await?;
+    let listener = TcpListener::bind(config.edge.listen).await?;
     let local = listener.local_addr()?;
     let client = http_client::client();
-    let call_client = http_client::call_client(config.upstream_read_buffer_bytes as usize);
+    let call_client = http_client::call_client(config.upstream.upstream_read_buffer_bytes as usize);
     let redis = settings::redis(&config)?;
-    if config.request_state_key.is_none() && redis.is_some() {
+    if config.bridge.request_state_key.is_none() && redis.is_some() {
         tracing::warn!(
             "no --request-state-key: held calls can be resumed only on the instance that \
              holds them; set the same key on every instance"
@@ -81,14 +82,14 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         edge: &edge,
         auth: auth.as_ref(),
         closing: &closing,
-        namespace_given: config.store_namespace.is_some(),
+        namespace_given: config.store.store_namespace.is_some(),
         running_counts: tasks::limits::RunningCounts::default(),
     };
     let mut worlds = Vec::new();
-    if config.upstream.is_some() || config.upstream_cmd.is_some() {
+    if config.upstream.url.is_some() || config.upstream.upstream_cmd.is_some() {
         worlds.push(World::start(None, &config, &shared).await?);
     }
-    for named in &config.upstreams {
+    for named in &config.upstream.named {
         let world_config = config.for_upstream(named);
         worlds.push(World::start(Some(named.name.clone()), &world_config, &shared).await?);
     }
@@ -126,9 +127,9 @@ pub async fn run(config: Config) -> std::io::Result<()> {
         Some(Target::Cluster(_)) => "redis-cluster",
         Some(Target::Sentinel(_)) => "redis-sentinel",
     };
-    tracing::info!(listen = %local, upstream = %describe_upstream(&config), named = config.upstreams.len(), instance = %config.instance_id, store = store_kind, "mcp-task-gateway ready");
+    tracing::info!(listen = %local, upstream = %describe_upstream(&config), named = config.upstream.named.len(), instance = %config.cluster.instance_id, store = store_kind, "mcp-task-gateway ready");
     // Tests and scripts read the bound address from this line (the port may be 0).
-    let scheme = if config.tls_cert.is_some() {
+    let scheme = if config.edge.tls_cert.is_some() {
         "https"
     } else {
         "http"
@@ -141,17 +142,17 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     let workers = server::edge::workers::serve(
         listener,
         routes,
-        config.worker_threads(),
-        config.idle_poll(),
+        config.edge.worker_threads(),
+        config.edge.idle_poll(),
         stop,
     )
     .await?;
-    let drain_timeout = Duration::from_millis(config.drain_timeout_ms);
+    let drain_timeout = Duration::from_millis(config.operations.drain_timeout_ms);
     // Each world drains at once: the drain timeout is the whole stop's, not each one's.
     futures_util::future::join_all(
         worlds
             .into_iter()
-            .map(|world| world.stop(drain_timeout, &config.instance_id)),
+            .map(|world| world.stop(drain_timeout, &config.cluster.instance_id)),
     )
     .await;
     workers.stop().await;
@@ -215,10 +216,12 @@ impl World {
             settings::cluster(config),
         )
         .await;
-        let auth = shared.auth.map(|auth| match &config.auth_jwt_audience {
-            Some(audience) if name.is_some() => Arc::new(auth.for_audience(audience.clone())),
-            _ => auth.clone(),
-        });
+        let auth = shared
+            .auth
+            .map(|auth| match &config.auth.auth_jwt_audience {
+                Some(audience) if name.is_some() => Arc::new(auth.for_audience(audience.clone())),
+                _ => auth.clone(),
+            });
         let gateway = Arc::new(server::Gateway::new(
             settings::gateway(config)?,
             shared.client.clone(),
@@ -247,7 +250,7 @@ impl World {
         admin::Admin::new(
             self.store.inspection.clone(),
             self.tasks.clone(),
-            config.instance_id.clone(),
+            config.cluster.instance_id.clone(),
             self.store_namespace.clone(),
         )
     }
@@ -298,21 +301,22 @@ fn select_upstream(
     client: &http_client::CallClient,
 ) -> Arc<dyn upstream::Upstream> {
     let command = config
+        .upstream
         .upstream_cmd
         .as_ref()
         .and_then(|words| upstream::stdio::StdioCommand::new(&words.0));
-    match (command, &config.upstream) {
+    match (command, &config.upstream.url) {
         (Some(mut command), _) => {
-            command.env = config.upstream_env.clone();
-            command.cwd = config.upstream_cwd.clone();
+            command.env = config.upstream.upstream_env.clone();
+            command.cwd = config.upstream.upstream_cwd.clone();
             upstream::stdio::StdioUpstream::start(
                 command,
-                usize::from(config.upstream_pool),
-                &config.roots,
+                usize::from(config.upstream.upstream_pool),
+                &config.upstream.roots,
             )
         }
         (None, Some(url)) => {
-            upstream::detect::AutoUpstream::new(client.clone(), url.clone(), &config.roots)
+            upstream::detect::AutoUpstream::new(client.clone(), url.clone(), &config.upstream.roots)
         }
         // `World::start` is called only for a world with an upstream.
         (None, None) => unreachable!("a world without an upstream"),
@@ -322,12 +326,12 @@ fn select_upstream(
 /// How a world's own calls reach its upstream: HTTP/1.1 on the shared client, or, with
 /// `--upstream-http2`, a pool of HTTP/2 connections of the world's own.
 fn call_client_for(config: &Config, http1: &http_client::Http1Client) -> http_client::CallClient {
-    match &config.upstream {
-        Some(url) if config.upstream_http2 => http_client::CallClient::http2(
+    match &config.upstream.url {
+        Some(url) if config.upstream.upstream_http2 => http_client::CallClient::http2(
             url,
             http1.clone(),
             http_client::h2_pool::PoolSettings {
-                max_streams: config.upstream_http2_max_streams as usize,
+                max_streams: config.upstream.upstream_http2_max_streams as usize,
             },
         ),
         _ => http_client::CallClient::Http1(http1.clone()),
@@ -335,7 +339,7 @@ fn call_client_for(config: &Config, http1: &http_client::Http1Client) -> http_cl
 }
 
 fn describe_upstream(config: &Config) -> String {
-    match (&config.upstream_cmd, &config.upstream) {
+    match (&config.upstream.upstream_cmd, &config.upstream.url) {
         (Some(words), _) => format!("stdio: {}", words.0.join(" ")),
         (None, Some(url)) => url.to_string(),
         (None, None) => String::new(),

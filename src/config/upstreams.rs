@@ -69,10 +69,12 @@ pub fn parse_upstream_arg(raw: &str) -> Result<UpstreamArg, InvalidValue> {
             }
             Ok(UpstreamArg::Named(
                 name.to_owned(),
-                super::parse_upstream_url(url)?,
+                super::upstream::parse_upstream_url(url)?,
             ))
         }
-        _ => Ok(UpstreamArg::Plain(super::parse_upstream_url(raw)?)),
+        _ => Ok(UpstreamArg::Plain(super::upstream::parse_upstream_url(
+            raw,
+        )?)),
     }
 }
 
@@ -136,7 +138,7 @@ fn from_entry(name: &str, entry: &Value) -> Result<NamedUpstream, String> {
                     "upstream-http2-max-streams: expected 1 to 10000, got {streams}"
                 ));
             }
-            Source::Url(super::parse_upstream_url(&url).map_err(|e| format!("url: {e}"))?)
+            Source::Url(super::upstream::parse_upstream_url(&url).map_err(|e| format!("url: {e}"))?)
         }
         (None, Some(_))
             if entry.upstream_http2.is_some() || entry.upstream_http2_max_streams.is_some() =>
@@ -147,13 +149,15 @@ fn from_entry(name: &str, entry: &Value) -> Result<NamedUpstream, String> {
             );
         }
         (None, Some(cmd)) => Source::Cmd {
-            command: super::parse_upstream_cmd(&cmd).map_err(|e| format!("cmd: {e}"))?,
+            command: super::upstream::parse_upstream_cmd(&cmd).map_err(|e| format!("cmd: {e}"))?,
             env: match entry.env {
                 None => Vec::new(),
                 Some(EnvSetting::Table(table)) => table.into_iter().collect(),
                 Some(EnvSetting::Pairs(pairs)) => pairs
                     .iter()
-                    .map(|pair| super::parse_env_pair(pair).map_err(|e| format!("env: {e}")))
+                    .map(|pair| {
+                        super::upstream::parse_env_pair(pair).map_err(|e| format!("env: {e}"))
+                    })
                     .collect::<Result<_, _>>()?,
             },
             cwd: entry.cwd,
