@@ -156,19 +156,8 @@ impl MrtrBridge {
         method: &str,
         params: &Value,
     ) -> Result<Resumed, ErrorObject> {
-        let sealed = params
-            .get("requestState")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
         let digest = state::request_digest(method, Some(params));
-        let claims = state::open(
-            &self.tasks.settings.state_keys,
-            sealed,
-            principal,
-            &digest,
-            now_ms(),
-        )
-        .map_err(|e| ErrorObject::invalid_params(e.to_string()))?;
+        let claims = self.open_state(principal, &digest, params)?;
         // A task's own call keeps the caller's principal; a held call lives apart.
         let owner = if claims.visible {
             principal.to_owned()
@@ -179,6 +168,63 @@ impl MrtrBridge {
         if let Some(ended) = ended(&record) {
             return ended.map(Resumed::Reply);
         }
+        self.answer_round(&claims, &owner, &record, params).await?;
+        let deferred_after = self.deferred_after(&claims, params);
+        let budget = deferred_after.or(claims.visible.then_some(self.tasks.settings.promote_after));
+        let Some(record) = self
+            .next_round_or_end(&claims.task_id, &owner, budget)
+            .await?
+        else {
+            return self
+                .past_budget(&claims.task_id, &owner, deferred_after.is_some())
+                .await;
+        };
+        if let Some(ended) = ended(&record) {
+            // The client never saw an id: nobody else will ask for the record.
+            if let Err(e) = self.tasks.store.delete(&record.task_id).await {
+                tracing::warn!(task_id = record.task_id, error = %e, "could not forget a held call");
+            }
+            return ended.map(Resumed::Reply);
+        }
+        Ok(Resumed::Reply(self.input_required(
+            &record,
+            principal,
+            &digest,
+            claims.visible,
+        )))
+    }
+
+    /// The claims of the retry's `requestState`, if it is the gateway's, unexpired, the
+    /// caller's and made for this very request.
+    fn open_state(
+        &self,
+        principal: &str,
+        digest: &str,
+        params: &Value,
+    ) -> Result<state::Claims, ErrorObject> {
+        let sealed = params
+            .get("requestState")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        state::open(
+            &self.tasks.settings.state_keys,
+            sealed,
+            principal,
+            digest,
+            now_ms(),
+        )
+        .map_err(|e| ErrorObject::invalid_params(e.to_string()))
+    }
+
+    /// Writes the retry's answers to the round its state names (accept-once: a round
+    /// already answered refuses the state) and wakes the call's owner.
+    async fn answer_round(
+        &self,
+        claims: &state::Claims,
+        owner: &str,
+        record: &TaskRecord,
+        params: &Value,
+    ) -> Result<(), ErrorObject> {
         if claims
             .keys
             .iter()
@@ -199,51 +245,43 @@ impl MrtrBridge {
                     .collect()
             })
             .unwrap_or_default();
-        self.tasks
-            .update(&claims.task_id, &owner, responses)
-            .await?;
-        // A task's call answers within the promotion budget, or becomes the task. The
-        // call of a client without the extension (`tasks::deferral`) answers within the
-        // deferral budget, or is deferred again; with deferral off it is a call of a
-        // tool the upstream runs only as a task, answered when it ends.
-        let deferred_after = (claims.visible && !mtg_protocol::meta::declares_tasks(Some(params)))
-            .then(|| {
-                self.tasks
-                    .settings
-                    .defer_after
-                    .unwrap_or(crate::tasks::deferral::UNTIL_IT_ENDS)
-            });
-        let budget = deferred_after.or(claims.visible.then_some(self.tasks.settings.promote_after));
-        let Some(record) = self
-            .next_round_or_end(&claims.task_id, &owner, budget)
-            .await?
-        else {
-            let record = self.held_record(&claims.task_id, &owner).await?;
-            if deferred_after.is_some() {
-                return Ok(Resumed::StillRunning(record));
-            }
-            tracing::info!(
-                task_id = record.task_id,
-                "answered past the promotion budget: now a task"
-            );
-            return Ok(Resumed::Reply(json!(render::task_result(
-                &record,
-                ResultType::Task
-            ))));
-        };
-        if let Some(ended) = ended(&record) {
-            // The client never saw an id: nobody else will ask for the record.
-            if let Err(e) = self.tasks.store.delete(&record.task_id).await {
-                tracing::warn!(task_id = record.task_id, error = %e, "could not forget a held call");
-            }
-            return ended.map(Resumed::Reply);
+        self.tasks.update(&claims.task_id, owner, responses).await
+    }
+
+    /// A task's call answers within the promotion budget, or becomes the task. The
+    /// call of a client without the extension (`tasks::deferral`) answers within the
+    /// deferral budget, or is deferred again; with deferral off it is a call of a
+    /// tool the upstream runs only as a task, answered when it ends. This is that
+    /// deferral budget, for such a call.
+    fn deferred_after(&self, claims: &state::Claims, params: &Value) -> Option<Duration> {
+        (claims.visible && !mtg_protocol::meta::declares_tasks(Some(params))).then(|| {
+            self.tasks
+                .settings
+                .defer_after
+                .unwrap_or(crate::tasks::deferral::UNTIL_IT_ENDS)
+        })
+    }
+
+    /// A call still running when its budget passed: a deferred call's task, else a task
+    /// now, answered as one.
+    async fn past_budget(
+        &self,
+        task_id: &str,
+        owner: &str,
+        deferred: bool,
+    ) -> Result<Resumed, ErrorObject> {
+        let record = self.held_record(task_id, owner).await?;
+        if deferred {
+            return Ok(Resumed::StillRunning(record));
         }
-        Ok(Resumed::Reply(self.input_required(
+        tracing::info!(
+            task_id = record.task_id,
+            "answered past the promotion budget: now a task"
+        );
+        Ok(Resumed::Reply(json!(render::task_result(
             &record,
-            principal,
-            &digest,
-            claims.visible,
-        )))
+            ResultType::Task
+        ))))
     }
 
     /// For a task's runner, while its creator still waits within the promotion budget:
@@ -301,7 +339,6 @@ impl MrtrBridge {
         }
     }
 
-    /// The `InputRequiredResult` for the record's outstanding requests.
     /// The `InputRequiredResult` of a task's pending input for a request of the caller's
     /// (a deferred call's `get_task_result`): the client's retry of that request, with
     /// the answers, resumes the task.
@@ -316,6 +353,7 @@ impl MrtrBridge {
         self.input_required(task, principal, &digest, true)
     }
 
+    /// The `InputRequiredResult` for the record's outstanding requests.
     fn input_required(
         &self,
         record: &TaskRecord,
