@@ -161,7 +161,7 @@ async fn run(
         let idle = background.as_ref().is_none_or(JoinHandle::is_finished);
         match store.renew_lease(&lease).await {
             Ok(held) => {
-                settings.meter.lease_held(true);
+                settings.meter.cluster().lease_held(true);
                 if connected_since.is_none() && !first {
                     tracing::info!("task store reachable again; lease renewed");
                 }
@@ -177,7 +177,7 @@ async fn run(
                 connected_since.get_or_insert_with(Instant::now);
             }
             Err(e) => {
-                settings.meter.lease_held(false);
+                settings.meter.cluster().lease_held(false);
                 if connected_since.is_some() || first {
                     tracing::warn!(error = %e, "could not renew the lease");
                 }

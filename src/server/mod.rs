@@ -218,7 +218,8 @@ pub(crate) async fn route(
     gateway
         .tasks
         .meter()
-        .request_served(&method, started.elapsed());
+        .requests()
+        .served(&method, started.elapsed());
     response
 }
 

@@ -139,7 +139,10 @@ impl SessionDialect {
             UpdateOutcome::NotFound => Err(super::not_found(task_id)),
             UpdateOutcome::Accepted { keys, .. } if keys.is_empty() => Ok(false),
             UpdateOutcome::Accepted { keys, owner } => {
-                self.tasks.meter().input_requests_answered(keys.len());
+                self.tasks
+                    .meter()
+                    .tasks()
+                    .input_requests_answered(keys.len());
                 self.tasks.wakeups.wake(&owner, task_id).await?;
                 self.tasks.announce(task_id, session).await;
                 Ok(true)

@@ -252,7 +252,7 @@ impl TaskService {
             reservation.0,
             Some(ToStore {
                 record,
-                stored: telemetry::Meter::task_created,
+                stored: |meter| meter.tasks().created(),
             }),
         );
         launched.stored().await?;
@@ -293,7 +293,7 @@ impl TaskService {
             slot,
             Some(ToStore {
                 record,
-                stored: telemetry::Meter::task_created,
+                stored: |meter| meter.tasks().created(),
             }),
         );
         if let Err(error) = launched.stored().await {
@@ -402,7 +402,7 @@ impl TaskService {
                 let failed = stored.is_err();
                 let _ = stored_tx.send(stored);
                 if !failed {
-                    service.settings.meter.task_runner_started();
+                    service.settings.meter.tasks().runner_started();
                     // Boxed, so the spawned task's cell stays small while the call
                     // waits (docs/benchmarks.md, run 17: an inline runner future, held
                     // twice by the first `scope_runner`, took 6.8 KB a task).
@@ -415,7 +415,7 @@ impl TaskService {
                         done_tx,
                     ));
                     service.settings.meter.clone().scope_runner(run).await;
-                    service.settings.meter.task_runner_ended();
+                    service.settings.meter.tasks().runner_ended();
                 }
                 // A held call's open exchange, if any, is dropped with `start`, which
                 // cancels it upstream.
@@ -528,7 +528,10 @@ impl TaskService {
             UpdateOutcome::NotFound => Err(not_found(task_id)),
             UpdateOutcome::Accepted { keys, owner } => {
                 if !keys.is_empty() {
-                    self.settings.meter.input_requests_answered(keys.len());
+                    self.settings
+                        .meter
+                        .tasks()
+                        .input_requests_answered(keys.len());
                     tracing::debug!(task_id, ?keys, "accepted input responses");
                     self.wakeups.wake(&owner, task_id).await?;
                     self.announce(task_id, None).await;

@@ -59,9 +59,9 @@ pub(super) async fn run(
         .await
         {
             Ok(true) => {
-                service.meter().task_finished(label, started.elapsed());
+                service.meter().tasks().finished(label, started.elapsed());
                 if taken_over {
-                    service.meter().taken_over_task_finished(label);
+                    service.meter().cluster().taken_over_task_finished(label);
                 }
                 tracing::info!(outcome = label, "task finished");
             }
@@ -226,7 +226,8 @@ async fn still_running(service: &TaskService, task_id: &str, principal: &str) ->
             let age = now_ms().saturating_sub(task.created_at_ms);
             service
                 .meter()
-                .task_finished(task.status.as_str(), std::time::Duration::from_millis(age));
+                .tasks()
+                .finished(task.status.as_str(), std::time::Duration::from_millis(age));
             Some(false)
         }
         Ok(Some(_)) => Some(true),
@@ -525,7 +526,7 @@ impl Call<'_> {
             .await
         {
             Ok(Some(key)) => {
-                self.service.meter().input_request_issued();
+                self.service.meter().tasks().input_request_issued();
                 tracing::info!(%key, "task needs input");
                 if self.pending.is_empty() {
                     self.waiting_since = Instant::now();

@@ -134,7 +134,10 @@ impl Takeovers {
             let outcome = crate::store::Outcome::gateway_failure(crate::store::INSTANCE_STOPPED);
             match self.tasks.store.finish(&task_id, outcome).await {
                 Ok(true) => {
-                    self.tasks.meter().task_finished("failed", Duration::ZERO);
+                    self.tasks
+                        .meter()
+                        .tasks()
+                        .finished("failed", Duration::ZERO);
                     self.tasks.announce(&task_id, None).await;
                 }
                 Ok(false) => {}
@@ -298,6 +301,7 @@ impl Takeovers {
         }
         self.tasks
             .meter()
+            .cluster()
             .tasks_taken_over(reason, counts.taken_over);
         counts.failed += self.fail_the_rest(gone, &fail).await?;
         if counts.taken_over + counts.failed > 0 {
@@ -354,6 +358,7 @@ impl Takeovers {
                     counts.failed += 1;
                     self.tasks
                         .meter()
+                        .cluster()
                         .lost_owner_tasks_failed("max_takeovers", 1);
                     tracing::warn!(task_id, max, "task taken over too often; failed");
                 }
@@ -382,6 +387,7 @@ impl Takeovers {
         if !gone.handed_over {
             self.tasks
                 .meter()
+                .cluster()
                 .lost_owner_tasks_failed("not_resumable", failed);
         }
         Ok(failed)

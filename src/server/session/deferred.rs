@@ -185,7 +185,11 @@ async fn get_result(
         Err(refusal) => return tool_answer(id, refusal),
     };
     let (task_id, limit) = (fetch.task_id, fetch.wait);
-    gateway.tasks.meter().gateway_tool_called(GET_TASK_RESULT);
+    gateway
+        .tasks
+        .meter()
+        .calls()
+        .gateway_tool_called(GET_TASK_RESULT);
     let Ok(task) = gateway.tasks.get(task_id, &session.principal).await else {
         return tool_answer(id, deferred::unknown_task(task_id));
     };
@@ -214,7 +218,11 @@ async fn cancel(
         Ok(task_id) => task_id,
         Err(refusal) => return tool_answer(id, refusal),
     };
-    gateway.tasks.meter().gateway_tool_called(CANCEL_TASK);
+    gateway
+        .tasks
+        .meter()
+        .calls()
+        .gateway_tool_called(CANCEL_TASK);
     tool_answer(
         id,
         match gateway.tasks.cancel(task_id, &session.principal).await {
@@ -313,7 +321,7 @@ async fn still_running(
         return answer_of(&task, purpose);
     }
     if purpose == Purpose::Call {
-        tasks.meter().call_deferred();
+        tasks.meter().calls().deferred();
     }
     let caller = Caller {
         capabilities: &session.capabilities,

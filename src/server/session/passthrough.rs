@@ -71,7 +71,11 @@ where
 /// The answer to a pass-through request that did not get the upstream's: its status,
 /// code and metric follow whose failure it was.
 fn failed(gateway: &Gateway, party: Party, kind: &'static str, detail: &str) -> Response<Body> {
-    gateway.tasks.meter().failure(party.metric(), kind);
+    gateway
+        .tasks
+        .meter()
+        .requests()
+        .failed(party.metric(), kind);
     let error = match party {
         Party::Client => {
             tracing::debug!(detail, "pass-through request refused");

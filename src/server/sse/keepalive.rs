@@ -104,7 +104,7 @@ impl ProgressKeepAlive {
 
     /// The keep-alive to send now.
     pub fn tick(&mut self) -> Bytes {
-        self.meter.progress_keepalive_sent();
+        self.meter.calls().progress_keepalive_sent();
         let progress = self.last.map_or(0.0, |last| last + STEP);
         self.last = Some(progress);
         self.last_at = Instant::now();

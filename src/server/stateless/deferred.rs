@@ -161,7 +161,7 @@ async fn answer_of(
         Started::Inline(answer) => serde_json::from_str::<Value>(answer?.get())
             .map_err(|e| ErrorObject::internal(format!("the upstream's result: {e}")))?,
         Started::Task(task) => {
-            deferrals.meter().call_deferred();
+            deferrals.meter().calls().deferred();
             deferrals
                 .still_running(caller, &task, Asked::Call(tool))
                 .await
@@ -199,7 +199,11 @@ async fn get_result(
         Err(refusal) => return Ok(refusal),
     };
     let (task_id, limit) = (fetch.task_id, fetch.wait);
-    gateway.tasks.meter().gateway_tool_called(GET_TASK_RESULT);
+    gateway
+        .tasks
+        .meter()
+        .calls()
+        .gateway_tool_called(GET_TASK_RESULT);
     let Ok(task) = gateway
         .deferrals
         .wait(task_id, &request.principal, limit)
@@ -249,7 +253,11 @@ async fn cancel(gateway: &Gateway, request: &Request<'_>) -> Result<Value, Error
         Ok(task_id) => task_id,
         Err(refusal) => return Ok(refusal),
     };
-    gateway.tasks.meter().gateway_tool_called(CANCEL_TASK);
+    gateway
+        .tasks
+        .meter()
+        .calls()
+        .gateway_tool_called(CANCEL_TASK);
     Ok(
         match gateway.tasks.cancel(task_id, &request.principal).await {
             Ok(()) => deferred::text_result(&format!(

@@ -21,7 +21,6 @@ pub use state::{StateKeys, request_digest};
 use super::start::{Held, Start};
 use super::{TaskService, ToolCall, render};
 use crate::store::{TaskRecord, input_key, now_ms};
-use crate::telemetry;
 use crate::upstream::forward::Asked;
 use crate::upstream::{Exchange, UpstreamEvent};
 use mtg_protocol::jsonrpc::ErrorObject;
@@ -135,7 +134,7 @@ impl MrtrBridge {
         // fails, the call is dropped and so cancelled upstream.
         let to_store = super::ToStore {
             record,
-            stored: telemetry::Meter::held_call_started,
+            stored: |meter| meter.calls().held(),
         };
         let start = Start::New(Some(held));
         let mut launched = self

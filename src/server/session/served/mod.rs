@@ -264,7 +264,7 @@ impl GatewaySessions {
             self.forget_idle(&mut sessions);
         }
         if sessions.len() >= self.limits.max_sessions {
-            self.meter.session_refused();
+            self.meter.sessions().refused();
             return None;
         }
         let id = uuid::Uuid::new_v4().simple().to_string();
@@ -272,7 +272,7 @@ impl GatewaySessions {
             id.clone(),
             Arc::new(ClientSession::new(capabilities, tasks, principal)),
         );
-        self.meter.session_opened();
+        self.meter.sessions().opened();
         Some(id)
     }
 
@@ -286,7 +286,7 @@ impl GatewaySessions {
         if session.idle_longer_than(self.limits.idle_timeout) {
             if let Some(session) = sessions.remove(id) {
                 session.close();
-                self.meter.session_ended("expired");
+                self.meter.sessions().ended("expired");
             }
             return None;
         }
@@ -298,7 +298,7 @@ impl GatewaySessions {
         self.find(id, principal)?;
         let session = self.lock().remove(id)?;
         session.close();
-        self.meter.session_ended("deleted");
+        self.meter.sessions().ended("deleted");
         tracing::debug!(session = %id, "session ended by the client");
         Some(session)
     }
@@ -309,7 +309,7 @@ impl GatewaySessions {
             let keep = !session.idle_longer_than(limit);
             if !keep {
                 session.close();
-                self.meter.session_ended("expired");
+                self.meter.sessions().ended("expired");
                 tracing::debug!(session = %id, "idle session forgotten");
             }
             keep
