@@ -31,7 +31,7 @@ pub struct ClusterConfig {
     /// URL other instances can reach this one at (e.g. `http://<pod-ip>:8080/mcp`);
     /// published with its lease. Wake-ups travel through Redis, so nothing requires
     /// it yet; it is there for routing requests to a task's owner.
-    #[arg(long, env = "MTG_ADVERTISE_URL", value_parser = super::upstream::parse_upstream_url)]
+    #[arg(long, env = "MTG_ADVERTISE_URL", value_parser = super::parse_upstream_url)]
     pub advertise_url: Option<http::Uri>,
 
     /// With a shared store: longest time from an instance's disappearance (crash,

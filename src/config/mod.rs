@@ -23,7 +23,6 @@ use clap::Parser;
 use crate::store::redis::{BadNamespace, StoreNamespace};
 
 pub use tasks::MIN_TTL_MS;
-pub use upstream::CommandLine;
 
 /// Every flag has an environment variable of the same name, upper-cased with a `MTG_` prefix.
 #[derive(Debug, Clone, Parser)]
@@ -289,6 +288,38 @@ pub enum InvalidValue {
         "{0:?} is not a path segment: expected 1-63 of a-z, 0-9 and '-', starting with a letter or digit"
     )]
     BadUpstreamName(String),
+}
+
+/// A program and its arguments, as split from `--upstream-cmd`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandLine(pub Vec<String>);
+
+fn parse_upstream_url(raw: &str) -> Result<http::Uri, InvalidValue> {
+    let uri: http::Uri = raw.parse().map_err(InvalidValue::NotUrl)?;
+    match uri.scheme_str() {
+        Some("http" | "https") if uri.host().is_some_and(|host| !host.is_empty()) => Ok(uri),
+        _ => Err(InvalidValue::NotHttpUrl),
+    }
+}
+
+/// The command line split into program and arguments; `shlex` follows POSIX shell
+/// quoting, so paths with spaces can be quoted.
+fn parse_upstream_cmd(raw: &str) -> Result<CommandLine, InvalidValue> {
+    let words = shlex::split(raw).ok_or_else(|| InvalidValue::Unsplittable(raw.to_owned()))?;
+    if words.is_empty() {
+        return Err(InvalidValue::EmptyCommand);
+    }
+    Ok(CommandLine(words))
+}
+
+fn parse_env_pair(raw: &str) -> Result<(String, String), InvalidValue> {
+    match raw.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(InvalidValue::NotPair {
+            expected: "KEY=VALUE",
+            got: raw.to_owned(),
+        }),
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::config::upstreams::{self, NamedUpstream, UpstreamArg};
-use crate::config::{ConfigError, InvalidValue};
+use crate::config::{CommandLine, ConfigError};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct UpstreamConfig {
@@ -33,13 +33,13 @@ pub struct UpstreamConfig {
     /// e.g. "npx -y @modelcontextprotocol/server-everything". Split like a POSIX shell
     /// does (quotes, backslashes) but not run through one. The gateway restarts it
     /// when it exits.
-    #[arg(long, env = "MTG_UPSTREAM_CMD", value_parser = parse_upstream_cmd)]
+    #[arg(long, env = "MTG_UPSTREAM_CMD", value_parser = super::parse_upstream_cmd)]
     pub upstream_cmd: Option<CommandLine>,
 
     /// Environment variable for the `--upstream-cmd` process, `KEY=VALUE`
     /// (repeatable; comma-separated in the environment). The process inherits the
     /// gateway's environment otherwise.
-    #[arg(long = "upstream-env", env = "MTG_UPSTREAM_ENV", value_delimiter = ',', value_parser = parse_env_pair)]
+    #[arg(long = "upstream-env", env = "MTG_UPSTREAM_ENV", value_delimiter = ',', value_parser = super::parse_env_pair)]
     pub upstream_env: Vec<(String, String)>,
 
     /// Working directory of the `--upstream-cmd` process (default: the gateway's).
@@ -159,36 +159,4 @@ impl UpstreamConfig {
 
 fn inconsistent(text: String) -> Result<(), ConfigError> {
     Err(ConfigError::Inconsistent(text))
-}
-
-/// A program and its arguments, as split from `--upstream-cmd`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommandLine(pub Vec<String>);
-
-pub(super) fn parse_upstream_url(raw: &str) -> Result<http::Uri, InvalidValue> {
-    let uri: http::Uri = raw.parse().map_err(InvalidValue::NotUrl)?;
-    match uri.scheme_str() {
-        Some("http" | "https") if uri.host().is_some_and(|host| !host.is_empty()) => Ok(uri),
-        _ => Err(InvalidValue::NotHttpUrl),
-    }
-}
-
-/// The command line split into program and arguments; `shlex` follows POSIX shell
-/// quoting, so paths with spaces can be quoted.
-pub(super) fn parse_upstream_cmd(raw: &str) -> Result<CommandLine, InvalidValue> {
-    let words = shlex::split(raw).ok_or_else(|| InvalidValue::Unsplittable(raw.to_owned()))?;
-    if words.is_empty() {
-        return Err(InvalidValue::EmptyCommand);
-    }
-    Ok(CommandLine(words))
-}
-
-pub(super) fn parse_env_pair(raw: &str) -> Result<(String, String), InvalidValue> {
-    match raw.split_once('=') {
-        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
-        _ => Err(InvalidValue::NotPair {
-            expected: "KEY=VALUE",
-            got: raw.to_owned(),
-        }),
-    }
 }

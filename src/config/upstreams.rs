@@ -69,12 +69,10 @@ pub fn parse_upstream_arg(raw: &str) -> Result<UpstreamArg, InvalidValue> {
             }
             Ok(UpstreamArg::Named(
                 name.to_owned(),
-                super::upstream::parse_upstream_url(url)?,
+                super::parse_upstream_url(url)?,
             ))
         }
-        _ => Ok(UpstreamArg::Plain(super::upstream::parse_upstream_url(
-            raw,
-        )?)),
+        _ => Ok(UpstreamArg::Plain(super::parse_upstream_url(raw)?)),
     }
 }
 
@@ -165,7 +163,7 @@ fn url_source(entry: &Entry, url: &str) -> Result<Source, String> {
             "upstream-http2-max-streams: expected 1 to 10000, got {streams}"
         ));
     }
-    let url = super::upstream::parse_upstream_url(url).map_err(|e| format!("url: {e}"))?;
+    let url = super::parse_upstream_url(url).map_err(|e| format!("url: {e}"))?;
     Ok(Source::Url(url))
 }
 
@@ -177,13 +175,13 @@ fn cmd_source(entry: &mut Entry, cmd: &str) -> Result<Source, String> {
         );
     }
     Ok(Source::Cmd {
-        command: super::upstream::parse_upstream_cmd(cmd).map_err(|e| format!("cmd: {e}"))?,
+        command: super::parse_upstream_cmd(cmd).map_err(|e| format!("cmd: {e}"))?,
         env: match entry.env.take() {
             None => Vec::new(),
             Some(EnvSetting::Table(table)) => table.into_iter().collect(),
             Some(EnvSetting::Pairs(pairs)) => pairs
                 .iter()
-                .map(|pair| super::upstream::parse_env_pair(pair).map_err(|e| format!("env: {e}")))
+                .map(|pair| super::parse_env_pair(pair).map_err(|e| format!("env: {e}")))
                 .collect::<Result<_, _>>()?,
         },
         cwd: entry.cwd.take(),
