@@ -25,7 +25,7 @@ pub struct TaskChange {
 impl TaskChange {
     /// The one-line form carried on the wire: `<task id>[ <session id>[ <progress
     /// JSON>]]` (ids contain no space: task ids are UUIDs, session ids visible ASCII).
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut line = self.task_id.clone();
         if let Some(session) = &self.session {
             line.push(' ');
@@ -38,7 +38,7 @@ impl TaskChange {
         line
     }
 
-    pub fn decode(line: &str) -> Self {
+    pub(crate) fn decode(line: &str) -> Self {
         let mut parts = line.splitn(3, ' ');
         let task_id = parts.next().unwrap_or_default().to_owned();
         let session = parts.next().map(str::to_owned);
@@ -74,7 +74,7 @@ pub trait Changes: Send + Sync + 'static {
 
 /// Changes within one process, for the embedded store.
 #[derive(Default)]
-pub struct LocalChanges {
+pub(crate) struct LocalChanges {
     listeners: Mutex<Vec<mpsc::UnboundedSender<TaskChange>>>,
 }
 

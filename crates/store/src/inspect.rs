@@ -1,5 +1,5 @@
 //! The inspection contract: what an operator may see of every task, whoever created it,
-//! and of every instance. Only the admin API (`crate::admin`) uses it; clients see their
+//! and of every instance. Only the gateway's admin API uses it; clients see their
 //! own tasks through [`super::TaskStore`].
 //!
 //! Listing every task must stay cheap on a store holding millions: a page examines a
@@ -60,7 +60,7 @@ pub struct InstanceInfo {
 /// The cursor was not made by this scope's listing.
 #[derive(Debug, thiserror::Error)]
 #[error("invalid cursor {0:?}: pass back a nextCursor of the same listing unchanged")]
-pub struct BadCursor(pub String);
+pub struct BadCursor(pub(crate) String);
 
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {
@@ -90,6 +90,6 @@ pub trait TaskInspection: Send + Sync + 'static {
         budget: usize,
     ) -> Result<ScanPage, InspectError>;
 
-    /// The instances that hold a lease or held one recently, by id.
+    /// The instances that own a lease or owned one recently, by id.
     async fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError>;
 }

@@ -1,22 +1,63 @@
-//! Task state and the bookkeeping around it, split by concern into three contracts that
-//! each store implements:
-//! - [`TaskStore`]: the tasks and every change of them (`task_state.rs`);
-//! - [`WakeUps`]: telling a task's owner to look at it again (`wakeups.rs`);
-//! - [`MembershipStore`]: instance leases, and taking over or failing the tasks of
-//!   instances that are gone (`membership.rs`);
-//! - [`Changes`]: announcing that a task changed, to whoever watches it on any instance
-//!   (`changes.rs`);
-//! - [`TaskInspection`]: every task and instance, for operators (`inspect.rs`).
+//! # mtg-store
 //!
-//! The stored record is the truth. Every transition is a compare-and-set against it, and
-//! terminal states are final, so a late upstream answer after a cancel is dropped. The
-//! store returns records; what a client sees of them is rendered by `tasks::render`.
+//! The task state of mcp-task-gateway: every task's record and every change of it, behind
+//! one contract that two stores implement. The stored record is the truth. Every
+//! transition is a compare-and-set against it, and terminal states are final, so a late
+//! upstream answer after a cancel is dropped.
+//!
+//! ## What it offers
+//!
+//! [`Store`] is one store seen through its five contracts, as the gateway holds it:
+//! - [`TaskStore`] (`task_state.rs`): the task records ([`TaskRecord`], `record.rs`) and
+//!   every state transition of them: create, read, list a principal's tasks, input
+//!   requests and their answers, messages, finish, cancel, delete;
+//! - [`WakeUps`] (`wakeups.rs`): telling the instance that owns a task to look at it again;
+//! - [`Changes`] (`changes.rs`): the change feed, announcing that a task changed to
+//!   whoever watches it on any instance;
+//! - [`MembershipStore`] (`membership.rs`): instance leases, and taking over or failing
+//!   the unfinished tasks of instances that are gone;
+//! - [`TaskInspection`] (`inspect.rs`): every task and instance, for operators.
+//!
+//! ## Two implementations
+//!
+//! - [`memory::MemoryStore`]: one process, nothing shared. The transition rules are the
+//!   Rust ones of `record.rs`.
+//! - [`redis::RedisStore`]: shared by every instance of a deployment, on one Redis
+//!   server, a Redis Cluster or a master behind Sentinel ([`redis::Target`]), over TLS
+//!   or not. The key layout is in the module doc of `redis.rs`; `redis/keys.rs` builds
+//!   every key and channel name under the deployment's namespace
+//!   ([`redis::StoreNamespace`]). Every change of a task is one Lua script of `lua/`
+//!   (with `lua/prelude.lua` in front), compiled in by `redis/scripts.rs` and called by
+//!   its SHA.
+//!
+//! Both count what they do through the `metrics` facade (`metrics.rs` names the series):
+//! no-ops until the gateway installs a recorder.
+//!
+//! ## Contract tests
+//!
+//! The contract is written once, as tests in `contract_tests/`, and run against both
+//! stores: `memory.rs` and `redis/tests.rs` each call `contract_tests::suite!` with a
+//! subject of their own. The Redis tests start their own `redis-server` on a free port
+//! (`test_support::RedisServer`), so `cargo nextest run -p mtg-store` needs nothing but
+//! `redis-server` on the `PATH`. A rule both stores must keep belongs in the contract;
+//! what only one of them has (key TTLs, reconnecting, the terminal cache, the sweep of
+//! expired tasks) stays in that store's own tests.
+//!
+//! ## What it does not know
+//!
+//! Nothing of the gateway that uses it: no HTTP, no client or upstream connection, no
+//! session. Of MCP it knows only what `mtg-protocol` defines (task status, input requests,
+//! JSON-RPC errors), kept as data: what a client sees of a record is rendered by the
+//! gateway (`tasks::render`). A principal is an opaque string it compares, never checks.
+
+// A store failure is an error value here, never a panic; unit tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 mod changes;
 mod inspect;
 mod membership;
 pub mod memory;
-pub mod metrics;
+mod metrics;
 mod record;
 pub mod redis;
 mod task_state;
@@ -27,7 +68,8 @@ pub(crate) mod contract_tests;
 
 use std::sync::Arc;
 
-pub use changes::{ChangeReceiver, Changes, LocalChanges, TaskChange};
+pub(crate) use changes::LocalChanges;
+pub use changes::{ChangeReceiver, Changes, TaskChange};
 pub use inspect::{
     BadCursor, InspectError, InstanceInfo, ScanPage, Scanned, Scope, TaskInspection,
 };
@@ -39,7 +81,7 @@ pub use task_state::{
 };
 pub use wakeups::{WAKE_ALL, WakeReceiver, WakeUps};
 
-/// One store seen through its three contracts, as the rest of the gateway holds it.
+/// One store seen through its five contracts, as the gateway holds it.
 #[derive(Clone)]
 pub struct Store {
     pub tasks: Arc<dyn TaskStore>,
@@ -63,6 +105,7 @@ impl Store {
     }
 }
 
+/// Milliseconds since the Unix epoch: the clock of every time in a record (0 before 1970).
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -19,7 +19,7 @@ pub struct Lease<'a> {
     pub instance: &'a str,
     /// Where other instances can reach this one (for forwarding), if configured.
     pub advertise_url: Option<&'a str>,
-    /// How long the lease holds without renewal.
+    /// How long the lease lasts without renewal.
     pub ttl: Duration,
 }
 

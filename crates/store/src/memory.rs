@@ -29,10 +29,10 @@ pub struct MemoryStore {
     tasks: Mutex<Tasks>,
     wakers: Mutex<HashMap<String, mpsc::UnboundedSender<String>>>,
     /// The leases taken here (one process: this instance's), for operators to see.
-    leases: Mutex<HashMap<String, HeldLease>>,
+    leases: Mutex<HashMap<String, OwnedLease>>,
 }
 
-struct HeldLease {
+struct OwnedLease {
     advertise_url: Option<String>,
     expires_at_ms: u64,
 }
@@ -44,7 +44,7 @@ struct Tasks {
     by_id: HashMap<String, Arc<TaskRecord>>,
     by_principal: HashMap<String, BTreeSet<(u64, String)>>,
     /// By expiry (a task's `createdAt + ttlMs` never changes), so the sweep touches only
-    /// what expired: scanning every task each second held the lock for milliseconds
+    /// what expired: scanning every task each second kept the lock for milliseconds
     /// once tens of thousands were kept (docs/benchmarks.md, run 8).
     by_expiry: BTreeSet<(u64, String)>,
 }
@@ -117,7 +117,7 @@ impl MemoryStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn lock_leases(&self) -> std::sync::MutexGuard<'_, HashMap<String, HeldLease>> {
+    fn lock_leases(&self) -> std::sync::MutexGuard<'_, HashMap<String, OwnedLease>> {
         self.leases.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -330,11 +330,11 @@ impl WakeUps for MemoryStore {
 #[async_trait]
 impl MembershipStore for MemoryStore {
     async fn renew_lease(&self, lease: &Lease<'_>) -> Result<bool, StoreError> {
-        let held = HeldLease {
+        let owned = OwnedLease {
             advertise_url: lease.advertise_url.map(str::to_owned),
             expires_at_ms: now_ms().saturating_add(lease.ttl.as_millis() as u64),
         };
-        self.lock_leases().insert(lease.instance.to_owned(), held);
+        self.lock_leases().insert(lease.instance.to_owned(), owned);
         Ok(true)
     }
 
@@ -529,8 +529,8 @@ fn parse_position(text: &str) -> Result<(u64, String), BadCursor> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::contract_tests::{self, Subject};
-    use crate::store::{Store, TaskStore};
+    use crate::contract_tests::{self, Subject};
+    use crate::{Store, TaskStore};
 
     /// The memory store serves one instance, so every instance's view is the same store.
     struct OneProcess(Arc<MemoryStore>);

@@ -10,19 +10,19 @@ use std::time::Duration;
 
 use mtg_protocol::wire::TaskStatus;
 
-pub fn task_reached(status: TaskStatus) {
+pub(crate) fn task_reached(status: TaskStatus) {
     metrics::counter!("mtg_tasks_total", "status" => status.as_str()).increment(1);
 }
 
-pub fn store_error(backend: &'static str) {
+pub(crate) fn store_error(backend: &'static str) {
     metrics::counter!("mtg_store_errors_total", "backend" => backend).increment(1);
 }
 
-pub fn roundtrip(op: &'static str, elapsed: Duration) {
+pub(crate) fn roundtrip(op: &'static str, elapsed: Duration) {
     metrics::histogram!("mtg_store_roundtrip_seconds", "op" => op).record(elapsed.as_secs_f64());
 }
 
-pub fn terminal_cache_read(hit: bool) {
+pub(crate) fn terminal_cache_read(hit: bool) {
     let outcome = if hit { "hit" } else { "miss" };
     metrics::counter!("mtg_terminal_cache_reads_total", "outcome" => outcome).increment(1);
 }

@@ -225,8 +225,9 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// The status a task ends in with this outcome.
-    pub fn status(&self) -> TaskStatus {
+    /// The status a task ends in with this outcome (the contract tests check it).
+    #[cfg(test)]
+    pub(crate) fn status(&self) -> TaskStatus {
         match self {
             Outcome::Completed(_) => TaskStatus::Completed,
             Outcome::Failed { .. } => TaskStatus::Failed,

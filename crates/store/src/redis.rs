@@ -8,7 +8,7 @@
 //! - `mtg:<ns>:by-principal:{<principal>}`: sorted set, a principal's task ids by
 //!   createdAt (see `listing`); TTL = max TTL + grace, refreshed on each create;
 //! - `mtg:<ns>:lease:{<instance>}`: string (its advertise URL), the instance's lease;
-//! - `mtg:<ns>:instances`: set, the instances that hold or held a lease;
+//! - `mtg:<ns>:instances`: set, the instances that own or owned a lease;
 //! - `mtg:<ns>:handover:{<instance>}`: string, set by an instance that stopped and left
 //!   its unfinished tasks for live instances to take over;
 //! - channel `mtg:<ns>:wake:<instance>`: wake-ups for the owner (payload: a task id).
@@ -56,7 +56,7 @@ use terminal_cache::TerminalCache;
 /// How long a task's keys outlive its TTL. Reads treat the task as gone from the TTL on;
 /// the grace only keeps instances whose clocks run a little behind from seeing a task
 /// vanish before they expect it.
-pub const KEY_GRACE: Duration = Duration::from_secs(2);
+pub(crate) const KEY_GRACE: Duration = Duration::from_secs(2);
 
 /// What the Redis store needs from the config.
 #[derive(Debug, Clone)]

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::*;
-use crate::store::{InspectError, Lease, Scope};
+use crate::{InspectError, Lease, Scope};
 
 /// Every task of `scope`, following cursors with a small budget, so a walk takes pages.
 /// Panics on a task seen twice.
@@ -43,8 +43,8 @@ fn lease(instance: &str) -> Lease<'_> {
     }
 }
 
-/// Every instance holds a lease: that is how the owners' indexes are found.
-async fn both_hold_leases(store: &Store) {
+/// Every instance owns a lease: that is how the owners' indexes are found.
+async fn both_own_leases(store: &Store) {
     for instance in [OWNER, OTHER] {
         store
             .membership
@@ -56,7 +56,7 @@ async fn both_hold_leases(store: &Store) {
 
 pub(crate) async fn operators_see_every_task_in_each_scope(subject: &impl Subject) {
     let store = subject.instance(OWNER);
-    both_hold_leases(&store).await;
+    both_own_leases(&store).await;
     let mut everyone = BTreeSet::new();
     let mut running_here = BTreeSet::new();
     let mut bobs = BTreeSet::new();
@@ -152,7 +152,7 @@ async fn walk_cut(store: &Store, scope: Scope<'_>, budget: usize, take: usize) -
 
 pub(crate) async fn a_walk_can_stop_after_any_task(subject: &impl Subject) {
     let store = subject.instance(OWNER);
-    both_hold_leases(&store).await;
+    both_own_leases(&store).await;
     // A task ends on its owner (the store unindexes it there).
     let other = subject.instance(OTHER);
     let mut everyone = BTreeSet::new();

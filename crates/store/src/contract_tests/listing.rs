@@ -1,7 +1,7 @@
 //! Listing a principal's tasks: whose, in which order, page by page.
 
 use super::*;
-use crate::store::ListCursor;
+use crate::ListCursor;
 
 /// A principal of this case alone, so the listing holds only the case's tasks.
 fn principal() -> String {

@@ -42,7 +42,7 @@ pub(crate) trait Subject {
 /// `$subject` builds (evaluated inside the test's runtime).
 macro_rules! suite {
     ($subject:expr) => {
-        $crate::store::contract_tests::suite!(@cases $subject;
+        $crate::contract_tests::suite!(@cases $subject;
             a_task_is_seen_only_by_its_principal,
             input_required_then_working_again,
             completed_keeps_the_result_byte_for_byte,
@@ -76,7 +76,7 @@ macro_rules! suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $case() {
                 let subject = $subject;
-                $crate::store::contract_tests::$case(&subject).await;
+                $crate::contract_tests::$case(&subject).await;
             }
         )+
     };

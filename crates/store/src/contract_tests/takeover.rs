@@ -2,7 +2,7 @@
 //! stays or goes as asked, and a task taken over too often fails.
 
 use super::*;
-use crate::store::{Adoption, Takeover};
+use crate::{Adoption, Takeover};
 
 fn takeover<'a>(to: &'a str, keep_round: bool, max: u32) -> Takeover<'a> {
     Takeover {

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use super::RedisStore;
-use crate::store::{ChangeReceiver, Changes, StoreError, TaskChange, WAKE_ALL};
+use crate::{ChangeReceiver, Changes, StoreError, TaskChange, WAKE_ALL};
 
 #[async_trait]
 impl Changes for RedisStore {

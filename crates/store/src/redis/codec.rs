@@ -7,15 +7,15 @@ use std::collections::HashMap;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::store::{Outcome, TaskRecord};
+use crate::{Outcome, TaskRecord};
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_protocol::wire::{InputRequest, TaskStatus};
 
-pub const INPUT_PREFIX: &str = "ir:";
-pub const ANSWER_PREFIX: &str = "an:";
+pub(super) const INPUT_PREFIX: &str = "ir:";
+pub(super) const ANSWER_PREFIX: &str = "an:";
 
 /// Field/value pairs of a new task.
-pub fn encode(task: &TaskRecord) -> Result<Vec<(String, String)>, serde_json::Error> {
+pub(super) fn encode(task: &TaskRecord) -> Result<Vec<(String, String)>, serde_json::Error> {
     let mut fields = vec![
         ("principal".into(), task.principal.clone()),
         ("owner".into(), task.owner.clone()),
@@ -62,7 +62,9 @@ pub fn encode(task: &TaskRecord) -> Result<Vec<(String, String)>, serde_json::Er
 }
 
 /// The terminal status and the fields `finish.lua` sets for an outcome.
-pub fn outcome_fields(outcome: &Outcome) -> Result<(TaskStatus, Vec<String>), serde_json::Error> {
+pub(super) fn outcome_fields(
+    outcome: &Outcome,
+) -> Result<(TaskStatus, Vec<String>), serde_json::Error> {
     Ok(match outcome {
         Outcome::Completed(result) => (
             TaskStatus::Completed,
@@ -85,7 +87,7 @@ pub fn outcome_fields(outcome: &Outcome) -> Result<(TaskStatus, Vec<String>), se
 
 /// Why a stored task could not be read back.
 #[derive(Debug, thiserror::Error)]
-pub enum DecodeError {
+pub(super) enum DecodeError {
     #[error("task {task_id} has no field {field:?}")]
     Missing {
         task_id: String,
@@ -110,7 +112,7 @@ pub enum DecodeError {
 }
 
 /// The task stored in `fields` (an HGETALL reply).
-pub fn decode(
+pub(super) fn decode(
     task_id: &str,
     mut fields: HashMap<String, String>,
 ) -> Result<TaskRecord, DecodeError> {
@@ -208,7 +210,7 @@ pub fn decode(
     Ok(task)
 }
 
-pub fn parse_status(text: &str) -> Option<TaskStatus> {
+pub(super) fn parse_status(text: &str) -> Option<TaskStatus> {
     Some(match text {
         "working" => TaskStatus::Working,
         "input_required" => TaskStatus::InputRequired,

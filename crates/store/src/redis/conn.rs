@@ -16,7 +16,7 @@ use tracing::Instrument;
 
 use super::link::Link;
 use super::scripts::Scripts;
-use crate::store::{StoreError, Unavailable, metrics};
+use crate::{StoreError, Unavailable, metrics};
 use sentinel::SentinelConn;
 pub use sentinel::{SentinelTarget, SentinelUrlError};
 
@@ -50,7 +50,7 @@ enum Backend {
 }
 
 #[derive(Clone)]
-pub struct Conn {
+pub(super) struct Conn {
     backend: Backend,
     timeout: Duration,
     scripts: &'static Scripts,
@@ -76,7 +76,7 @@ fn certificates(ca_cert: &[u8]) -> redis::TlsCertificates {
 impl Conn {
     /// Builds the connection without touching the network: the gateway starts (and
     /// answers, with clear errors) while Redis is down, and connects once it is up.
-    pub fn new(
+    pub(super) fn new(
         target: &Target,
         timeout: Duration,
         ca_cert: Option<&[u8]>,
@@ -125,7 +125,7 @@ impl Conn {
         })
     }
 
-    pub fn backend_label(&self) -> &'static str {
+    pub(super) fn backend_label(&self) -> &'static str {
         match self.backend {
             Backend::Server(_) => "redis",
             Backend::Cluster(_) => "redis-cluster",
@@ -142,7 +142,7 @@ impl Conn {
     }
 
     /// One command; its reply.
-    pub async fn one(&self, op: &'static str, cmd: Cmd) -> Result<Value, StoreError> {
+    pub(super) async fn one(&self, op: &'static str, cmd: Cmd) -> Result<Value, StoreError> {
         let mut pipe = redis::pipe();
         pipe.add_command(cmd);
         let mut replies = self.run(op, vec![pipe]).await?;
@@ -156,7 +156,7 @@ impl Conn {
     /// trip: one pipeline on a single server, one per slot concurrently on a Cluster.
     /// Returns the replies by group. A script Redis lost (restart, failover) is loaded
     /// again and the operation repeated once; every command used here tolerates that.
-    pub async fn run(
+    pub(super) async fn run(
         &self,
         op: &'static str,
         groups: Vec<Pipeline>,
@@ -300,7 +300,7 @@ pub(super) enum PubSubSource {
 
 impl PubSubSource {
     /// One source per node a subscriber may try in turn.
-    pub fn all_of(target: &Target) -> Vec<Self> {
+    pub(super) fn all_of(target: &Target) -> Vec<Self> {
         match target {
             Target::Server(url) => vec![Self::Url(url.clone())],
             // PUBLISH on a Cluster reaches every node, so any node can be listened to.
@@ -312,7 +312,7 @@ impl PubSubSource {
     /// A client of the node to subscribe on now. Through Sentinel, a new lookup each
     /// time; its connections to the sentinels close with it (a subscriber reconnects
     /// rarely, so none are kept open for it).
-    pub async fn client(&self, ca_cert: Option<&[u8]>) -> Result<redis::Client, RedisError> {
+    pub(super) async fn client(&self, ca_cert: Option<&[u8]>) -> Result<redis::Client, RedisError> {
         match self {
             Self::Url(url) => client(url, ca_cert),
             Self::Sentinel(target) => target.client(ca_cert)?.async_get_client().await,

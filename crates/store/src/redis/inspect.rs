@@ -11,10 +11,10 @@ use redis::Value;
 
 use super::walk::{self, Position, Step};
 use super::{RedisStore, codec, corrupt, is_task_id, listing, parse, pipe_of};
-use crate::store::inspect::{
+use crate::inspect::{
     BadCursor, InspectError, InstanceInfo, ScanPage, Scanned, Scope, TaskInspection,
 };
-use crate::store::{ListCursor, StoreError, TaskRecord, now_ms};
+use crate::{ListCursor, StoreError, TaskRecord, now_ms};
 
 #[async_trait]
 impl TaskInspection for RedisStore {

@@ -6,17 +6,18 @@
 //! `mtg:ns:by-principal:{<principal>}`, `mtg:ns:lease:{<instance>}`, `mtg:ns:instances`,
 //! `mtg:ns:handover:{<instance>}`, channels `mtg:ns:wake:<instance>` and `mtg:ns:changes`.
 //! The namespace sits outside the hash tag, so a Cluster still spreads tasks by id. The
-//! legacy layout (no namespace) is the same without `ns:`.
+//! unprefixed layout (no namespace, as before namespaces existed) is the same without
+//! `ns:`.
 
 use std::fmt;
 
 /// Longest namespace accepted.
 const MAX_LEN: usize = 64;
 
-/// The second segments of the legacy layout. A namespace spelled like one would make
-/// namespaced keys equal legacy ones (`mtg:owned:{x}` is both the legacy index of
-/// instance `x` and task `x` of namespace `owned`), so they are refused.
-const LEGACY_SEGMENTS: [&str; 7] = [
+/// The second segments of the unprefixed layout. A namespace spelled like one would make
+/// namespaced keys equal unprefixed ones (`mtg:owned:{x}` is both the unprefixed index
+/// of instance `x` and task `x` of namespace `owned`), so they are refused.
+const UNPREFIXED_SEGMENTS: [&str; 7] = [
     "owned",
     "by-principal",
     "lease",
@@ -32,10 +33,11 @@ pub enum StoreNamespace {
     /// `mtg:<name>:…`: only gateways with the same name meet.
     Named(String),
     /// `mtg:…` as before namespaces existed; shared by every gateway that uses it.
-    Legacy,
+    Unprefixed,
 }
 
-/// Why a namespace was refused.
+/// Why a namespace was refused. The messages say "legacy" for the unprefixed layout, as
+/// the user's docs and the Helm chart do (tests/integration/namespaces.rs reads them).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BadNamespace {
     #[error(
@@ -47,18 +49,18 @@ pub enum BadNamespace {
 }
 
 impl StoreNamespace {
-    /// A namespace as the operator wrote it; `""` selects the legacy layout. The
+    /// A namespace as the operator wrote it; `""` selects the unprefixed layout. The
     /// characters allowed are never special in a `SCAN MATCH` pattern nor a hash tag.
     pub fn parse(raw: &str) -> Result<Self, BadNamespace> {
         if raw.is_empty() {
-            return Ok(Self::Legacy);
+            return Ok(Self::Unprefixed);
         }
         let allowed = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-');
         if raw.len() > MAX_LEN || !raw.bytes().all(allowed) {
             return Err(BadNamespace::Characters);
         }
         // Keys are case-sensitive: only the exact words collide.
-        if LEGACY_SEGMENTS.contains(&raw) {
+        if UNPREFIXED_SEGMENTS.contains(&raw) {
             return Err(BadNamespace::Reserved(raw.to_owned()));
         }
         Ok(Self::Named(raw.to_owned()))
@@ -75,80 +77,80 @@ impl StoreNamespace {
     }
 }
 
-/// The name as `--store-namespace` takes it (`""` for the legacy layout).
+/// The name as `--store-namespace` takes it (`""` for the unprefixed layout).
 impl fmt::Display for StoreNamespace {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Named(name) => f.write_str(name),
-            Self::Legacy => Ok(()),
+            Self::Unprefixed => Ok(()),
         }
     }
 }
 
 /// The key and channel names of one namespace.
 #[derive(Debug, Clone)]
-pub struct Keys {
-    /// `mtg:<ns>:` or, legacy, `mtg:`.
+pub(super) struct Keys {
+    /// `mtg:<ns>:` or, unprefixed, `mtg:`.
     prefix: String,
 }
 
 impl Keys {
-    pub fn new(namespace: &StoreNamespace) -> Self {
+    pub(super) fn new(namespace: &StoreNamespace) -> Self {
         let prefix = match namespace {
             StoreNamespace::Named(name) => format!("mtg:{name}:"),
-            StoreNamespace::Legacy => "mtg:".to_owned(),
+            StoreNamespace::Unprefixed => "mtg:".to_owned(),
         };
         Self { prefix }
     }
 
     /// The task's hash; its id is the hash tag.
-    pub fn task(&self, task_id: &str) -> String {
+    pub(super) fn task(&self, task_id: &str) -> String {
         format!("{}{{{task_id}}}", self.prefix)
     }
 
     /// The principal is the caller's identity, not a gateway-made id: braces in it can
     /// only move the key to another slot, never make two principals share a key.
-    pub fn by_principal(&self, principal: &str) -> String {
+    pub(super) fn by_principal(&self, principal: &str) -> String {
         format!("{}by-principal:{{{principal}}}", self.prefix)
     }
 
     /// The ids of the unfinished tasks an instance runs.
-    pub fn owned(&self, instance: &str) -> String {
+    pub(super) fn owned(&self, instance: &str) -> String {
         format!("{}owned:{{{instance}}}", self.prefix)
     }
 
-    pub fn lease(&self, instance: &str) -> String {
+    pub(super) fn lease(&self, instance: &str) -> String {
         format!("{}lease:{{{instance}}}", self.prefix)
     }
 
     /// Set by an instance that stopped and left its tasks for others to take over.
-    pub fn handover(&self, instance: &str) -> String {
+    pub(super) fn handover(&self, instance: &str) -> String {
         format!("{}handover:{{{instance}}}", self.prefix)
     }
 
-    /// The instances that hold or held a lease.
-    pub fn instances(&self) -> String {
+    /// The instances that own or owned a lease.
+    pub(super) fn instances(&self) -> String {
         format!("{}instances", self.prefix)
     }
 
     /// The owner's wake-up channel.
-    pub fn wake(&self, instance: &str) -> String {
+    pub(super) fn wake(&self, instance: &str) -> String {
         format!("{}wake:{instance}", self.prefix)
     }
 
     /// The channel every instance hears task changes on.
-    pub fn changes(&self) -> String {
+    pub(super) fn changes(&self) -> String {
         format!("{}changes", self.prefix)
     }
 
     /// `SCAN MATCH` pattern of the task keys: no other key of the namespace has `{`
     /// right after the prefix, and the prefix holds no glob character.
-    pub fn task_pattern(&self) -> String {
+    pub(super) fn task_pattern(&self) -> String {
         format!("{}{{*", self.prefix)
     }
 
     /// The task id of a task key of this namespace.
-    pub fn task_id_of<'k>(&self, key: &'k str) -> Option<&'k str> {
+    pub(super) fn task_id_of<'k>(&self, key: &'k str) -> Option<&'k str> {
         key.strip_prefix(self.prefix.as_str())?
             .strip_prefix('{')?
             .strip_suffix('}')
@@ -179,8 +181,8 @@ mod tests {
     }
 
     #[test]
-    fn the_legacy_layout_is_the_one_before_namespaces() {
-        let keys = Keys::new(&StoreNamespace::Legacy);
+    fn the_unprefixed_layout_is_the_one_before_namespaces() {
+        let keys = Keys::new(&StoreNamespace::Unprefixed);
         assert_eq!(keys.task("t-1"), "mtg:{t-1}");
         assert_eq!(keys.owned("gw-1"), "mtg:owned:{gw-1}");
         assert_eq!(keys.by_principal("p"), "mtg:by-principal:{p}");
@@ -190,15 +192,19 @@ mod tests {
         assert_eq!(keys.wake("gw-1"), "mtg:wake:gw-1");
         assert_eq!(keys.changes(), "mtg:changes");
         assert_eq!(keys.task_pattern(), "mtg:{*");
-        assert_eq!(StoreNamespace::parse(""), Ok(StoreNamespace::Legacy));
+        assert_eq!(StoreNamespace::parse(""), Ok(StoreNamespace::Unprefixed));
     }
 
     #[test]
-    fn a_namespace_sees_no_task_key_of_another_or_of_the_legacy_layout() {
-        let (a, b, legacy) = (named("a"), named("b"), Keys::new(&StoreNamespace::Legacy));
+    fn a_namespace_sees_no_task_key_of_another_or_of_the_unprefixed_layout() {
+        let (a, b, unprefixed) = (
+            named("a"),
+            named("b"),
+            Keys::new(&StoreNamespace::Unprefixed),
+        );
         assert_eq!(a.task_id_of(&b.task("t")), None);
-        assert_eq!(a.task_id_of(&legacy.task("t")), None);
-        assert_eq!(legacy.task_id_of(&a.task("t")), None);
+        assert_eq!(a.task_id_of(&unprefixed.task("t")), None);
+        assert_eq!(unprefixed.task_id_of(&a.task("t")), None);
         assert_eq!(a.task_id_of(&a.owned("t")), None);
         // A namespace that is a prefix of another does not see the other's keys.
         let longer = named("a.b");
@@ -234,7 +240,7 @@ mod tests {
                 "{bad:?}"
             );
         }
-        for word in LEGACY_SEGMENTS {
+        for word in UNPREFIXED_SEGMENTS {
             assert!(
                 matches!(StoreNamespace::parse(word), Err(BadNamespace::Reserved(_))),
                 "{word:?}"
@@ -253,6 +259,6 @@ mod tests {
         assert!(name.starts_with("u-") && name.len() == 18, "{name}");
         // A derived name is a valid name.
         assert_eq!(StoreNamespace::parse(&name), Ok(one));
-        assert_eq!(StoreNamespace::Legacy.to_string(), "");
+        assert_eq!(StoreNamespace::Unprefixed.to_string(), "");
     }
 }

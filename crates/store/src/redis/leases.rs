@@ -9,7 +9,7 @@
 use redis::Value;
 
 use super::{RedisStore, parse, pipe_of};
-use crate::store::{GoneInstance, INSTANCE_STOPPED, Lease, StoreError, now_ms};
+use crate::{GoneInstance, INSTANCE_STOPPED, Lease, StoreError, now_ms};
 
 pub(super) async fn renew(store: &RedisStore, lease: &Lease<'_>) -> Result<bool, StoreError> {
     let mut set = redis::cmd("SET");

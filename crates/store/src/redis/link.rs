@@ -15,26 +15,26 @@ pub(super) struct Link {
 
 impl Link {
     /// The epoch now, while the link is up; `None` while it is down.
-    pub fn current(&self) -> Option<u64> {
+    pub(super) fn current(&self) -> Option<u64> {
         // Epoch first: a drop that lands between the two loads reads as a change.
         let epoch = self.epoch.load(Ordering::Acquire);
         self.up.load(Ordering::Acquire).then_some(epoch)
     }
 
     /// The pub/sub connection is subscribed again (or for the first time).
-    pub fn restored(&self) {
+    pub(super) fn restored(&self) {
         self.epoch.fetch_add(1, Ordering::AcqRel);
         self.up.store(true, Ordering::Release);
     }
 
     /// The pub/sub connection is gone: Redis may be restarting, failing over or cut off.
-    pub fn lost(&self) {
+    pub(super) fn lost(&self) {
         self.up.store(false, Ordering::Release);
         self.epoch.fetch_add(1, Ordering::AcqRel);
     }
 
     /// An operation failed: what was remembered may no longer be what Redis holds.
-    pub fn faulted(&self) {
+    pub(super) fn faulted(&self) {
         self.epoch.fetch_add(1, Ordering::AcqRel);
     }
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use redis::Value;
 
 use super::{KEY_GRACE, RedisStore, codec, corrupt, is_task_id, parse, pipe_of};
-use crate::store::{ListCursor, StoreError, TaskRecord, now_ms};
+use crate::{ListCursor, StoreError, TaskRecord, now_ms};
 
 /// Most members read per round, so one page never pipelines an unbounded number of reads.
 const MAX_BATCH: usize = 256;

@@ -1,11 +1,11 @@
-//! The Lua scripts under `src/store/lua/`, each with the shared prelude in front.
+//! The Lua scripts of `crates/store/src/lua/`, each with the shared prelude in front.
 //! They are called by SHA (EVALSHA) and loaded again when Redis lost them.
 
 use std::sync::OnceLock;
 
 use redis::Cmd;
 
-pub struct Lua {
+pub(super) struct Lua {
     source: &'static str,
     sha: String,
 }
@@ -17,13 +17,13 @@ impl Lua {
     }
 
     /// `EVALSHA <sha> 1 <key>`; add the ARGV with `.arg(..)`.
-    pub fn call(&self, key: &str) -> Cmd {
+    pub(super) fn call(&self, key: &str) -> Cmd {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(&self.sha).arg(1).arg(key);
         cmd
     }
 
-    pub fn load_cmd(&self) -> Cmd {
+    pub(super) fn load_cmd(&self) -> Cmd {
         let mut cmd = redis::cmd("SCRIPT");
         cmd.arg("LOAD").arg(self.source);
         cmd
@@ -40,22 +40,22 @@ macro_rules! lua {
     };
 }
 
-pub struct Scripts {
-    pub create: Lua,
-    pub set_message: Lua,
-    pub add_input: Lua,
-    pub withdraw_input: Lua,
-    pub set_state: Lua,
-    pub accept: Lua,
-    pub take_answers: Lua,
-    pub finish: Lua,
-    pub cancel: Lua,
-    pub fail_owned: Lua,
-    pub take_over: Lua,
+pub(super) struct Scripts {
+    pub(super) create: Lua,
+    pub(super) set_message: Lua,
+    pub(super) add_input: Lua,
+    pub(super) withdraw_input: Lua,
+    pub(super) set_state: Lua,
+    pub(super) accept: Lua,
+    pub(super) take_answers: Lua,
+    pub(super) finish: Lua,
+    pub(super) cancel: Lua,
+    pub(super) fail_owned: Lua,
+    pub(super) take_over: Lua,
 }
 
 impl Scripts {
-    pub fn get() -> &'static Scripts {
+    pub(super) fn get() -> &'static Scripts {
         static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
         SCRIPTS.get_or_init(|| Scripts {
             create: lua!("create.lua"),
@@ -72,7 +72,7 @@ impl Scripts {
         })
     }
 
-    pub fn all(&self) -> [&Lua; 11] {
+    pub(super) fn all(&self) -> [&Lua; 11] {
         [
             &self.create,
             &self.set_message,

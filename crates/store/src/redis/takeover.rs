@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use redis::Value;
 
 use super::{RedisStore, codec, corrupt, inspect, parse, pipe_of};
-use crate::store::{Adoption, StoreError, Takeover, TaskRecord, metrics, now_ms};
+use crate::{Adoption, StoreError, Takeover, TaskRecord, metrics, now_ms};
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_protocol::wire::TaskStatus;
 

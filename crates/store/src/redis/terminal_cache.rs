@@ -15,7 +15,7 @@ use quick_cache::Weighter;
 use quick_cache::sync::Cache;
 
 use super::link::Link;
-use crate::store::TaskRecord;
+use crate::TaskRecord;
 
 /// Bytes counted for a record beyond its variable parts (the struct, the key, the
 /// cache's own slot).
@@ -47,7 +47,7 @@ impl Weighter<String, Remembered> for ByBytes {
 
 impl TerminalCache {
     /// `None` for a budget of 0 bytes (the cache is off).
-    pub fn new(budget_bytes: u64, link: Arc<Link>) -> Option<Self> {
+    pub(super) fn new(budget_bytes: u64, link: Arc<Link>) -> Option<Self> {
         (budget_bytes > 0).then(|| Self {
             records: Cache::with_weighter(
                 usize::try_from(budget_bytes / TYPICAL_BYTES)
@@ -61,7 +61,7 @@ impl TerminalCache {
     }
 
     /// The remembered record under `key`, if it is still valid at `now_ms`.
-    pub fn get(&self, key: &str, now_ms: u64) -> Option<Arc<TaskRecord>> {
+    pub(super) fn get(&self, key: &str, now_ms: u64) -> Option<Arc<TaskRecord>> {
         let remembered = self.records.get(key)?;
         let valid = self.link.current() == Some(remembered.epoch)
             && now_ms < remembered.record.expires_at_ms();
@@ -70,12 +70,12 @@ impl TerminalCache {
 
     /// The epoch a read starts under: pass it to [`Self::remember`] with what the read
     /// found. `None` while the link is down (nothing read then is kept).
-    pub fn epoch(&self) -> Option<u64> {
+    pub(super) fn epoch(&self) -> Option<u64> {
         self.link.current()
     }
 
     /// Keeps `record` if it is terminal and the link has not moved since `epoch`.
-    pub fn remember(&self, key: String, epoch: Option<u64>, record: &Arc<TaskRecord>) {
+    pub(super) fn remember(&self, key: String, epoch: Option<u64>, record: &Arc<TaskRecord>) {
         let Some(epoch) = epoch else { return };
         if !record.status.is_terminal() || self.link.current() != Some(epoch) {
             return;
@@ -92,7 +92,7 @@ impl TerminalCache {
     }
 
     /// The task is gone from Redis (answered inline and deleted).
-    pub fn forget(&self, key: &str) {
+    pub(super) fn forget(&self, key: &str) {
         self.records.remove(key);
     }
 }

@@ -1,13 +1,13 @@
 //! The Redis store against a real `redis-server` on a free port: the store contract
-//! (`store/contract_tests/`), then what only Redis has (key TTLs, leases, reconnecting).
+//! (`contract_tests/`), then what only Redis has (key TTLs, leases, reconnecting).
 
 use std::time::{Duration, Instant};
 
 use test_support::{RedisServer, free_port};
 
 use super::*;
-use crate::store::contract_tests::{self, Subject, record};
-use crate::store::{
+use crate::contract_tests::{self, Subject, record};
+use crate::{
     Changes, INSTANCE_LOST, INSTANCE_STOPPED, Scope, Store, TaskChange, TaskInspection, WAKE_ALL,
 };
 
@@ -140,7 +140,7 @@ async fn a_gone_owner_is_found_by_its_lease_and_forgotten_once_swept() {
             .unwrap()
     );
 
-    // The lease still holds: nobody is gone.
+    // The lease is still live: nobody is gone.
     assert!(alive.gone_instances("gw-alive").await.unwrap().is_empty());
     let start = Instant::now();
     let gone = loop {
@@ -341,7 +341,7 @@ async fn next_of<T>(receiver: &mut mpsc::UnboundedReceiver<T>) -> T {
         .expect("the channel open")
 }
 
-/// Two deployments (and a legacy one) on one Redis: neither sees, sweeps, takes over,
+/// Two deployments (and an unprefixed one) on one Redis: neither sees, sweeps, takes over,
 /// cancels, lists, wakes nor announces to the other.
 #[tokio::test]
 async fn namespaces_on_one_redis_never_meet() {
@@ -349,7 +349,7 @@ async fn namespaces_on_one_redis_never_meet() {
     let x = store_in(&server, "x", "gw-x");
     let x_peer = store_in(&server, "x", "gw-x2");
     let y = store_in(&server, "y", "gw-y");
-    let legacy = store_in(&server, "", "gw-l");
+    let unprefixed = store_in(&server, "", "gw-l");
     let long = |instance| Lease {
         instance,
         advertise_url: None,
@@ -362,18 +362,22 @@ async fn namespaces_on_one_redis_never_meet() {
     };
     x.renew_lease(&long("gw-x")).await.unwrap();
     y.renew_lease(&short("gw-y")).await.unwrap();
-    legacy.renew_lease(&short("gw-l")).await.unwrap();
+    unprefixed.renew_lease(&short("gw-l")).await.unwrap();
     let mine = record("gw-x");
     x.create(mine.clone()).await.unwrap();
     let theirs = record("gw-y");
     y.create(theirs.clone()).await.unwrap();
     let old = record("gw-l");
-    legacy.create(old.clone()).await.unwrap();
+    unprefixed.create(old.clone()).await.unwrap();
 
-    // Y's and the legacy instance's leases lapse: gone in their own namespaces only.
+    // Y's and the unprefixed instance's leases lapse: gone in their own namespaces only.
     let start = Instant::now();
     while y.gone_instances("gw-other").await.unwrap().is_empty()
-        || legacy.gone_instances("gw-other").await.unwrap().is_empty()
+        || unprefixed
+            .gone_instances("gw-other")
+            .await
+            .unwrap()
+            .is_empty()
     {
         assert!(
             start.elapsed() < Duration::from_secs(5),
@@ -431,7 +435,7 @@ async fn namespaces_on_one_redis_never_meet() {
     assert_eq!(names, ["gw-x"]);
 
     // The others' records are as they were.
-    for (store, task) in [(&y, &theirs), (&legacy, &old)] {
+    for (store, task) in [(&y, &theirs), (&unprefixed, &old)] {
         let seen = store.get(&task.task_id, "alice").await.unwrap().unwrap();
         assert_eq!(
             (seen.status, &seen.owner),
@@ -447,7 +451,7 @@ async fn namespaces_on_one_redis_never_meet() {
     let mut changes = x.changes();
     assert_eq!(next_of(&mut changes).await.task_id, WAKE_ALL);
     y.wake("gw-x", "from-y").await.unwrap();
-    legacy.wake("gw-x", "from-legacy").await.unwrap();
+    unprefixed.wake("gw-x", "from-unprefixed").await.unwrap();
     x_peer.wake("gw-x", "from-x").await.unwrap();
     assert_eq!(next_of(&mut wakeups).await, "from-x");
     let change = |task_id: &str| TaskChange {
@@ -456,7 +460,10 @@ async fn namespaces_on_one_redis_never_meet() {
         progress: None,
     };
     y.announce(&change("from-y")).await.unwrap();
-    legacy.announce(&change("from-legacy")).await.unwrap();
+    unprefixed
+        .announce(&change("from-unprefixed"))
+        .await
+        .unwrap();
     x_peer.announce(&change("from-x")).await.unwrap();
     assert_eq!(next_of(&mut changes).await.task_id, "from-x");
 }

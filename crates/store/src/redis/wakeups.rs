@@ -15,7 +15,7 @@ use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 
 use super::conn::{PubSubSource, Target};
 use super::link::Link;
-use crate::store::WAKE_ALL;
+use crate::WAKE_ALL;
 
 /// How often an idle subscription is checked (PING), so a dead connection is noticed,
 /// and how often the listeners are checked for any left.
@@ -40,7 +40,7 @@ struct Hub {
 }
 
 impl Subscriber {
-    pub fn new(
+    pub(super) fn new(
         target: &Target,
         ca_cert: Option<Vec<u8>>,
         timeout: Duration,
@@ -57,7 +57,7 @@ impl Subscriber {
 
     /// Passes what is published on `channel` to `tx` (and [`WAKE_ALL`] after each
     /// (re)subscription) until `tx`'s receiver is dropped.
-    pub fn subscribe(self: &Arc<Self>, channel: String, tx: UnboundedSender<String>) {
+    pub(super) fn subscribe(self: &Arc<Self>, channel: String, tx: UnboundedSender<String>) {
         let mut hub = self.lock();
         hub.channels.entry(channel.clone()).or_default().push(tx);
         if let Some(running) = &hub.running

@@ -25,8 +25,8 @@ use std::fmt;
 use std::future::Future;
 
 use super::is_task_id;
-use crate::store::StoreError;
-use crate::store::inspect::{BadCursor, InspectError};
+use crate::StoreError;
+use crate::inspect::{BadCursor, InspectError};
 
 /// Largest `COUNT` a cursor may carry: the admin API asks for at most 1,000 a step.
 const MAX_COUNT: u64 = 1000;
@@ -50,8 +50,8 @@ pub(super) enum Position {
 /// right after it, and where the walk goes on (`None`: at its end).
 #[derive(Debug, Default)]
 pub(super) struct Step {
-    pub entries: Vec<(String, Position)>,
-    pub next: Option<Position>,
+    pub(super) entries: Vec<(String, Position)>,
+    pub(super) next: Option<Position>,
 }
 
 impl fmt::Display for Position {
@@ -69,7 +69,7 @@ impl fmt::Display for Position {
 }
 
 impl Position {
-    pub fn parse(text: &str) -> Result<Self, BadCursor> {
+    pub(super) fn parse(text: &str) -> Result<Self, BadCursor> {
         let bad = || BadCursor(text.to_owned());
         let number = |part: &str| part.parse::<u64>().map_err(|_| bad());
         let parts: Vec<&str> = text.split('/').collect();

@@ -20,11 +20,11 @@ const SENTINEL_PORT: u16 = 26379;
 pub struct SentinelTarget {
     pub sentinels: Vec<(String, u16)>,
     pub master: String,
-    pub tls: bool,
+    pub(crate) tls: bool,
     /// Credentials and database of the master (the sentinels are asked without).
-    pub username: Option<String>,
-    pub password: Option<String>,
-    pub db: i64,
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+    pub(crate) db: i64,
 }
 
 // Hand-written so a password never reaches a log line.
@@ -57,11 +57,11 @@ pub enum SentinelUrlError {
 }
 
 impl SentinelTarget {
-    pub fn is_sentinel_url(url: &str) -> bool {
+    pub(crate) fn is_sentinel_url(url: &str) -> bool {
         url.starts_with("redis+sentinel://") || url.starts_with("rediss+sentinel://")
     }
 
-    pub fn parse(url: &str) -> Result<Self, SentinelUrlError> {
+    pub(crate) fn parse(url: &str) -> Result<Self, SentinelUrlError> {
         let (tls, rest) = if let Some(rest) = url.strip_prefix("redis+sentinel://") {
             (false, rest)
         } else if let Some(rest) = url.strip_prefix("rediss+sentinel://") {
@@ -113,7 +113,7 @@ impl SentinelTarget {
     }
 
     /// A client that names the current master on each lookup.
-    pub fn client(&self, ca_cert: Option<&[u8]>) -> Result<SentinelClient, RedisError> {
+    pub(crate) fn client(&self, ca_cert: Option<&[u8]>) -> Result<SentinelClient, RedisError> {
         let sentinels = self.sentinels.iter().map(|(host, port)| {
             if self.tls {
                 ConnectionAddr::TcpTls {
@@ -182,7 +182,7 @@ pub(super) struct SentinelConn {
 }
 
 impl SentinelConn {
-    pub fn new(
+    pub(super) fn new(
         target: &SentinelTarget,
         ca_cert: Option<&[u8]>,
         connect_timeout: Duration,
@@ -207,7 +207,7 @@ impl SentinelConn {
 
     /// The connection to the master, with an id to [`SentinelConn::forget`] it by.
     /// Unbounded here: the caller's time limit covers the lookup too.
-    pub async fn connection(&self) -> Result<(u64, MultiplexedConnection), RedisError> {
+    pub(super) async fn connection(&self) -> Result<(u64, MultiplexedConnection), RedisError> {
         if let Some(current) = self.cached() {
             return Ok(current);
         }
@@ -231,7 +231,7 @@ impl SentinelConn {
 
     /// Drops connection `id` (or whichever is current, with `None`) so the next
     /// operation looks the master up again.
-    pub fn forget(&self, id: Option<u64>) {
+    pub(super) fn forget(&self, id: Option<u64>) {
         let mut current = self
             .current
             .lock()
