@@ -20,7 +20,7 @@ pub mod upstreams;
 
 use clap::Parser;
 
-use crate::store::redis::{BadNamespace, StoreNamespace};
+use mtg_store::redis::{BadNamespace, StoreNamespace};
 
 pub use tasks::MIN_TTL_MS;
 
@@ -164,7 +164,7 @@ impl Config {
     ) -> Result<(), ConfigError> {
         self.upstream.resolve(from_file)?;
         if !self.upstream.named.is_empty()
-            && matches!(self.store.store_namespace, Some(StoreNamespace::Legacy))
+            && matches!(self.store.store_namespace, Some(StoreNamespace::Unprefixed))
         {
             return Err(ConfigError::Inconsistent(
                 "--store-namespace \"\" (the legacy layout) cannot keep named upstreams apart; \
@@ -267,7 +267,7 @@ pub enum InvalidValue {
     #[error("expected a redis://, rediss://, redis+sentinel:// or rediss+sentinel:// URL")]
     NotRedisOrSentinelUrl,
     #[error(transparent)]
-    Sentinel(#[from] crate::store::redis::SentinelUrlError),
+    Sentinel(#[from] mtg_store::redis::SentinelUrlError),
     #[error("cannot split {0:?} into words: unbalanced quotes or a trailing backslash")]
     Unsplittable(String),
     #[error("the command is empty")]

@@ -2,7 +2,7 @@
 //! replication, time limit and the cache of finished tasks (`settings::redis`).
 
 use crate::config::InvalidValue;
-use crate::store::redis::{StoreNamespace, Target};
+use mtg_store::redis::{StoreNamespace, Target};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct StoreConfig {

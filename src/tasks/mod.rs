@@ -28,9 +28,9 @@ use http::HeaderValue;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::store::{Changes, MembershipStore, TaskRecord, TaskStore, WakeUps};
 use crate::upstream::Upstream;
 use mtg_protocol::jsonrpc::ErrorObject;
+use mtg_store::{Changes, MembershipStore, TaskRecord, TaskStore, WakeUps};
 
 pub use service::Reservation;
 use service::ToStore;

@@ -18,7 +18,6 @@ use crate::server::Gateway;
 use crate::server::reply::{self, Body};
 use crate::server::sse::keepalive::ProgressKeepAlive;
 use crate::server::sse::{sse_event, sse_response_kept};
-use crate::store::TaskRecord;
 use crate::tasks::deferral::{Asked, Deferrals, failure_of, tool_of};
 use crate::tasks::{Started, TaskService};
 use crate::upstream::Caller;
@@ -28,6 +27,7 @@ use mtg_protocol::task_support::TaskSupport;
 use mtg_protocol::wire::TaskStatus;
 use mtg_protocol::wire::deferred::{self, CANCEL_TASK, GET_TASK_RESULT, ToolNames, Waits};
 use mtg_protocol::wire::dialect_2025::RELATED_TASK;
+use mtg_store::TaskRecord;
 
 /// Room for events the client has not read yet.
 const BACKLOG: usize = 64;

@@ -23,7 +23,6 @@ use super::wanted::Wanted;
 use crate::server::reply::Body;
 use crate::server::sse::keepalive::ProgressKeepAlive;
 use crate::server::sse::{sse_event, sse_response_kept};
-use crate::store::TaskRecord;
 use crate::tasks::deferral::{Asked, Deferrals};
 use crate::tasks::mrtr_bridge::{self, BridgedCall, MrtrBridge, Resumed};
 use crate::upstream::forward::{self, Forwarded, How};
@@ -33,6 +32,7 @@ use mtg_protocol::names::method;
 use mtg_protocol::upgrade;
 use mtg_protocol::wire::ResultType;
 use mtg_protocol::wire::deferred;
+use mtg_store::TaskRecord;
 
 /// Where a bridged request goes and how long it may take.
 #[derive(Clone)]

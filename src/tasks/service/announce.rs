@@ -2,8 +2,8 @@
 
 use serde_json::Value;
 
-use crate::store::TaskChange;
 use crate::tasks::TaskService;
+use mtg_store::TaskChange;
 
 impl TaskService {
     /// Tells watchers on every instance that a task changed (a session's GET stream, a

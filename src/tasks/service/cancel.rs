@@ -1,8 +1,8 @@
 //! Cancelling tasks: by their client, by an operator, or by the gateway itself.
 
-use crate::store::{CANCELLED_BY_CLIENT, CANCELLED_BY_OPERATOR, CancelOutcome, TaskRecord};
 use crate::tasks::{TaskService, not_found};
 use mtg_protocol::jsonrpc::ErrorObject;
+use mtg_store::{CANCELLED_BY_CLIENT, CANCELLED_BY_OPERATOR, CancelOutcome, TaskRecord};
 
 impl TaskService {
     pub async fn cancel(&self, task_id: &str, principal: &str) -> Result<(), ErrorObject> {

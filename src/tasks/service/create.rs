@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use super::inline::Unclaimed;
 use super::launch::ToStore;
-use crate::store::{TaskRecord, now_ms};
 use crate::tasks::{Started, TaskService, ToolCall, limits, start, takeover};
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_protocol::wire::TaskStatus;
+use mtg_store::{TaskRecord, now_ms};
 
 impl TaskService {
     /// Creates the task (durably) and starts its runner.

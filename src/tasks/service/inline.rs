@@ -8,10 +8,10 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 
-use crate::store::CancelOutcome;
 use crate::tasks::{TaskService, mrtr_bridge};
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_protocol::wire::TaskStatus;
+use mtg_store::CancelOutcome;
 
 impl TaskService {
     /// Waits up to the promotion budget for the call to finish or to ask for input;

@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use tokio::sync::{Notify, oneshot};
 
-use crate::store::TaskRecord;
 use crate::tasks::{TaskService, ToolCall, limits, runner, runners, start};
 use crate::telemetry;
 use mtg_protocol::jsonrpc::ErrorObject;
+use mtg_store::TaskRecord;
 
 impl TaskService {
     /// Starts the task's runner. A new task's record is stored by the runner itself, as
@@ -99,7 +99,7 @@ pub(in crate::tasks) struct ToStore {
 
 /// A runner just started: whether its task was stored, and when it ends.
 pub(in crate::tasks) struct Launched {
-    stored: oneshot::Receiver<Result<(), crate::store::StoreError>>,
+    stored: oneshot::Receiver<Result<(), mtg_store::StoreError>>,
     pub(in crate::tasks) done: oneshot::Receiver<()>,
 }
 

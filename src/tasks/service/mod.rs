@@ -17,9 +17,9 @@ pub use create::Reservation;
 pub(in crate::tasks) use launch::ToStore;
 
 use super::{TaskService, TaskSettings, limits, runners, tool_traits, watch};
-use crate::store::Store;
 use crate::telemetry;
 use crate::upstream::Upstream;
+use mtg_store::Store;
 
 impl TaskService {
     /// This upstream's metrics.

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use crate::store::{TaskRecord, TaskStore};
 use crate::tasks::{TaskService, not_found, watch};
 use mtg_protocol::jsonrpc::ErrorObject;
+use mtg_store::{TaskRecord, TaskStore};
 
 impl TaskService {
     pub async fn get(

@@ -2,9 +2,9 @@
 
 use serde_json::{Map, Value};
 
-use crate::store::UpdateOutcome;
 use crate::tasks::{TaskService, not_found};
 use mtg_protocol::jsonrpc::ErrorObject;
+use mtg_store::UpdateOutcome;
 
 impl TaskService {
     pub async fn update(
