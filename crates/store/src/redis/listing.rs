@@ -27,48 +27,114 @@ pub(super) async fn list(
     if limit == 0 || after.is_some_and(|cursor| !is_task_id(&cursor.task_id)) {
         return Ok(Vec::new());
     }
-    let key = store.keys.by_principal(principal);
-    let now = now_ms();
-    let grace = KEY_GRACE.as_millis() as u64;
-    // Created before this, a task is past any TTL the gateway gives.
-    let surely_expired = now.saturating_sub(store.settings.max_ttl.as_millis() as u64 + grace);
-    // On a Cluster a create writes the index and the task concurrently, so a young member
-    // without a task may be a create under way: skipped, but not removed. (A create takes
-    // at most two attempts and a script load, each within the timeout.)
-    let settled = now.saturating_sub(grace + 3 * store.settings.timeout.as_millis() as u64);
-
-    let mut from = after.map(|cursor| (cursor.created_at_ms, cursor.task_id.clone()));
-    let mut offset = 0;
-    let mut first = true;
-    let mut found = Vec::new();
-    let mut dropped = 0;
-    let mut gone = Vec::new();
+    let mut page = Page::new(store, principal, after, limit);
     loop {
         // Read more at a time once members turn out to be dead.
-        let want = (limit - found.len()).max(dropped).min(MAX_BATCH);
+        let want = (limit - page.found.len()).max(page.dropped).min(MAX_BATCH);
+        let members = page.range(want).await?;
+        let exhausted = members.len() < want;
+        let fresh = page.past_bound(members);
+        if fresh.is_empty() {
+            if exhausted {
+                break;
+            }
+            continue;
+        }
+        page.read(fresh).await?;
+        if page.found.len() == limit || exhausted {
+            break;
+        }
+    }
+    if !page.gone.is_empty() {
+        store.unlist(principal, page.gone);
+    }
+    Ok(page.found)
+}
+
+/// One page being listed: where the next range starts, and what was found so far.
+struct Page<'a> {
+    store: &'a RedisStore,
+    principal: &'a str,
+    limit: usize,
+    key: String,
+    now: u64,
+    /// Created before this, a task is past any TTL the gateway gives.
+    surely_expired: u64,
+    /// Created before this, a member without a task is gone (see [`Page::new`]).
+    settled: u64,
+    /// The last member listed, (score, id): the next range starts there.
+    from: Option<(u64, String)>,
+    /// Members of `from`'s score to pass over (many created in one millisecond).
+    offset: usize,
+    /// Whether the set was trimmed yet (once, with the first range).
+    trimmed: bool,
+    found: Vec<Arc<TaskRecord>>,
+    /// Members read that are not (or no longer) this principal's live tasks.
+    dropped: usize,
+    /// Members whose task is surely gone, removed from the set at the end.
+    gone: Vec<String>,
+}
+
+impl<'a> Page<'a> {
+    fn new(
+        store: &'a RedisStore,
+        principal: &'a str,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Self {
+        let now = now_ms();
+        let grace = KEY_GRACE.as_millis() as u64;
+        // On a Cluster a create writes the index and the task concurrently, so a young
+        // member without a task may be a create under way: skipped, but not removed. (A
+        // create takes at most two attempts and a script load, each within the timeout.)
+        let settled = now.saturating_sub(grace + 3 * store.settings.timeout.as_millis() as u64);
+        Self {
+            store,
+            principal,
+            limit,
+            key: store.keys.by_principal(principal),
+            now,
+            surely_expired: now.saturating_sub(store.settings.max_ttl.as_millis() as u64 + grace),
+            settled,
+            from: after.map(|cursor| (cursor.created_at_ms, cursor.task_id.clone())),
+            offset: 0,
+            trimmed: false,
+            found: Vec::new(),
+            dropped: 0,
+            gone: Vec::new(),
+        }
+    }
+
+    /// Up to `want` members from `from` down, newest first; the first range also trims
+    /// what is surely expired.
+    async fn range(&mut self, want: usize) -> Result<Vec<(u64, String)>, StoreError> {
         let mut range = redis::cmd("ZRANGE");
         range
-            .arg(&key)
+            .arg(&self.key)
             .arg(
-                from.as_ref()
+                self.from
+                    .as_ref()
                     .map_or("+inf".into(), |(score, _)| score.to_string()),
             )
             .arg("-inf")
             .arg("BYSCORE")
             .arg("REV")
             .arg("LIMIT")
-            .arg(offset)
+            .arg(self.offset)
             .arg(want)
             .arg("WITHSCORES");
         let mut group = redis::pipe();
-        if first {
+        if !self.trimmed {
             let mut trim = redis::cmd("ZREMRANGEBYSCORE");
-            trim.arg(&key).arg("-inf").arg(format!("({surely_expired}"));
+            trim.arg(&self.key)
+                .arg("-inf")
+                .arg(format!("({}", self.surely_expired));
             group.add_command(trim);
         }
         group.add_command(range);
-        first = false;
-        let reply = store
+        self.trimmed = true;
+        let reply = self
+            .store
             .conn
             .run("list", vec![group])
             .await?
@@ -76,73 +142,74 @@ pub(super) async fn list(
             .next()
             .and_then(|group| group.into_iter().last())
             .unwrap_or(Value::Nil);
-        let members = scored(reply)?;
-        let exhausted = members.len() < want;
-        // The range starts at the bound's score: members of that score up to the bound
-        // itself were listed already. They come first.
-        let passed = from.as_ref().map_or(0, |(score, id)| {
+        scored(reply)
+    }
+
+    /// The members not listed yet, and the bound moved past them. The range starts at
+    /// the bound's score: members of that score up to the bound itself were listed
+    /// already. They come first. None new (only many tasks created in the same
+    /// millisecond get here): the next range passes over these.
+    fn past_bound(&mut self, mut members: Vec<(u64, String)>) -> Vec<(u64, String)> {
+        let passed = self.from.as_ref().map_or(0, |(score, id)| {
             members
                 .iter()
                 .take_while(|(s, m)| (*s, m.as_str()) >= (*score, id.as_str()))
                 .count()
         });
         if passed == members.len() {
-            if exhausted {
-                break;
-            }
-            // Only many tasks created in the same millisecond get here.
-            offset += members.len();
-            continue;
+            self.offset += members.len();
+            return Vec::new();
         }
-        let fresh = &members[passed..];
-        from = fresh.last().cloned();
-        offset = 0;
+        let fresh = members.split_off(passed);
+        self.from = fresh.last().cloned();
+        self.offset = 0;
+        fresh
+    }
 
+    /// Reads the tasks of `fresh` in one pipeline and keeps this principal's live ones,
+    /// up to the limit.
+    async fn read(&mut self, fresh: Vec<(u64, String)>) -> Result<(), StoreError> {
         // Members that are not task ids never form a key.
-        let readable: Vec<&(u64, String)> = fresh.iter().filter(|(_, id)| is_task_id(id)).collect();
-        dropped += fresh.len() - readable.len();
+        let members = fresh.len();
+        let readable: Vec<(u64, String)> =
+            fresh.into_iter().filter(|(_, id)| is_task_id(id)).collect();
+        self.dropped += members - readable.len();
         let reads = readable
             .iter()
             .map(|(_, id)| {
                 let mut read = redis::cmd("HGETALL");
-                read.arg(store.keys.task(id));
+                read.arg(self.store.keys.task(id));
                 pipe_of([read])
             })
             .collect();
         let replies = if readable.is_empty() {
             Vec::new()
         } else {
-            store.conn.run("list", reads).await?
+            self.store.conn.run("list", reads).await?
         };
         for ((created, task_id), reply) in readable.into_iter().zip(replies) {
             let fields: HashMap<String, String> =
                 parse(reply.into_iter().next().unwrap_or(Value::Nil))?;
             if fields.is_empty() {
-                dropped += 1;
-                if *created < settled {
-                    gone.push(task_id.clone());
+                self.dropped += 1;
+                if created < self.settled {
+                    self.gone.push(task_id);
                 }
                 continue;
             }
-            let task = codec::decode(task_id, fields).map_err(corrupt)?;
+            let task = codec::decode(&task_id, fields).map_err(corrupt)?;
             // Expired ones go with a later trim.
-            if task.principal != principal || task.expires_at_ms() <= now {
-                dropped += 1;
+            if task.principal != self.principal || task.expires_at_ms() <= self.now {
+                self.dropped += 1;
                 continue;
             }
-            found.push(Arc::new(task));
-            if found.len() == limit {
+            self.found.push(Arc::new(task));
+            if self.found.len() == self.limit {
                 break;
             }
         }
-        if found.len() == limit || exhausted {
-            break;
-        }
+        Ok(())
     }
-    if !gone.is_empty() {
-        store.unlist(principal, gone);
-    }
-    Ok(found)
 }
 
 /// (score, member) pairs of a `ZRANGE … WITHSCORES` reply: flat on RESP2, pairs on RESP3.
