@@ -33,9 +33,8 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tower::ServiceExt;
 
-use super::http::describe_client_error;
-use crate::http_client::lean_http1::{self, Home, LeanBody, Outgoing};
-use crate::http_client::{CallBodyError, Party, PinnedConnectors};
+use crate::lean_http1::{self, Home, LeanBody, Outgoing};
+use crate::{CallBodyError, Party, PinnedConnectors, describe_client_error};
 
 /// Why a request did not go out on the pinned connection.
 #[derive(Debug, thiserror::Error)]

@@ -128,8 +128,8 @@ async fn the_pool_opens_connections_so_that_every_call_is_held_upstream_and_rese
     let url = holding_server(seen.clone()).await;
     let pool = Arc::new(H2Pool::new(
         &url.parse().unwrap(),
-        crate::http_client::connector(),
-        crate::http_client::call_client(2048),
+        crate::connector(),
+        crate::call_client(2048),
         PoolSettings {
             max_streams: SERVER_CAP as usize,
         },
@@ -182,8 +182,8 @@ async fn after_a_goaway_new_calls_go_on_a_new_connection_and_held_ones_stay() {
     let url = holding_server_with_goaway(seen.clone(), on_goaway).await;
     let pool = Arc::new(H2Pool::new(
         &url.parse().unwrap(),
-        crate::http_client::connector(),
-        crate::http_client::call_client(2048),
+        crate::connector(),
+        crate::call_client(2048),
         PoolSettings {
             max_streams: SERVER_CAP as usize,
         },
@@ -226,14 +226,14 @@ async fn after_a_goaway_new_calls_go_on_a_new_connection_and_held_ones_stay() {
 /// upstream's (`unreachable`); a request for another origin is the gateway's own.
 #[tokio::test]
 async fn pool_failures_are_blamed_on_their_party() {
-    use crate::http_client::{CallError, Party};
+    use crate::{CallError, Party};
     let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", closed.local_addr().unwrap());
     drop(closed);
     let pool = H2Pool::new(
         &url.parse().unwrap(),
-        crate::http_client::connector(),
-        crate::http_client::call_client(2048),
+        crate::connector(),
+        crate::call_client(2048),
         PoolSettings { max_streams: 4 },
     );
     let refused = pool

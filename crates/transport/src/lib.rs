@@ -3,6 +3,7 @@
 
 pub mod h2_pool;
 pub mod lean_http1;
+pub mod pinned;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -266,7 +267,7 @@ fn connector() -> Connector {
         .wrap_connector(tcp())
 }
 
-/// How a [`crate::upstream::pinned::PinnedConn`] connects: a bare socket to an
+/// How a [`crate::pinned::PinnedConn`] connects: a bare socket to an
 /// `http://` upstream, rustls with HTTP/1.1 only to an `https://` one (a pinned
 /// connection is one HTTP/1.1 connection). One for the process, shared.
 pub struct PinnedConnectors {
