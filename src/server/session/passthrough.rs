@@ -12,7 +12,7 @@ use crate::server::session::coalesce;
 use crate::upstream::http::{prepare_to_send_on, remove_hop_by_hop};
 use mtg_protocol::jsonrpc::{ErrorObject, code};
 use mtg_transport::lean_http1::forbidden_header;
-use mtg_transport::pinned::{LaneError, PinnedConn};
+use mtg_transport::pinned::{PinnedConn, PinnedError};
 use mtg_transport::{CallError, Party};
 
 /// Sends a 2025-xx session client's request to `upstream` on the client connection's pinned connection (through
@@ -37,12 +37,12 @@ pub async fn forward(
     let request = Request::from_parts(parts, body);
     match pinned.send(upstream, request).await {
         Ok(response) => relay(response).await,
-        Err(LaneError::Failed {
+        Err(PinnedError::Failed {
             party,
             kind,
             detail,
         }) => failed(gateway, party, kind, &detail),
-        Err(LaneError::Busy(request)) => {
+        Err(PinnedError::Busy(request)) => {
             match gateway.client.request(request.map(Full::new)).await {
                 Ok(response) => relay(response).await,
                 Err(e) => {

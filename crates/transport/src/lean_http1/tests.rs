@@ -495,7 +495,7 @@ fn an_idle_socket_is_reused_only_on_its_own_runtime() {
     server.join().unwrap().unwrap();
 }
 
-/// A held call waits minutes without a byte: the socket must notice a peer that vanished
+/// An open call waits minutes without a byte: the socket must notice a peer that vanished
 /// without a FIN, and keep idle timers on the path from dropping it.
 #[tokio::test]
 async fn upstream_sockets_are_kept_alive_at_the_tcp_level() {
