@@ -2,7 +2,9 @@
 //!
 //! Requests flow one way: `server` (HTTP) → `tasks` (task lifecycle) → `store` (task
 //! state) and `upstream` (the plain MCP server). The `mtg_protocol` crate (MCP shapes,
-//! names and rules) is a leaf every layer uses.
+//! names and rules) is a leaf every layer uses; the `mtg_transport` crate (the outbound
+//! HTTP: pinned connections, the lean HTTP/1.1 client, the HTTP/2 pool) is the leaf
+//! `server`, `upstream` and `auth` send through.
 
 // A panic in a request or a runner is a bug; unit tests may unwrap. (unsafe_code is
 // denied in Cargo.toml's [lints].)
