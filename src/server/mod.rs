@@ -18,7 +18,6 @@ use hyper::body::Incoming;
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use crate::http_client::HttpClient;
 use crate::tasks::TaskService;
 use crate::tasks::deferral::Deferrals;
 use crate::tasks::dialect_2025::SessionDialect;
@@ -26,10 +25,11 @@ use crate::tasks::listen::Followers;
 use crate::tasks::mrtr_bridge::MrtrBridge;
 use crate::tasks::policy::Policies;
 use crate::upstream::Upstream;
-use crate::upstream::pinned::PinnedConn;
 use mtg_protocol::headers::MCP_PROTOCOL_VERSION;
 use mtg_protocol::jsonrpc::{ErrorObject, Message, code};
 use mtg_protocol::meta;
+use mtg_transport::HttpClient;
+use mtg_transport::pinned::PinnedConn;
 use reply::Body;
 
 use mtg_protocol::names::header::MCP_SESSION_ID as SESSION_HEADER;
@@ -44,7 +44,7 @@ pub struct Routes {
     /// The upstreams at `/mcp/NAME`.
     pub named: HashMap<String, Arc<Gateway>>,
     /// How each client connection's [`PinnedConn`] connects to the upstreams.
-    pinned_connectors: Arc<crate::http_client::PinnedConnectors>,
+    pinned_connectors: Arc<mtg_transport::PinnedConnectors>,
 }
 
 impl Routes {
@@ -57,7 +57,7 @@ impl Routes {
             edge,
             default,
             named,
-            pinned_connectors: crate::http_client::pinned_connectors(),
+            pinned_connectors: mtg_transport::pinned_connectors(),
         }
     }
 

@@ -84,7 +84,7 @@ impl<'a> RequestMetrics<'a> {
     }
 
     /// A request that did not get the upstream's answer, counted in its party's
-    /// series (`http_client::Party::metric`) under `kind`.
+    /// series (`mtg_transport::Party::metric`) under `kind`.
     pub fn failed(&self, metric: &'static str, kind: &'static str) {
         self.labels.counter_with(metric, "kind", kind).increment(1);
     }

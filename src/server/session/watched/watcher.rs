@@ -165,7 +165,7 @@ impl Watcher {
                 if !sse {
                     *upstream = Answer::Whole {
                         head,
-                        body: crate::http_client::CallBody::from(body).collect(),
+                        body: mtg_transport::CallBody::from(body).collect(),
                     };
                     return Flow::Continue;
                 }
