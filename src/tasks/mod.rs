@@ -4,9 +4,9 @@
 mod credential;
 pub mod deferral;
 pub mod dialect_2025;
+pub mod follow;
 mod halt;
 pub mod limits;
-pub mod listen;
 pub mod mrtr_bridge;
 pub mod policy;
 pub mod render;
@@ -17,7 +17,7 @@ pub mod takeover;
 mod tool_traits;
 pub mod upstream_mrtr;
 mod upstream_tasks;
-pub mod watch;
+pub mod waiters;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -124,7 +124,7 @@ pub struct TaskService {
     wakeups: Arc<dyn WakeUps>,
     changes: Arc<dyn Changes>,
     /// Who here waits for a task to change (`tasks/result`, session GET streams).
-    watchers: watch::Watchers,
+    waiters: waiters::Waiters,
     upstream: Arc<dyn Upstream>,
     settings: TaskSettings,
     /// The runners on this instance.
@@ -153,7 +153,7 @@ impl TaskService {
             membership: store.membership.clone(),
             wakeups: store.wakeups.clone(),
             changes: store.changes.clone(),
-            watchers: watch::Watchers::default(),
+            waiters: waiters::Waiters::default(),
             upstream,
             settings,
             runners: runners::Runners::default(),
@@ -175,7 +175,7 @@ impl TaskService {
                 let Some(service) = weak.upgrade() else {
                     return;
                 };
-                service.watchers.dispatch(&change);
+                service.waiters.dispatch(&change);
             }
         });
         service
@@ -194,8 +194,8 @@ impl TaskService {
 
     /// The ids of a session's tasks as they change, from whichever instance changed
     /// them, for as long as the feed is kept (one per session: a newer one replaces it).
-    pub fn feed_session(&self, session: &str) -> watch::SessionFeed {
-        self.watchers.feed_session(session)
+    pub fn feed_session(&self, session: &str) -> waiters::SessionFeed {
+        self.waiters.feed_session(session)
     }
 
     /// Creates the task (durably) and starts its runner.
@@ -237,9 +237,9 @@ impl TaskService {
         let task_id = record.task_id.clone();
         let seed = Arc::new(record.clone());
         if let Some(link) = &call.session {
-            self.watchers.expect_session(&link.client_session);
+            self.waiters.expect_session(&link.client_session);
         }
-        let held = start::Held {
+        let adopted = start::Adopted {
             exchange,
             pending: Default::default(),
             later: Vec::new(),
@@ -248,7 +248,7 @@ impl TaskService {
         let mut launched = self.spawn_runner(
             &task_id,
             call,
-            start::Start::New(Some(held)),
+            start::Start::New(Some(adopted)),
             reservation.0,
             Some(ToStore {
                 record,
@@ -284,7 +284,7 @@ impl TaskService {
         let early_input =
             (early_input && !budget.is_zero()).then(|| self.runners.expect_early_input(&task_id));
         if let Some(link) = &call.session {
-            self.watchers.expect_session(&link.client_session);
+            self.waiters.expect_session(&link.client_session);
         }
         let mut launched = self.spawn_runner(
             &task_id,
@@ -417,8 +417,8 @@ impl TaskService {
                     service.settings.meter.clone().scope_runner(run).await;
                     service.settings.meter.task_runner_ended();
                 }
-                // A held call's open exchange, if any, is dropped with `start`, which
-                // cancels it upstream.
+                // An adopted call's exchange, if the task was never stored, is dropped
+                // with `start` (the safety net of `Exchange`: it stops the call upstream).
                 service.runners.remove(&runner_task_id);
             },
             span,
@@ -559,7 +559,7 @@ impl TaskService {
     }
 
     /// Cancels in the store, wakes the owner (which stops the upstream call) and tells
-    /// whoever watches the task; `session` names the session client whose task it is.
+    /// whoever waits on the task; `session` names the session client whose task it is.
     async fn cancel_as(
         &self,
         task_id: &str,
@@ -576,7 +576,7 @@ impl TaskService {
         Ok(outcome)
     }
 
-    /// Tells watchers on every instance that a task changed (a session's GET stream, a
+    /// Tells waiters on every instance that a task changed (a session's GET stream, a
     /// `tasks/result`, a `subscriptions/listen` stream); `session` names the session
     /// client whose task it is, if any.
     async fn announce(&self, task_id: &str, session: Option<&str>) {

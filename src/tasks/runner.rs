@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use async_trait::async_trait;
 
 use super::halt::{Halt, sleep_until, timed_out, upstream_failure};
-use super::start::{Held, Start};
+use super::start::{Adopted, Start};
 use super::{TaskService, ToolCall, upstream_mrtr};
 use crate::store::{Outcome, now_ms};
 use crate::tasks::upstream_mrtr::driver::{self, Reply, RoundTrip};
@@ -101,11 +101,11 @@ async fn drive(
     if let Ok(raw) = serde_json::value::to_raw_value(&params) {
         call.params = raw;
     }
-    let (held, round, expires_at) = match *start {
+    let (adopted, round, expires_at) = match *start {
         // Created just before the runner started: this is at most a little late.
-        Start::New(held) => {
+        Start::New(adopted) => {
             let ttl = std::time::Duration::from_millis(service.ttl_of(call));
-            (held, None, Instant::now() + ttl)
+            (adopted, None, Instant::now() + ttl)
         }
         Start::TakenOver {
             round,
@@ -119,7 +119,7 @@ async fn drive(
             )
         }
     };
-    let input_wait = held.as_ref().and_then(|h| h.input_wait);
+    let input_wait = adopted.as_ref().and_then(|h| h.input_wait);
     let mut trip = TaskTrip {
         service,
         task_id,
@@ -128,7 +128,7 @@ async fn drive(
         stop: &signals.stop,
         deadline,
         expires_at,
-        held,
+        adopted,
         input_wait,
     };
     let mut answers = upstream_mrtr::TaskAnswers {
@@ -165,9 +165,9 @@ struct TaskTrip<'a> {
     deadline: Option<Instant>,
     /// When the task expires: nobody can read its outcome after that.
     expires_at: Instant,
-    /// The call to take over instead of opening one, for the first round.
-    held: Option<Held>,
-    /// For held calls: how long outstanding input may wait for the client.
+    /// The adopted call to carry on instead of opening one, for the first round.
+    adopted: Option<Adopted>,
+    /// For a held call: how long outstanding input may wait for the client.
     input_wait: Option<std::time::Duration>,
 }
 
@@ -260,17 +260,17 @@ impl RoundTrip for TaskTrip<'_> {
         };
         let digest = super::mrtr_bridge::request_digest(method::TOOLS_CALL, Some(&params));
         let mut params = params;
-        let held = self.held.take();
+        let adopted = self.adopted.take();
         let stops = self.stops();
-        let upstream_task = held.is_none()
+        let upstream_task = adopted.is_none()
             && stops
                 .race(Box::pin(self.own_task_only(&caller, &params)))
                 .await?;
         if upstream_task && let Some(object) = params.as_object_mut() {
             object.insert("task".into(), json!({}));
         }
-        let (exchange, pending, later) = match held {
-            Some(held) => (held.exchange, held.pending, held.later),
+        let (exchange, pending, later) = match adopted {
+            Some(adopted) => (adopted.exchange, adopted.pending, adopted.later),
             None => {
                 let opening =
                     self.service
@@ -384,7 +384,7 @@ struct UpstreamTask {
 struct Call<'a> {
     service: &'a Arc<TaskService>,
     task_id: &'a str,
-    /// The session client whose task this is: its watchers hear of each change.
+    /// The session client whose task this is: its waiters hear of each change.
     session: Option<&'a str>,
     principal: &'a str,
     exchange: Box<dyn Exchange>,
@@ -609,7 +609,7 @@ impl Call<'_> {
         }
         if let Some(upstream_task) = self.own_task.as_ref().and_then(|n| n.created.as_deref()) {
             let params = json!({ "taskId": upstream_task });
-            let cancelled = crate::upstream::forward::forward(
+            let cancelled = crate::upstream::forward::request(
                 self.service.upstream.as_ref(),
                 &self.caller,
                 method::TASKS_CANCEL,

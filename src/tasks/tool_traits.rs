@@ -144,7 +144,7 @@ async fn list(upstream: &dyn Upstream, caller: &Caller<'_>) -> Listed {
     let mut cursor: Option<Value> = None;
     for _ in 0..MAX_PAGES {
         let params = cursor.take().map(|c| json!({ "cursor": c }));
-        let page = forward::forward(
+        let page = forward::request(
             upstream,
             caller,
             method::TOOLS_LIST,

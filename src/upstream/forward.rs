@@ -11,9 +11,10 @@ use tokio::sync::mpsc;
 use super::{Caller, Exchange, Upstream, UpstreamError, UpstreamEvent};
 use mtg_protocol::jsonrpc::{ErrorObject, code};
 
-/// Sends `method` upstream and waits for its answer. Server-to-client requests on the
-/// way are refused: a stateless client without the tasks extension cannot receive them.
-pub async fn forward(
+/// Sends `method` upstream as one request and waits for its final answer: a plain
+/// forward (no relay, no hold). Server-to-client requests on the way are refused: a
+/// stateless client without the tasks extension cannot receive them.
+pub async fn request(
     upstream: &dyn Upstream,
     caller: &Caller<'_>,
     method: &str,
@@ -25,7 +26,7 @@ pub async fn forward(
         relay: None,
         hold: false,
     };
-    match forward_with(upstream, caller, method, params, how).await? {
+    match forward(upstream, caller, method, params, how).await? {
         Forwarded::Answer(answer) => Ok(answer),
         // Not produced without `hold`; should it ever be, the call is not left open.
         Forwarded::AsksForInput { exchange, .. } => {
@@ -73,7 +74,9 @@ enum Step {
     Asks(Asked),
 }
 
-pub async fn forward_with(
+/// Sends `method` upstream and carries it `how` says, to its answer or, with `hold`, to
+/// the upstream's first input request.
+pub async fn forward(
     upstream: &dyn Upstream,
     caller: &Caller<'_>,
     method: &str,

@@ -106,20 +106,21 @@ impl UpstreamError {
     }
 }
 
-/// Who a request is sent for. Legacy upstreams have per-session capabilities, so the
-/// caller's declared capabilities and credentials choose the session.
+/// Who a request is sent for. Session (2025-xx) upstreams have per-session
+/// capabilities, so the caller's declared capabilities and credentials choose the
+/// upstream session.
 pub struct Caller<'a> {
     pub capabilities: &'a Map<String, Value>,
     pub auth: Option<&'a ::http::HeaderValue>,
     /// A 2025-xx session client's own upstream session: a task of that client runs
     /// there (the upstream knows the client's capabilities and tools), not in a session
     /// of the gateway's. Only 2025-xx HTTP upstreams have one.
-    pub session: Option<&'a SessionRef>,
+    pub session: Option<&'a PassThroughSession>,
 }
 
 /// An upstream session a client opened through the gateway (pass-through).
 #[derive(Debug, Clone)]
-pub struct SessionRef {
+pub struct PassThroughSession {
     /// Its `Mcp-Session-Id`; `None` when the upstream issued none.
     pub id: Option<::http::HeaderValue>,
     /// The `MCP-Protocol-Version` the client negotiated.
@@ -166,7 +167,7 @@ pub trait Upstream: Send + Sync + 'static {
     /// `None` (the stream dropped): the upstream has no such sessions.
     fn adopt(
         &self,
-        _session: &SessionRef,
+        _session: &PassThroughSession,
         _auth: Option<&::http::HeaderValue>,
         _id: Value,
         _stream: CallStream,

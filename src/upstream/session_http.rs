@@ -23,7 +23,8 @@ use async_trait::async_trait;
 
 use super::http::truncate_on_char;
 use super::{
-    CallStream, Caller, Exchange, Opened, SessionRef, Upstream, UpstreamError, UpstreamEvent,
+    CallStream, Caller, Exchange, Opened, PassThroughSession, Upstream, UpstreamError,
+    UpstreamEvent,
 };
 use crate::http_client::{CallBody, CallClient};
 use mtg_protocol::jsonrpc::{self, ErrorObject, Message, code};
@@ -32,7 +33,7 @@ use mtg_protocol::names::SESSION_VERSION;
 use mtg_protocol::names::header::{
     MCP_PROTOCOL_VERSION as PROTOCOL_HEADER, MCP_SESSION_ID as SESSION_HEADER,
 };
-const LISTENER_RETRY: Duration = Duration::from_secs(1);
+const GET_STREAM_RETRY: Duration = Duration::from_secs(1);
 /// A gateway-owned upstream session unused this long (and held by no call) is closed.
 const IDLE_LIMIT: Duration = Duration::from_secs(300);
 /// Most gateway-owned upstream sessions at once; past it the least recently used idle
@@ -68,7 +69,8 @@ pub struct UpstreamSession {
     pub server: Value,
     auth: Option<HeaderValue>,
     key: String,
-    listener: Mutex<Option<AbortHandle>>,
+    /// The task that answers the session's GET stream.
+    get_stream: Mutex<Option<AbortHandle>>,
     /// When a call last asked for this session (for closing idle ones).
     last_used: Mutex<std::time::Instant>,
     /// Exchanges open on it (a task's call may hold one for hours).
@@ -90,13 +92,13 @@ impl UpstreamSession {
 
 impl Drop for UpstreamSession {
     fn drop(&mut self) {
-        if let Some(listener) = self
-            .listener
+        if let Some(get_stream) = self
+            .get_stream
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
         {
-            listener.abort();
+            get_stream.abort();
         }
     }
 }
@@ -301,22 +303,23 @@ impl SessionHttpUpstream {
             server,
             auth,
             key,
-            listener: Mutex::new(None),
+            get_stream: Mutex::new(None),
             last_used: Mutex::new(std::time::Instant::now()),
             users: std::sync::atomic::AtomicUsize::new(0),
         });
         // The GET stream must be open before `initialized`: some upstreams (server-everything)
-        // send `roots/list` on it right after, and drop it if nobody listens.
+        // send `roots/list` on it right after, and drop it if nobody reads it.
         if session.id.is_some() {
-            match self.open_listener(&session).await {
+            match self.open_get_stream(&session).await {
                 Ok(stream) => {
                     let me = self
                         .me
                         .upgrade()
                         .expect("the upstream outlives its sessions");
-                    let listener = tokio::spawn(me.listen(Arc::downgrade(&session), Some(stream)));
-                    *session.listener.lock().unwrap_or_else(|p| p.into_inner()) =
-                        Some(listener.abort_handle());
+                    let task =
+                        tokio::spawn(me.serve_get_stream(Arc::downgrade(&session), Some(stream)));
+                    *session.get_stream.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(task.abort_handle());
                 }
                 Err(e) => tracing::debug!(error = %e, "upstream offers no GET stream"),
             }
@@ -333,7 +336,7 @@ impl SessionHttpUpstream {
     /// would not pick; a session the upstream forgot is the client's to reopen.
     async fn open_in_client_session(
         &self,
-        client_session: &SessionRef,
+        client_session: &PassThroughSession,
         auth: Option<&HeaderValue>,
         method: &str,
         params: Option<Value>,
@@ -350,7 +353,7 @@ impl SessionHttpUpstream {
     /// A request the client sent itself in its session, as an exchange.
     fn adopted(
         &self,
-        client_session: &SessionRef,
+        client_session: &PassThroughSession,
         auth: Option<&HeaderValue>,
         id: Value,
         stream: CallStream,
@@ -454,7 +457,7 @@ impl SessionHttpUpstream {
 
     /// Answers the requests an upstream sends outside any call (e.g. `roots/list`
     /// right after `initialize`) on the session's GET stream, reopening it when it ends.
-    async fn listen(
+    async fn serve_get_stream(
         self: Arc<Self>,
         session: std::sync::Weak<UpstreamSession>,
         mut stream: Option<CallStream>,
@@ -464,9 +467,9 @@ impl SessionHttpUpstream {
                 return;
             };
             let outcome = match stream.take() {
-                Some(stream) => self.serve_listener(&live, stream).await,
-                None => match self.open_listener(&live).await {
-                    Ok(stream) => self.serve_listener(&live, stream).await,
+                Some(stream) => self.answer_on_get_stream(&live, stream).await,
+                None => match self.open_get_stream(&live).await {
+                    Ok(stream) => self.answer_on_get_stream(&live, stream).await,
                     Err(e) => Err(e),
                 },
             };
@@ -478,11 +481,14 @@ impl SessionHttpUpstream {
                 }
                 Err(e) => tracing::debug!(error = %e, "upstream GET stream ended"),
             }
-            tokio::time::sleep(LISTENER_RETRY).await;
+            tokio::time::sleep(GET_STREAM_RETRY).await;
         }
     }
 
-    async fn open_listener(&self, session: &UpstreamSession) -> Result<CallStream, UpstreamError> {
+    async fn open_get_stream(
+        &self,
+        session: &UpstreamSession,
+    ) -> Result<CallStream, UpstreamError> {
         let mut request = Request::builder()
             .method(Method::GET)
             .uri(self.url.clone())
@@ -513,7 +519,7 @@ impl SessionHttpUpstream {
             .map_err(|e| UpstreamError::from_call(&e))
     }
 
-    async fn serve_listener(
+    async fn answer_on_get_stream(
         &self,
         session: &UpstreamSession,
         mut stream: CallStream,
@@ -584,7 +590,7 @@ impl Upstream for SessionHttpUpstream {
 
     fn adopt(
         &self,
-        session: &SessionRef,
+        session: &PassThroughSession,
         auth: Option<&HeaderValue>,
         id: Value,
         stream: CallStream,
@@ -713,9 +719,9 @@ impl Exchange for SessionHttpExchange {
 }
 
 /// A client's own upstream session, for a request in it: not one of the gateway's
-/// sessions, so it is never listed, listened to or closed.
+/// sessions, so it is never listed, its GET stream never answered, and never closed.
 fn in_client_session(
-    client_session: &SessionRef,
+    client_session: &PassThroughSession,
     auth: Option<&HeaderValue>,
 ) -> Arc<UpstreamSession> {
     Arc::new(UpstreamSession {
@@ -724,7 +730,7 @@ fn in_client_session(
         server: Value::Null,
         auth: auth.cloned(),
         key: String::new(),
-        listener: Mutex::new(None),
+        get_stream: Mutex::new(None),
         last_used: Mutex::new(std::time::Instant::now()),
         users: std::sync::atomic::AtomicUsize::new(0),
     })

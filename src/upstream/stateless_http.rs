@@ -75,7 +75,7 @@ impl StatelessHttpUpstream {
         extra_headers: &[(String, String)],
     ) -> Result<StatelessHttpExchange, UpstreamError> {
         let id = Value::from(self.next_id.fetch_add(1, Ordering::Relaxed));
-        let params = meta::with_modern_meta(params, caller.capabilities);
+        let params = meta::with_stateless_meta(params, caller.capabilities);
         let body = jsonrpc::request_value(id.clone(), method, Some(params));
         let response = post(
             &self.client,
@@ -142,7 +142,7 @@ impl Upstream for StatelessHttpUpstream {
         let upstream = exchange.final_answer().await?.map_err(|e| {
             UpstreamError::Protocol(format!("server/discover failed: {}", e.message))
         })?;
-        Ok(upgrade::modern_discover_result(&upstream))
+        Ok(upgrade::discover_result_of_stateless(&upstream))
     }
 
     /// No sessions to pass through to: the gateway serves 2025-xx session clients itself.
@@ -210,7 +210,7 @@ pub(super) struct StatelessHttpExchange {
 }
 
 impl StatelessHttpExchange {
-    /// Reads an error status's body: modern servers answer many errors (an invalid
+    /// Reads an error status's body: 2026-07-28 servers answer many errors (an invalid
     /// `requestState`, a header mismatch) with HTTP 400 and a JSON-RPC error, which is
     /// the request's answer, not a transport failure.
     pub(super) async fn open(

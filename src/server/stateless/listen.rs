@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use crate::server::reply::Body;
 use crate::server::sse::{sse_event, sse_response};
 use crate::store::TaskRecord;
-use crate::tasks::listen::Followers;
+use crate::tasks::follow::Followers;
 use crate::tasks::{TaskService, render};
 use crate::upstream::{Caller, Exchange, Upstream};
 use mtg_protocol::jsonrpc::{ErrorObject, Message, code};

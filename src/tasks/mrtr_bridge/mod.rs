@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 
 pub use state::{StateKeys, request_digest};
 
-use super::start::{Held, Start};
+use super::start::{Adopted, Start};
 use super::{TaskService, ToolCall, render};
 use crate::store::{TaskRecord, input_key, now_ms};
 use crate::telemetry;
@@ -125,7 +125,7 @@ impl MrtrBridge {
         record.next_input_key = pending.len() as u64;
         let task_id = record.task_id.clone();
         let shown = self.input_required(&record, &call.principal, &digest, false);
-        let held = Held {
+        let adopted = Adopted {
             exchange,
             pending,
             later,
@@ -137,7 +137,7 @@ impl MrtrBridge {
             record,
             stored: telemetry::Meter::held_call_started,
         };
-        let start = Start::New(Some(held));
+        let start = Start::New(Some(adopted));
         let mut launched = self
             .tasks
             .spawn_runner(&task_id, task, start, slot, Some(to_store));

@@ -209,7 +209,7 @@ impl Link {
             progress = Some((std::mem::replace(token, ours.clone()), ours));
         }
         if self.generation() == Some(Generation::Stateless) {
-            params = Some(meta::with_modern_meta(params, outgoing.capabilities));
+            params = Some(meta::with_stateless_meta(params, outgoing.capabilities));
         }
         let (events, receiver) = mpsc::unbounded_channel();
         {

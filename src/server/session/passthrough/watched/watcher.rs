@@ -18,14 +18,14 @@ use super::client::{BACKLOG, Client, channel_body};
 use super::events::{Events, message_of};
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};
-use crate::server::session::tasks::TaskSession;
+use crate::server::session::tasks::SessionCaller;
 use crate::server::sse::keepalive::ProgressKeepAlive;
 use crate::server::sse::{sse_event, sse_response};
 use crate::tasks::TaskService;
-use crate::tasks::deferral::{Asked, Deferrals};
+use crate::tasks::deferral::Deferrals;
 use crate::upstream::http::remove_hop_by_hop;
 use crate::upstream::stream::PendingHead;
-use crate::upstream::{Caller, Upstream, UpstreamError};
+use crate::upstream::{Upstream, UpstreamError};
 use mtg_protocol::jsonrpc::{self, ErrorObject};
 use mtg_protocol::names::method;
 
@@ -33,7 +33,7 @@ pub struct Watcher {
     tasks: Arc<TaskService>,
     upstream: Arc<dyn Upstream>,
     deferrals: Deferrals,
-    session: TaskSession,
+    session: SessionCaller,
     id: Value,
     params: Value,
     tool: String,
@@ -53,7 +53,7 @@ enum Flow {
 }
 
 impl Watcher {
-    pub fn new(gateway: &Gateway, session: TaskSession, watch: Watch, accepts_sse: bool) -> Self {
+    pub fn new(gateway: &Gateway, session: SessionCaller, watch: Watch, accepts_sse: bool) -> Self {
         Self {
             tasks: gateway.tasks.clone(),
             upstream: gateway.upstream.clone(),
@@ -341,16 +341,8 @@ impl Watcher {
             .tasks
             .start_adopted(reservation, call, exchange)
             .await?;
-        self.tasks.meter().call_deferred();
-        let caller = Caller {
-            capabilities: &self.session.capabilities,
-            auth: self.session.auth.as_ref(),
-            session: None,
-        };
-        Ok(self
-            .deferrals
-            .still_running(&caller, &task, Asked::Call(&self.tool))
-            .await)
+        let caller = self.session.caller();
+        Ok(self.deferrals.defer(&caller, &task, &self.tool).await)
     }
 
     /// Tells the upstream the call is off (`notifications/cancelled`), unless it ended.
