@@ -7,6 +7,7 @@ pub mod pinned;
 pub mod session_http;
 pub mod stateless_http;
 pub mod stdio;
+pub mod stop;
 pub mod stream;
 pub mod tool_headers;
 
@@ -15,6 +16,7 @@ use serde_json::{Map, Value};
 
 pub use crate::http_client::Party;
 pub use session_http::SessionHttpUpstream;
+pub use stop::StopReason;
 pub use stream::{CallStream, UpstreamEvent};
 
 use mtg_protocol::jsonrpc::ErrorObject;
@@ -133,7 +135,9 @@ pub type Opened = Result<Box<dyn Exchange>, UpstreamError>;
 /// A plain MCP server.
 #[async_trait]
 pub trait Upstream: Send + Sync + 'static {
-    /// Sends a request; the exchange yields what comes back for it.
+    /// Sends a request; the exchange yields what comes back for it. It may return
+    /// before the upstream's response head (an HTTP upstream's first `next` waits for
+    /// it), so that the call can be stopped from the start (`stop.rs`).
     async fn open_call(&self, caller: &Caller<'_>, method: &str, params: Option<Value>) -> Opened;
 
     /// The server's `InitializeResult` (capabilities, serverInfo, instructions).
@@ -163,7 +167,7 @@ pub trait Upstream: Send + Sync + 'static {
 
     /// A request a pass-through client sent in its own upstream session (`session`) as
     /// `id`, whose answer the gateway read up to `stream`, as an exchange a task carries
-    /// on (`--defer-after-ms`); dropped unsettled, it cancels the request upstream.
+    /// on (`--defer-after-ms`) or stops (`Exchange::stop`).
     /// `None` (the stream dropped): the upstream has no such sessions.
     fn adopt(
         &self,
@@ -205,8 +209,10 @@ pub trait Exchange: Send + Sync {
         outcome: Result<Value, ErrorObject>,
     ) -> Result<(), UpstreamError>;
 
-    /// Tells the upstream to stop (`notifications/cancelled`).
-    async fn cancel(&self, reason: &str) -> Result<(), UpstreamError>;
+    /// Stops the call upstream for `reason`, unless it already ended: the one way every
+    /// stop reaches the upstream, whatever its transport (`stop.rs`). The exchange is
+    /// dropped after.
+    async fn stop(&mut self, reason: StopReason) -> Result<(), UpstreamError>;
 
     /// The id the gateway gave the request upstream; the final response carries it.
     fn request_id(&self) -> &Value;

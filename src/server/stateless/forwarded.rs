@@ -215,15 +215,19 @@ fn streamed(route: Route, id: Value, call: BridgedCall, wanted: Wanted) -> Respo
                             let _ = events.send(frame).await;
                         }
                     }
-                    break answer;
+                    break Some(answer);
                 }
-                () = events.closed() => {
-                    // The client closed its stream. Dropping the forward cancels the
-                    // call upstream, also while its response head has not come (a
-                    // JSON-response upstream sends it only when the call ends).
-                    return;
-                }
+                // The client closed its stream.
+                () = events.closed() => break None,
             }
+        };
+        let Some(answer) = answer else {
+            // With the relay's receiver gone, the forward stops the call upstream
+            // (`upstream::stop`), also while its response head has not come (a
+            // JSON-response upstream sends it only when the call ends).
+            drop(heard);
+            let _ = forwarding.await;
+            return;
         };
         let last = match answer {
             Ok(result) => jsonrpc::success_body_of(&id, &result),

@@ -23,7 +23,7 @@ use super::{TaskService, ToolCall, render};
 use crate::store::{TaskRecord, input_key, now_ms};
 use crate::telemetry;
 use crate::upstream::forward::Asked;
-use crate::upstream::{Exchange, UpstreamEvent};
+use crate::upstream::{Exchange, StopReason, UpstreamEvent};
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_protocol::wire::{InputRequest, ResultType, TaskStatus};
 
@@ -84,7 +84,7 @@ impl MrtrBridge {
     pub async fn hold(
         &self,
         call: BridgedCall,
-        exchange: Box<dyn Exchange>,
+        mut exchange: Box<dyn Exchange>,
         asked: Vec<Asked>,
         later: Vec<UpstreamEvent>,
     ) -> Result<Value, ErrorObject> {
@@ -103,9 +103,7 @@ impl MrtrBridge {
         let slot = match self.tasks.running_limit.reserve(&task.principal) {
             Ok(slot) => slot,
             Err(error) => {
-                let _ = exchange
-                    .cancel("the caller has too many calls running")
-                    .await;
+                let _ = exchange.stop(StopReason::Refused).await;
                 return Err(error);
             }
         };
@@ -131,8 +129,8 @@ impl MrtrBridge {
             later,
             input_wait: Some(self.tasks.settings.input_wait),
         };
-        // Stored by the runner, which holds the open call from here on: if the store
-        // fails, the call is dropped and so cancelled upstream.
+        // Stored by the runner, which carries the open call from here on: if the store
+        // fails, the call is dropped, and the exchange's safety net stops it upstream.
         let to_store = super::ToStore {
             record,
             stored: telemetry::Meter::held_call_started,

@@ -29,7 +29,9 @@ use crate::server::sse::{sse_event, sse_response_kept};
 use crate::tasks::upstream_mrtr::driver::{
     self, Answers, Reply, Round, RoundAnswers, RoundError, RoundTrip,
 };
-use crate::upstream::{Caller, Exchange, Upstream, UpstreamError, UpstreamEvent, forward};
+use crate::upstream::{
+    Caller, Exchange, StopReason, Upstream, UpstreamError, UpstreamEvent, forward,
+};
 use mtg_protocol::jsonrpc::{self, ErrorObject};
 use mtg_protocol::mrtr;
 
@@ -279,8 +281,8 @@ impl RoundTrip for SessionTrip<'_> {
                     exchange.reply(upstream_id, answer).await?;
                 }
                 () = self.client.stopped() => {
-                    if let Err(e) = exchange.cancel("cancelled by the client").await {
-                        tracing::debug!(error = %e, "could not cancel the call upstream");
+                    if let Err(e) = exchange.stop(StopReason::ClientCancelled).await {
+                        tracing::debug!(error = %e, "could not stop the call upstream");
                     }
                     return Err(Stop::Silent);
                 }

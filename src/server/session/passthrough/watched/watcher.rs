@@ -25,7 +25,7 @@ use crate::tasks::TaskService;
 use crate::tasks::deferral::Deferrals;
 use crate::upstream::http::remove_hop_by_hop;
 use crate::upstream::stream::PendingHead;
-use crate::upstream::{Upstream, UpstreamError};
+use crate::upstream::{StopReason, Upstream, UpstreamError};
 use mtg_protocol::jsonrpc::{self, ErrorObject};
 use mtg_protocol::names::method;
 
@@ -92,7 +92,7 @@ impl Watcher {
             tokio::select! {
                 biased;
                 () = client.gone() => {
-                    self.cancel(upstream, "the client closed its request").await;
+                    self.stop(upstream, StopReason::ClientLeft).await;
                     return;
                 }
                 step = upstream.step() => {
@@ -345,8 +345,8 @@ impl Watcher {
         Ok(self.deferrals.defer(&caller, &task, &self.tool).await)
     }
 
-    /// Tells the upstream the call is off (`notifications/cancelled`), unless it ended.
-    async fn cancel(&self, upstream: Answer, reason: &str) {
+    /// Stops the call upstream (`upstream::stop`), unless it ended.
+    async fn stop(&self, upstream: Answer, reason: StopReason) {
         if self.finished {
             return;
         }
@@ -356,10 +356,10 @@ impl Watcher {
         let adopted =
             self.upstream
                 .adopt(session, self.session.auth.as_ref(), self.id.clone(), stream);
-        if let Some(exchange) = adopted
-            && let Err(e) = exchange.cancel(reason).await
+        if let Some(mut exchange) = adopted
+            && let Err(e) = exchange.stop(reason).await
         {
-            tracing::debug!(error = %e, "could not cancel a watched call upstream");
+            tracing::debug!(error = %e, "could not stop a watched call upstream");
         }
     }
 }
