@@ -191,48 +191,66 @@ async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
             format!("tool {tool:?} runs only as a task: declare the io.modelcontextprotocol/tasks extension"),
         )
         .with_data(wire::missing_tasks_capability_data())),
-        // A `forbidden` tool is never a task, deferred or not. Any other runs as the
-        // caller's task, answered on the call, with deferral on and when the upstream
-        // runs it only as its own task (the call could not be forwarded as it came).
+        // Any tool but a `forbidden` one runs as the caller's task, answered on the
+        // call, with deferral on and when the upstream runs it only as its own task
+        // (the call could not be forwarded as it came).
         CallPlan::Inline => {
             let budget = match gateway.policies.policy_of(tool) {
                 TaskSupport::Forbidden => None,
                 _ => gateway.deferrals.answer_within(&caller, tool).await,
             };
-            match budget {
-                Some(after) => {
-                    let tool = tool.to_owned();
-                    match wanted::Wanted::of(params) {
-                        None => deferred::call(gateway, request, &tool, after).await,
-                        Some(wanted) => {
-                            deferred::call_streamed(gateway, request, &tool, after, wanted)
-                        }
-                    }
-                }
-                None => forwarded::serve(gateway, request).await,
-            }
+            let tool = tool.to_owned();
+            call_inline(gateway, request, &tool, budget).await
         }
-        CallPlan::Task => {
-            let params = upstream_params(request.params.unwrap_or_default());
-            let call = ToolCall {
-                params: serde_json::value::to_raw_value(&params)
-                    .map_err(|e| ErrorObject::internal(format!("tool call params: {e}")))?,
-                capabilities,
-                auth,
-                principal: request.principal,
-                session: None,
-                ttl_ms: None,
-                relay: None,
-            };
-            match gateway.tasks.start_task(call).await? {
-                Started::Task(task) => Ok(jsonrpc::success_body_of(
-                    &request.id,
-                    &render::task_result(&task, ResultType::Task),
-                ).into()),
-                Started::Inline(Ok(result)) => Ok(jsonrpc::success_body(&request.id, &result).into()),
-                Started::Inline(Err(error)) => Err(error),
-            }
-        }
+        CallPlan::Task => start_task(gateway, request, capabilities, auth).await,
+    }
+}
+
+/// A call the client gets the answer of on the call: run as its task within `budget`
+/// (`deferred.rs`: deferral on, or a tool the upstream runs only as its own task), else
+/// forwarded as it came. A `forbidden` tool is never a task, deferred or not.
+async fn call_inline(
+    gateway: &Gateway,
+    request: Request<'_>,
+    tool: &str,
+    budget: Option<std::time::Duration>,
+) -> Outcome {
+    let Some(after) = budget else {
+        return forwarded::serve(gateway, request).await;
+    };
+    match wanted::Wanted::of(request.params.as_ref()) {
+        None => deferred::call(gateway, request, tool, after).await,
+        Some(wanted) => deferred::call_streamed(gateway, request, tool, after, wanted),
+    }
+}
+
+/// A call of a client with the tasks extension, as a task: `CreateTaskResult`, or the
+/// result when it ends within the promotion budget.
+async fn start_task(
+    gateway: &Gateway,
+    request: Request<'_>,
+    capabilities: serde_json::Map<String, Value>,
+    auth: Option<HeaderValue>,
+) -> Outcome {
+    let params = upstream_params(request.params.unwrap_or_default());
+    let call = ToolCall {
+        params: serde_json::value::to_raw_value(&params)
+            .map_err(|e| ErrorObject::internal(format!("tool call params: {e}")))?,
+        capabilities,
+        auth,
+        principal: request.principal,
+        session: None,
+        ttl_ms: None,
+        relay: None,
+    };
+    match gateway.tasks.start_task(call).await? {
+        Started::Task(task) => Ok(jsonrpc::success_body_of(
+            &request.id,
+            &render::task_result(&task, ResultType::Task),
+        )
+        .into()),
+        Started::Inline(Ok(result)) => Ok(jsonrpc::success_body(&request.id, &result).into()),
+        Started::Inline(Err(error)) => Err(error),
     }
 }
 

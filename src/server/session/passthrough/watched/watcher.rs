@@ -7,6 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{Response, StatusCode, header};
 use http_body_util::BodyExt;
+use hyper::body::Frame;
 use hyper_util::client::legacy::ResponseFuture;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
@@ -154,54 +155,11 @@ impl Watcher {
                 Flow::Done
             }
             Step::Head(Ok(response)) => {
-                let (mut head, body) = response.into_parts();
-                remove_hop_by_hop(&mut head.headers);
-                let sse = head.status.is_success()
-                    && head
-                        .headers
-                        .get(header::CONTENT_TYPE)
-                        .and_then(|v| v.to_str().ok())
-                        .is_some_and(|ct| ct.starts_with("text/event-stream"));
-                if !sse {
-                    *upstream = Answer::Whole {
-                        head,
-                        body: crate::http_client::CallBody::from(body).collect(),
-                    };
-                    return Flow::Continue;
-                }
-                if let Client::Unanswered(_) = client {
-                    // Events may be raised or added: the length would not hold.
-                    head.headers.remove(header::CONTENT_LENGTH);
-                    let (events, stream) = mpsc::channel(BACKLOG);
-                    if let Client::Unanswered(answer) =
-                        std::mem::replace(client, Client::Streaming(events))
-                    {
-                        let _ = answer.send(Response::from_parts(head, channel_body(stream)));
-                    }
-                }
-                *upstream = Answer::Sse {
-                    body,
-                    events: Events::default(),
-                };
+                on_head(response, upstream, client);
                 Flow::Continue
             }
             Step::Frame(Some(Ok(frame))) => {
-                let Answer::Sse { events, .. } = upstream else {
-                    return Flow::Continue;
-                };
-                if let Ok(data) = frame.into_data() {
-                    events.push(&data);
-                }
-                let mut whole = Vec::new();
-                while let Some(event) = events.next_event() {
-                    whole.push(event);
-                }
-                for event in whole {
-                    let event = self.look_at(event);
-                    if let Client::Streaming(out) = client {
-                        let _ = out.send(event).await;
-                    }
-                }
+                self.on_frame(frame, upstream, client).await;
                 Flow::Continue
             }
             Step::Frame(ended) => {
@@ -222,36 +180,61 @@ impl Watcher {
                 let Answer::Whole { head, .. } = std::mem::replace(upstream, Answer::Ended) else {
                     return Flow::Done;
                 };
-                let bytes = match read {
-                    Ok(bytes) => bytes,
+                match read {
+                    Ok(bytes) => self.on_whole(head, bytes, client).await,
                     Err(e) => {
                         let lost = UpstreamError::Lost(e.to_string());
                         self.fail(client, &ErrorObject::from(lost)).await;
-                        return Flow::Done;
                     }
-                };
-                match std::mem::replace(client, Client::Done) {
-                    // As it came, to the byte.
-                    Client::Unanswered(answer) => {
-                        let _ = answer.send(Response::from_parts(head, reply::full(bytes)));
-                    }
-                    // The gateway's stream began (keep-alive): the answer is its last event.
-                    Client::Streaming(out) => {
-                        let message = if head.status.is_success() {
-                            bytes.trim_ascii().to_vec()
-                        } else {
-                            let error = UpstreamError::Status {
-                                status: head.status.as_u16(),
-                                body: String::from_utf8_lossy(&bytes).into_owned(),
-                            };
-                            jsonrpc::error_body(Some(&self.id), &ErrorObject::from(error))
-                        };
-                        let _ = out.send(sse_event(&message)).await;
-                    }
-                    Client::Done => {}
                 }
                 Flow::Done
             }
+        }
+    }
+
+    /// A chunk of the upstream's SSE answer: its whole events, looked at, go on to the
+    /// client as they came.
+    async fn on_frame(&mut self, frame: Frame<Bytes>, upstream: &mut Answer, client: &Client) {
+        let Answer::Sse { events, .. } = upstream else {
+            return;
+        };
+        if let Ok(data) = frame.into_data() {
+            events.push(&data);
+        }
+        let mut whole = Vec::new();
+        while let Some(event) = events.next_event() {
+            whole.push(event);
+        }
+        for event in whole {
+            let event = self.look_at(event);
+            if let Client::Streaming(out) = client {
+                let _ = out.send(event).await;
+            }
+        }
+    }
+
+    /// The upstream's answer read whole (not SSE): to the client as it came, or as the
+    /// last event of the gateway's stream once keep-alive began one.
+    async fn on_whole(&self, head: http::response::Parts, bytes: Bytes, client: &mut Client) {
+        match std::mem::replace(client, Client::Done) {
+            // As it came, to the byte.
+            Client::Unanswered(answer) => {
+                let _ = answer.send(Response::from_parts(head, reply::full(bytes)));
+            }
+            // The gateway's stream began (keep-alive): the answer is its last event.
+            Client::Streaming(out) => {
+                let message = if head.status.is_success() {
+                    bytes.trim_ascii().to_vec()
+                } else {
+                    let error = UpstreamError::Status {
+                        status: head.status.as_u16(),
+                        body: String::from_utf8_lossy(&bytes).into_owned(),
+                    };
+                    jsonrpc::error_body(Some(&self.id), &ErrorObject::from(error))
+                };
+                let _ = out.send(sse_event(&message)).await;
+            }
+            Client::Done => {}
         }
     }
 
@@ -362,6 +345,42 @@ impl Watcher {
             tracing::debug!(error = %e, "could not stop a watched call upstream");
         }
     }
+}
+
+/// The upstream's response head: an SSE answer is read event by event (and its head,
+/// if the client has none yet, goes on at once), any other body is read whole.
+fn on_head(
+    response: hyper::Response<hyper::body::Incoming>,
+    upstream: &mut Answer,
+    client: &mut Client,
+) {
+    let (mut head, body) = response.into_parts();
+    remove_hop_by_hop(&mut head.headers);
+    let sse = head.status.is_success()
+        && head
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.starts_with("text/event-stream"));
+    if !sse {
+        *upstream = Answer::Whole {
+            head,
+            body: crate::http_client::CallBody::from(body).collect(),
+        };
+        return;
+    }
+    if let Client::Unanswered(_) = client {
+        // Events may be raised or added: the length would not hold.
+        head.headers.remove(header::CONTENT_LENGTH);
+        let (events, stream) = mpsc::channel(BACKLOG);
+        if let Client::Unanswered(answer) = std::mem::replace(client, Client::Streaming(events)) {
+            let _ = answer.send(Response::from_parts(head, channel_body(stream)));
+        }
+    }
+    *upstream = Answer::Sse {
+        body,
+        events: Events::default(),
+    };
 }
 
 /// Sleeps until `when`; forever without one.
