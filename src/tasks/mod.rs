@@ -264,7 +264,7 @@ impl TaskService {
         call: ToolCall,
         promote_after: Duration,
     ) -> Result<Started, ErrorObject> {
-        // Held by the runner; released if the task is never stored.
+        // Kept by the runner; released if the task is never stored.
         let slot = self.running_limit.reserve(&call.principal)?;
         let mut record = self.new_record(&call);
         record.resume = takeover::resume_of(&self.settings.state_keys, &call, &record.task_id);
@@ -382,7 +382,7 @@ impl TaskService {
         // The call, its start and the record to store are boxed before the task takes
         // them: a future keeps the space of what it captured for as long as it lives,
         // even once moved on, and this one lives as long as the call (run 22: 960 B of
-        // task cell and 2,304 B of runner before, the call and start held four times).
+        // task cell and 2,304 B of runner before, the call and start kept four times).
         let (call, start) = (Box::new(call), Box::new(start));
         let to_store = to_store.map(Box::new);
         tokio::spawn(tracing::Instrument::instrument(
@@ -404,7 +404,7 @@ impl TaskService {
                 if !failed {
                     service.settings.meter.task_runner_started();
                     // Boxed, so the spawned task's cell stays small while the call
-                    // waits (docs/benchmarks.md, run 17: an inline runner future, held
+                    // waits (docs/benchmarks.md, run 17: an inline runner future, kept
                     // twice by the first `scope_runner`, took 6.8 KB a task).
                     let run = Box::pin(runner::run(
                         &service,

@@ -34,7 +34,7 @@ use mtg_protocol::names::header::{
     MCP_PROTOCOL_VERSION as PROTOCOL_HEADER, MCP_SESSION_ID as SESSION_HEADER,
 };
 const GET_STREAM_RETRY: Duration = Duration::from_secs(1);
-/// A gateway-owned upstream session unused this long (and held by no call) is closed.
+/// A gateway-owned upstream session unused this long (and used by no call) is closed.
 const IDLE_LIMIT: Duration = Duration::from_secs(300);
 /// Most gateway-owned upstream sessions at once; past it the least recently used idle
 /// one is closed to make room.

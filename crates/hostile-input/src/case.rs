@@ -333,7 +333,7 @@ pub(crate) enum Expect {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Generation {
     /// 2026-07-28: HTTP 200; a result carries `resultType`.
-    Modern,
+    Stateless,
     /// The campaign's real session: no `resultType`, not 404, not 5xx.
     Session,
     /// A session id no session has: 404.
@@ -354,7 +354,7 @@ impl Expect {
             Expect::Refused => (400..500).contains(&status),
             Expect::NotTheUpstreamsFault => status < 500 && !codes.contains(&Some(-32603)),
             Expect::Generation(generation) => match generation {
-                Generation::Modern => status == 200,
+                Generation::Stateless => status == 200,
                 Generation::Session => status < 500 && status != 404,
                 Generation::UnknownSession => status == 404,
                 Generation::NoSession => (400..500).contains(&status),
@@ -379,7 +379,7 @@ impl Expect {
             Expect::NoSuchTask => "200 with -32602",
             Expect::Refused => "a 4xx",
             Expect::NotTheUpstreamsFault => "no 5xx and no -32603",
-            Expect::Generation(Generation::Modern) => "a 2026-07-28 answer (200)",
+            Expect::Generation(Generation::Stateless) => "a 2026-07-28 answer (200)",
             Expect::Generation(Generation::Session) => "the session's answer",
             Expect::Generation(Generation::UnknownSession) => "404 (no such session)",
             Expect::Generation(Generation::NoSession) => "a 4xx (no session)",
@@ -392,13 +392,15 @@ impl Expect {
         let Expect::Generation(generation) = self else {
             return Ok(());
         };
-        let modern = result.get("resultType").is_some();
-        let legacy = result.get("ttl").is_some() || result.get("pollInterval").is_some();
+        let stateless = result.get("resultType").is_some();
+        let session_shaped = result.get("ttl").is_some() || result.get("pollInterval").is_some();
         match generation {
-            Generation::Modern if !modern || legacy => {
+            Generation::Stateless if !stateless || session_shaped => {
                 Err(format!("a 2026-07-28 request got another shape: {result}"))
             }
-            Generation::Session | Generation::NoSession | Generation::UnknownSession if modern => {
+            Generation::Session | Generation::NoSession | Generation::UnknownSession
+                if stateless =>
+            {
                 Err(format!("session traffic got a 2026-07-28 shape: {result}"))
             }
             _ => Ok(()),

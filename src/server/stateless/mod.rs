@@ -23,7 +23,7 @@ use mtg_protocol::task_support::TaskSupport;
 use mtg_protocol::wire::{self, ResultType, TaskIdParams, UpdateTaskParams};
 use mtg_protocol::{headers, meta};
 
-/// A 2026-07-28 message whose era `server::classify` decided: checks its headers and
+/// A 2026-07-28 message, as `server::generation::classify` found it: checks its headers and
 /// `_meta`, then serves it.
 pub async fn serve(gateway: &Gateway, parts: &Parts, message: Message) -> Response<Body> {
     let (id, method, params) = match message {

@@ -33,7 +33,7 @@ pub fn client_info() -> Value {
 }
 
 /// Runs the handshake; returns the server's description in `InitializeResult` shape
-/// (capabilities, serverInfo, instructions), whatever the era.
+/// (capabilities, serverInfo, instructions), whatever the generation.
 pub async fn handshake(link: &Link) -> Result<Value, UpstreamError> {
     match discover(link).await? {
         Some(result) => {

@@ -113,7 +113,7 @@ struct CallEntry {
     progress: Option<(Value, Value)>,
     habit: String,
     asked: bool,
-    /// Set once the caller stopped listening; the entry lingers until this passes.
+    /// Set once the caller stopped reading; the entry lingers until this passes.
     ghost_until: Option<Instant>,
 }
 
@@ -274,7 +274,7 @@ impl Link {
         ))
     }
 
-    /// The caller stopped listening: the call lingers as a ghost so its late requests
+    /// The caller stopped reading: the call lingers as a ghost so its late requests
     /// are not taken for another call's, and its pending requests are refused.
     pub fn forget(&self, id: u64) {
         let refused: Vec<Value> = {

@@ -1,4 +1,4 @@
-//! The 2025-xx client sessions the gateway serves itself: every session-era client whose
+//! The 2025-xx client sessions the gateway serves itself: every 2025-xx client whose
 //! upstream has no session of its own to pass it through to (a stdio process, or a
 //! 2026-07-28 server, which is stateless). One table, whatever the upstream: sessions are
 //! minted at `initialize`, bound to the principal that opened them, forgotten after
@@ -353,7 +353,7 @@ async fn sweep(table: Weak<ServedSessions>) {
     }
 }
 
-/// The session-era `InitializeResult` for the upstream's server information; a
+/// The 2025-xx `InitializeResult` for the upstream's server information; a
 /// 2026-07-28 upstream's extensions are not shown to a 2025-xx client.
 fn initialize_result(server: &Value, version: &str) -> Value {
     let mut capabilities = mtg_protocol::upgrade::capabilities_of(server);
