@@ -13,12 +13,12 @@ use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use http::{HeaderMap, HeaderValue};
-use mcp_task_gateway::store::TaskRecord;
 use mcp_task_gateway::tasks::render::task_result;
 use mtg_protocol::headers::{self, MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
 use mtg_protocol::jsonrpc::{self, Message};
 use mtg_protocol::meta;
 use mtg_protocol::wire::{ResultType, TaskStatus};
+use mtg_store::TaskRecord;
 use serde_json::{Value, json};
 
 const TASK_ID: &str = "d9516402-57e7-4359-a791-a58667664b8b";

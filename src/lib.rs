@@ -1,8 +1,8 @@
 //! mcp-task-gateway: a reverse proxy that gives plain MCP servers the Tasks extension.
 //!
-//! Requests flow one way: `server` (HTTP) → `tasks` (task lifecycle) → `store` (task
-//! state) and `upstream` (the plain MCP server). The `mtg_protocol` crate (MCP shapes,
-//! names and rules) is a leaf every layer uses.
+//! Requests flow one way: `server` (HTTP) → `tasks` (task lifecycle) → the `mtg_store`
+//! crate (task state) and `upstream` (the plain MCP server). The `mtg_protocol` crate
+//! (MCP shapes, names and rules) is a leaf every layer uses, the store included.
 
 // A panic in a request or a runner is a bug; unit tests may unwrap. (unsafe_code is
 // denied in Cargo.toml's [lints].)
@@ -15,7 +15,6 @@ pub mod config;
 mod http_client;
 mod server;
 mod settings;
-pub mod store;
 pub mod tasks;
 pub mod telemetry;
 mod upstream;
@@ -30,9 +29,9 @@ use tokio::net::TcpListener;
 
 use cluster::Membership;
 use config::Config;
-use store::Store;
-use store::memory::MemoryStore;
-use store::redis::{RedisStore, StoreNamespace, Target};
+use mtg_store::Store;
+use mtg_store::memory::MemoryStore;
+use mtg_store::redis::{RedisStore, StoreNamespace, Target};
 use tasks::TaskService;
 use tasks::takeover::Takeovers;
 
@@ -265,7 +264,7 @@ impl World {
 fn log_namespace(upstream: Option<&str>, namespace: &StoreNamespace, given: bool) {
     let upstream = upstream.unwrap_or_default();
     match namespace {
-        StoreNamespace::Legacy => tracing::warn!(
+        StoreNamespace::Unprefixed => tracing::warn!(
             "--store-namespace \"\": the legacy key layout (mtg:...), shared with every \
              other gateway that uses it: no isolation. Meant only for upgrading; see \
              docs/redis.md, \"Upgrading\""

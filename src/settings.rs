@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use crate::config::{CommandLine, Config};
-use crate::store::redis::{RedisSettings, StoreNamespace, Target};
 use crate::tasks::TaskSettings;
 use crate::tasks::limits::RunningCounts;
 use crate::tasks::policy::Policies;
+use mtg_store::redis::{RedisSettings, StoreNamespace, Target};
 
 /// The edge's settings, shared by every upstream's path.
 pub fn edge(config: &Config) -> crate::server::EdgeSettings {
@@ -270,10 +270,10 @@ mod tests {
         };
         let given = parse(&["--upstream", "http://a:1/mcp", "--store-namespace", "prod"]);
         assert_eq!(given.unwrap(), StoreNamespace::Named("prod".into()));
-        let legacy = parse(&["--upstream", "http://a:1/mcp", "--store-namespace", ""]);
-        assert_eq!(legacy.unwrap(), StoreNamespace::Legacy);
-        let legacy = parse(&["--upstream", "http://a:1/mcp", "--store-namespace="]);
-        assert_eq!(legacy.unwrap(), StoreNamespace::Legacy);
+        let unprefixed = parse(&["--upstream", "http://a:1/mcp", "--store-namespace", ""]);
+        assert_eq!(unprefixed.unwrap(), StoreNamespace::Unprefixed);
+        let unprefixed = parse(&["--upstream", "http://a:1/mcp", "--store-namespace="]);
+        assert_eq!(unprefixed.unwrap(), StoreNamespace::Unprefixed);
 
         // Spelled differently, the same upstream; another path, port or host is not.
         let derived = parse(&["--upstream", "http://mcp.example:80/mcp"]).unwrap();

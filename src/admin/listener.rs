@@ -20,8 +20,8 @@ use tokio::net::TcpListener;
 
 use super::service::{Admin, AdminError, DEFAULT_LIMIT, Filter};
 use super::wire::ErrorReply;
-use crate::store::{InspectError, StoreError};
 use mtg_protocol::wire::TaskStatus;
+use mtg_store::{InspectError, StoreError};
 
 /// How often histograms are folded for rendering (the exporter's own default).
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);

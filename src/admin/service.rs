@@ -10,13 +10,13 @@ use super::wire::{
     CancelReply, CancelResult, InstanceView, Instances, OwnerLease, TaskDetail, TaskList,
     TaskSummary,
 };
-use crate::store::{
-    CancelOutcome, InspectError, InstanceInfo, Scope, StoreError, TaskInspection, TaskRecord,
-    now_ms,
-};
 use crate::tasks::TaskService;
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_protocol::wire::{TaskStatus, rfc3339_millis};
+use mtg_store::{
+    CancelOutcome, InspectError, InstanceInfo, Scope, StoreError, TaskInspection, TaskRecord,
+    now_ms,
+};
 
 /// Most tasks one listing call returns.
 pub const MAX_LIMIT: usize = 1000;
@@ -281,12 +281,41 @@ mod tests {
     use test_support::RedisServer;
 
     use super::*;
-    use crate::store::contract_tests::{raw, record};
-    use crate::store::memory::MemoryStore;
-    use crate::store::redis::{RedisSettings, RedisStore, StoreNamespace, Target};
-    use crate::store::{Lease, Outcome, Store};
+    use mtg_store::memory::MemoryStore;
+    use mtg_store::redis::{RedisSettings, RedisStore, StoreNamespace, Target};
+    use mtg_store::{Lease, Outcome, Store};
 
     const OWNERS: [&str; 2] = ["gw-a", "gw-b"];
+
+    /// A new working task of `alice`, run by `owner`, with a fresh UUID and a 60 s TTL
+    /// (as the store's contract tests make them; those are private to mtg-store).
+    fn record(owner: &str) -> TaskRecord {
+        let now = now_ms();
+        TaskRecord {
+            task_id: uuid::Uuid::new_v4().to_string(),
+            principal: "alice".into(),
+            owner: owner.into(),
+            status: TaskStatus::Working,
+            status_message: None,
+            created_at_ms: now,
+            last_updated_at_ms: now,
+            ttl_ms: 60_000,
+            poll_interval_ms: 1000,
+            input_requests: Default::default(),
+            answers: Default::default(),
+            next_input_key: 0,
+            result: None,
+            error: None,
+            request: raw(r#"{"name":"echo"}"#),
+            upstream_state: None,
+            resume: None,
+            takeovers: 0,
+        }
+    }
+
+    fn raw(json: &str) -> Box<RawValue> {
+        RawValue::from_string(json.to_owned()).unwrap()
+    }
 
     /// `count` tasks over two owners and two principals, every fifth one completed;
     /// each filter with the ids it must list.

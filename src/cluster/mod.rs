@@ -15,8 +15,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::store::{GoneInstance, Lease, MembershipStore, StoreError};
 use crate::telemetry;
+use mtg_store::{GoneInstance, Lease, MembershipStore, StoreError};
 
 /// What becomes of a gone instance's tasks: decided per task by the task service, which
 /// knows which calls can run again.

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::store::redis::{BadNamespace, StoreNamespace, Target};
 use mtg_protocol::task_support::TaskSupport;
+use mtg_store::redis::{BadNamespace, StoreNamespace, Target};
 
 /// Every flag has an environment variable of the same name, upper-cased with a `MTG_` prefix.
 #[derive(Debug, Clone, Parser)]
@@ -474,7 +474,7 @@ impl Config {
             );
         }
         if !self.upstreams.is_empty()
-            && matches!(self.store_namespace, Some(StoreNamespace::Legacy))
+            && matches!(self.store_namespace, Some(StoreNamespace::Unprefixed))
         {
             return inconsistent(
                 "--store-namespace \"\" (the legacy layout) cannot keep named upstreams apart; \
@@ -622,7 +622,7 @@ pub enum InvalidValue {
     #[error("expected a redis://, rediss://, redis+sentinel:// or rediss+sentinel:// URL")]
     NotRedisOrSentinelUrl,
     #[error(transparent)]
-    Sentinel(#[from] crate::store::redis::SentinelUrlError),
+    Sentinel(#[from] mtg_store::redis::SentinelUrlError),
     #[error("cannot split {0:?} into words: unbalanced quotes or a trailing backslash")]
     Unsplittable(String),
     #[error("the command is empty")]

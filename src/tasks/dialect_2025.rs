@@ -9,10 +9,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::TaskService;
-use crate::store::{CANCELLED_BY_CLIENT, CancelOutcome, ListCursor, TaskRecord, UpdateOutcome};
 use crate::upstream::PassThroughSession;
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_protocol::wire::InputRequest;
+use mtg_store::{CANCELLED_BY_CLIENT, CancelOutcome, ListCursor, TaskRecord, UpdateOutcome};
 
 /// A session client's task: the session's id as the client knows it (where its changes
 /// are announced) and, for a pass-through upstream, the upstream session the call runs in.

@@ -10,8 +10,8 @@ use futures_util::future::select_all;
 use tokio::sync::mpsc;
 
 use super::TaskService;
-use crate::store::TaskRecord;
 use mtg_protocol::wire::TaskStatus;
+use mtg_store::TaskRecord;
 
 /// How long a follower trusts the announcements before it reads the records anyway: a
 /// lost `PUBLISH` (its instance lost Redis at that moment) is caught this late at worst.

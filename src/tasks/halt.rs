@@ -6,10 +6,10 @@
 use tokio::time::Instant;
 
 use super::TaskService;
-use crate::store::Outcome;
 use crate::telemetry;
 use crate::upstream::{StopReason, UpstreamError};
 use mtg_protocol::jsonrpc::ErrorObject;
+use mtg_store::Outcome;
 
 /// Why a task's call stopped before the upstream's final answer.
 pub(super) enum Halt {

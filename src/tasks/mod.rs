@@ -27,14 +27,14 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use tokio::sync::{Notify, oneshot};
 
-use crate::store::{
-    CANCELLED_BY_CLIENT, CANCELLED_BY_OPERATOR, CancelOutcome, Changes, MembershipStore, Store,
-    TaskChange, TaskRecord, TaskStore, UpdateOutcome, WakeUps, now_ms,
-};
 use crate::telemetry;
 use crate::upstream::Upstream;
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_protocol::wire::TaskStatus;
+use mtg_store::{
+    CANCELLED_BY_CLIENT, CANCELLED_BY_OPERATOR, CancelOutcome, Changes, MembershipStore, Store,
+    TaskChange, TaskRecord, TaskStore, UpdateOutcome, WakeUps, now_ms,
+};
 
 /// Settings of the task machinery, taken from the config at start.
 #[derive(Debug, Clone)]
@@ -609,7 +609,7 @@ struct ToStore {
 
 /// A runner just started: whether its task was stored, and when it ends.
 struct Launched {
-    stored: oneshot::Receiver<Result<(), crate::store::StoreError>>,
+    stored: oneshot::Receiver<Result<(), mtg_store::StoreError>>,
     done: oneshot::Receiver<()>,
 }
 

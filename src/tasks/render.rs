@@ -8,9 +8,9 @@
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::store::TaskRecord;
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_protocol::wire::{self, ResultType, TaskResult, TaskStatus, dialect_2025, rfc3339_millis};
+use mtg_store::TaskRecord;
 
 /// The `CreateTaskResult` (resultType `task`) or `tasks/get` result (`complete`).
 pub fn task_result(task: &TaskRecord, result_type: ResultType) -> TaskResult<'_> {

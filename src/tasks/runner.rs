@@ -15,11 +15,11 @@ use async_trait::async_trait;
 use super::halt::{Halt, halt_for, sleep_until, upstream_failure};
 use super::start::{Adopted, Start};
 use super::{TaskService, ToolCall, upstream_mrtr};
-use crate::store::{Outcome, now_ms};
 use crate::tasks::upstream_mrtr::driver::{self, Reply, RoundTrip};
 use crate::upstream::{Caller, Exchange, StopReason, UpstreamError, UpstreamEvent};
 use mtg_protocol::jsonrpc::{ErrorObject, code};
 use mtg_protocol::wire::InputRequest;
+use mtg_store::{Outcome, now_ms};
 
 /// How the runner is told to stop.
 pub(super) struct Signals {
@@ -50,7 +50,7 @@ pub(super) async fn run(
         let ttl = std::time::Duration::from_millis(service.settings.ttl_ms);
         // Boxed, like every step below that runs briefly: the future that waits for the
         // upstream stays small, and it is resident for as long as the task runs.
-        match Box::pin(crate::store::finish_with_retry(
+        match Box::pin(mtg_store::finish_with_retry(
             &*service.store,
             task_id,
             outcome,

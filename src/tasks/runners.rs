@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::store::WAKE_ALL;
+use mtg_store::WAKE_ALL;
 
 /// How long stopping runners waits for them to end.
 const STOP_WAIT: Duration = Duration::from_secs(5);

@@ -24,10 +24,10 @@ use super::start::Start;
 use super::upstream_mrtr::RoundState;
 use super::{TaskService, ToolCall, credential};
 use crate::cluster::{SweepCounts, Sweeper};
-use crate::store::{
+use crate::upstream::Caller;
+use mtg_store::{
     Adoption, GoneInstance, INSTANCE_LOST, Outcome, StoreError, Takeover, TaskChange, TaskRecord,
 };
-use crate::upstream::Caller;
 
 /// statusMessage of a task another instance took over.
 pub const RESUMED_AFTER_LOSS: &str =
@@ -131,7 +131,7 @@ impl Takeovers {
             );
         }
         for task_id in failed {
-            let outcome = crate::store::Outcome::gateway_failure(crate::store::INSTANCE_STOPPED);
+            let outcome = mtg_store::Outcome::gateway_failure(mtg_store::INSTANCE_STOPPED);
             match self.tasks.store.finish(&task_id, outcome).await {
                 Ok(true) => {
                     self.tasks.meter().task_finished("failed", Duration::ZERO);
@@ -334,7 +334,7 @@ impl Takeovers {
             .meter()
             .tasks_taken_over(reason, counts.taken_over);
         let message = if gone.handed_over {
-            crate::store::INSTANCE_STOPPED
+            mtg_store::INSTANCE_STOPPED
         } else {
             INSTANCE_LOST
         };

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, mpsc};
 
-use crate::store::{TaskChange, WAKE_ALL};
+use mtg_store::{TaskChange, WAKE_ALL};
 
 /// A session's feed: each change of its tasks (task id, and progress when that is it).
 type FeedSender = mpsc::UnboundedSender<(String, Option<serde_json::Value>)>;

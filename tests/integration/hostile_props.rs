@@ -16,13 +16,13 @@ use clap::Parser;
 use clap::error::ErrorKind;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use mcp_task_gateway::config::Config;
-use mcp_task_gateway::store::memory::MemoryStore;
-use mcp_task_gateway::store::{CancelOutcome, TaskRecord, TaskStore, UpdateOutcome};
 use mcp_task_gateway::tasks::render;
 use mtg_protocol::headers::{self, encode_value};
 use mtg_protocol::jsonrpc::{self, ErrorObject, Message, code};
 use mtg_protocol::param_headers::{self, ParamHeader};
 use mtg_protocol::wire::{ResultType, TaskIdParams, TaskStatus};
+use mtg_store::memory::MemoryStore;
+use mtg_store::{CancelOutcome, TaskRecord, TaskStore, UpdateOutcome};
 use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
 use serde_json::value::RawValue;
@@ -912,7 +912,7 @@ proptest! {
 // Task ids.
 
 fn record(task_id: &str, principal: &str) -> Result<TaskRecord, TestCaseError> {
-    let now = mcp_task_gateway::store::now_ms();
+    let now = mtg_store::now_ms();
     Ok(TaskRecord {
         task_id: task_id.to_owned(),
         principal: principal.to_owned(),

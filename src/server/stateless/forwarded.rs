@@ -26,7 +26,6 @@ use crate::server::Gateway;
 use crate::server::reply::Body;
 use crate::server::sse::keepalive::ProgressKeepAlive;
 use crate::server::sse::{sse_event, sse_response_kept};
-use crate::store::TaskRecord;
 use crate::tasks::deferral::{Asked, Deferrals};
 use crate::tasks::mrtr_bridge::{self, BridgedCall, MrtrBridge, Resumed};
 use crate::upstream::forward::{self, Forwarded, How};
@@ -36,6 +35,7 @@ use mtg_protocol::meta;
 use mtg_protocol::names::method;
 use mtg_protocol::upgrade;
 use mtg_protocol::wire::ResultType;
+use mtg_store::TaskRecord;
 
 /// Where a bridged request goes and how long it may take.
 #[derive(Clone)]

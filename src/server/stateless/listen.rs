@@ -16,7 +16,6 @@ use tokio::sync::mpsc;
 
 use crate::server::reply::Body;
 use crate::server::sse::{sse_event, sse_response};
-use crate::store::TaskRecord;
 use crate::tasks::follow::Followers;
 use crate::tasks::{TaskService, render};
 use crate::upstream::{Caller, Exchange, StopReason, Upstream};
@@ -25,6 +24,7 @@ use mtg_protocol::meta;
 use mtg_protocol::names::method;
 use mtg_protocol::wire::listen::{self, ListenParams, MAX_TASK_IDS};
 use mtg_protocol::wire::{self, ResultType};
+use mtg_store::TaskRecord;
 
 /// Room for notifications the client has not read yet; a slower client holds the
 /// follower back, which then sends the latest state when it catches up.

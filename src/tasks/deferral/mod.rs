@@ -25,11 +25,11 @@ use std::time::Duration;
 
 use super::TaskService;
 use super::halt::sleep_until;
-use crate::store::TaskRecord;
 use crate::upstream::Caller;
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_protocol::wire::TaskStatus;
 use mtg_protocol::wire::deferred::{self, Deferred, ToolNames, Waits, next_attempt};
+use mtg_store::TaskRecord;
 use serde_json::Value;
 
 /// A budget that does not pass: the call is answered when it ends (the upstream timeout

@@ -7,10 +7,10 @@
 use serde_json::Value;
 
 use super::Deferrals;
-use crate::store::TaskRecord;
 use crate::upstream::Caller;
 use mtg_protocol::wire::TaskStatus;
 use mtg_protocol::wire::deferred::{self, CANCEL_TASK, Fetch, GET_TASK_RESULT, ToolNames, Waits};
+use mtg_store::TaskRecord;
 
 /// What a `tools/call` of one of the gateway's tools asks for.
 pub enum GatewayTool<'a> {

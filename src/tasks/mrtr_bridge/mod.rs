@@ -20,12 +20,12 @@ pub use state::{StateKeys, request_digest};
 
 use super::start::{Adopted, Start};
 use super::{TaskService, ToolCall, render};
-use crate::store::{TaskRecord, input_key, now_ms};
 use crate::telemetry;
 use crate::upstream::forward::Asked;
 use crate::upstream::{Exchange, StopReason, UpstreamEvent};
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_protocol::wire::{InputRequest, ResultType, TaskStatus};
+use mtg_store::{TaskRecord, input_key, now_ms};
 
 /// A bridged request as the client sent it and as it went upstream.
 pub struct BridgedCall {

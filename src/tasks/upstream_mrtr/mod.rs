@@ -21,11 +21,11 @@ use async_trait::async_trait;
 
 use super::TaskService;
 use super::halt::{Halt, sleep_until, timed_out, upstream_failure};
-use crate::store::{Outcome, StoreError};
 use crate::upstream::UpstreamError;
 use driver::{Round, RoundAnswers};
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_protocol::mrtr::{self, InputRequired};
+use mtg_store::{Outcome, StoreError};
 
 /// A malformed round from the upstream fails the task.
 impl From<driver::RoundError> for Halt {

@@ -20,7 +20,6 @@ use crate::server::Gateway;
 use crate::server::reply::{self, Body};
 use crate::server::sse::keepalive::ProgressKeepAlive;
 use crate::server::sse::{sse_event, sse_response_kept};
-use crate::store::TaskRecord;
 use crate::tasks::deferral::{Asked, Deferrals, GatewayTool, failure_of, not_completed, tool_of};
 use crate::tasks::{Started, TaskService};
 use mtg_protocol::jsonrpc::{self, ErrorObject};
@@ -29,6 +28,7 @@ use mtg_protocol::task_support::TaskSupport;
 use mtg_protocol::wire::TaskStatus;
 use mtg_protocol::wire::deferred::{self, Fetch};
 use mtg_protocol::wire::dialect_2025::RELATED_TASK;
+use mtg_store::TaskRecord;
 
 /// Room for events the client has not read yet.
 const BACKLOG: usize = 64;

@@ -1,0 +1,39 @@
+//! Task changes across instances: PUBLISH on one channel (`mtg:<ns>:changes`) every
+//! instance of the namespace subscribes to.
+//! Changes are rare (a few per task: input wanted, answered, ended) and carry only ids.
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+
+use super::RedisStore;
+use crate::{ChangeReceiver, Changes, StoreError, TaskChange, WAKE_ALL};
+
+#[async_trait]
+impl Changes for RedisStore {
+    async fn announce(&self, change: &TaskChange) -> Result<(), StoreError> {
+        let mut cmd = redis::cmd("PUBLISH");
+        cmd.arg(self.keys.changes()).arg(change.encode());
+        self.conn.one("announce", cmd).await?;
+        Ok(())
+    }
+
+    fn changes(&self) -> ChangeReceiver {
+        let (lines_tx, mut lines) = mpsc::unbounded_channel::<String>();
+        self.subscriber.subscribe(self.keys.changes(), lines_tx);
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(line) = lines.recv().await {
+                // The subscriber's "(re)subscribed, look at everything" arrives as WAKE_ALL.
+                let change = if line == WAKE_ALL {
+                    TaskChange::everything()
+                } else {
+                    TaskChange::decode(&line)
+                };
+                if tx.send(change).is_err() {
+                    return;
+                }
+            }
+        });
+        rx
+    }
+}
