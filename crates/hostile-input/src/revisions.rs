@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 
-use crate::case::{Case, Context, End, Expect, Generation, HttpCase, RawCase, Rng};
+use crate::case::{Answering, Case, Context, End, Expect, HttpCase, RawCase, Rng};
 use crate::{SESSION, STATELESS, TASKS_EXTENSION};
 
 fn to_bytes(value: &Value) -> Vec<u8> {
@@ -144,22 +144,22 @@ pub(crate) fn header_bytes(context: &Context, rng: &mut Rng) -> Case {
 }
 
 /// What the rule gives a request with these signals (ARCHITECTURE.md, "The generation").
-fn rule(header: Option<&str>, meta: &Option<Value>, session: u8) -> Generation {
+fn rule(header: Option<&str>, meta: &Option<Value>, session: u8) -> Answering {
     match meta.as_ref().and_then(Value::as_str) {
         Some(STATELESS) => match header.map(str::trim) {
-            Some(STATELESS) => Generation::Stateless,
-            _ => Generation::Refused(-32020),
+            Some(STATELESS) => Answering::Stateless,
+            _ => Answering::Refused(-32020),
         },
-        Some(_) => Generation::Refused(-32022),
+        Some(_) => Answering::Refused(-32022),
         None => match header.map(str::trim) {
-            Some(STATELESS) => Generation::Refused(-32602),
+            Some(STATELESS) => Answering::Refused(-32602),
             Some(v) if !(v.starts_with("2024-") || v.starts_with("2025-")) => {
-                Generation::Refused(-32022)
+                Answering::Refused(-32022)
             }
             _ => match session {
-                0 => Generation::NoSession,
-                1 => Generation::Session,
-                _ => Generation::UnknownSession,
+                0 => Answering::NoSession,
+                1 => Answering::Session,
+                _ => Answering::UnknownSession,
             },
         },
     }
@@ -235,5 +235,5 @@ pub(crate) fn contradictory_revisions(context: &Context, rng: &mut Rng) -> Case 
         _ => {}
     }
     let expected = rule(header, &meta, session);
-    Case::http(CLASS, case).expecting(Expect::Generation(expected))
+    Case::http(CLASS, case).expecting(Expect::Answering(expected))
 }
