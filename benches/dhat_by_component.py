@@ -13,9 +13,10 @@ path, n = sys.argv[1], int(sys.argv[2])
 d = json.load(open(path)); ftbl = d['ftbl']
 def cat(frames):
     s = frames[0] if frames else ''
-    gw = next((f for f in frames if 'mcp_task_gateway' in f), '')
+    # The gateway's frames: its own crate's and its outbound transport's (mtg_transport).
+    gw = next((f for f in frames if 'mcp_task_gateway' in f or 'mtg_transport' in f), '')
     allf = ' '.join(frames)
-    # The lean HTTP/1.1 client (run 24): what a held call's connection keeps.
+    # The lean HTTP/1.1 client (run 24): what an open call's connection keeps.
     if 'registration_set' in s: return 'socket: its registration with the runtime'
     if 'lean_http1::LeanPool::respond' in allf: return 'lean h1: the body (socket, framing state)'
     if 'ureq_proto' in allf: return 'lean h1: headers the framing state adds (host, length)'

@@ -2,7 +2,9 @@
 //!
 //! Requests flow one way: `server` (HTTP) → `tasks` (task lifecycle) → the `mtg_store`
 //! crate (task state) and `upstream` (the plain MCP server). The `mtg_protocol` crate
-//! (MCP shapes, names and rules) is a leaf every layer uses, the store included.
+//! (MCP shapes, names and rules) is a leaf every layer uses, the store included; the
+//! `mtg_transport` crate (the outbound HTTP: pinned connections, the lean HTTP/1.1
+//! client, the HTTP/2 pool) is the leaf `server`, `upstream` and `auth` send through.
 
 // A panic in a request or a runner is a bug; unit tests may unwrap. (unsafe_code is
 // denied in Cargo.toml's [lints].)
@@ -12,7 +14,6 @@ pub mod admin;
 mod auth;
 mod cluster;
 pub mod config;
-mod http_client;
 mod server;
 mod settings;
 pub mod tasks;
@@ -56,8 +57,8 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     };
     let listener = TcpListener::bind(config.listen).await?;
     let local = listener.local_addr()?;
-    let client = http_client::client();
-    let call_client = http_client::call_client(config.upstream_read_buffer_bytes as usize);
+    let client = mtg_transport::client();
+    let call_client = mtg_transport::call_client(config.upstream_read_buffer_bytes as usize);
     let redis = settings::redis(&config)?;
     if config.request_state_key.is_none() && redis.is_some() {
         tracing::warn!(
@@ -160,8 +161,8 @@ pub async fn run(config: Config) -> std::io::Result<()> {
 
 /// What every upstream's world is built with.
 struct Shared<'a> {
-    call_client: &'a http_client::Http1Client,
-    client: &'a http_client::HttpClient,
+    call_client: &'a mtg_transport::Http1Client,
+    client: &'a mtg_transport::HttpClient,
     redis: Option<&'a Arc<RedisStore>>,
     edge: &'a Arc<server::Edge>,
     auth: Option<&'a Arc<auth::Authenticator>>,
@@ -294,7 +295,7 @@ async fn peers_alive(store: &Store, me: &str) -> bool {
 /// The upstream the flags name: a URL, or a command to run over stdio.
 fn select_upstream(
     config: &Config,
-    client: &http_client::CallClient,
+    client: &mtg_transport::CallClient,
 ) -> Arc<dyn upstream::Upstream> {
     let command = config
         .upstream_cmd
@@ -320,16 +321,19 @@ fn select_upstream(
 
 /// How a world's own calls reach its upstream: HTTP/1.1 on the shared client, or, with
 /// `--upstream-http2`, a pool of HTTP/2 connections of the world's own.
-fn call_client_for(config: &Config, http1: &http_client::Http1Client) -> http_client::CallClient {
+fn call_client_for(
+    config: &Config,
+    http1: &mtg_transport::Http1Client,
+) -> mtg_transport::CallClient {
     match &config.upstream {
-        Some(url) if config.upstream_http2 => http_client::CallClient::http2(
+        Some(url) if config.upstream_http2 => mtg_transport::CallClient::http2(
             url,
             http1.clone(),
-            http_client::h2_pool::PoolSettings {
+            mtg_transport::h2_pool::PoolSettings {
                 max_streams: config.upstream_http2_max_streams as usize,
             },
         ),
-        _ => http_client::CallClient::Http1(http1.clone()),
+        _ => mtg_transport::CallClient::Http1(http1.clone()),
     }
 }
 

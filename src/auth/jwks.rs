@@ -11,7 +11,7 @@ use jsonwebtoken::jwk::{AlgorithmParameters, Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey};
 use tokio::sync::Mutex;
 
-use crate::http_client::HttpClient;
+use mtg_transport::HttpClient;
 
 const REFRESH_EVERY: Duration = Duration::from_secs(600);
 /// An unknown key id fetches the set again, but not more often than this (a flood of

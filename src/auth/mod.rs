@@ -134,7 +134,7 @@ pub struct Authenticator {
 }
 
 impl Authenticator {
-    pub fn new(settings: AuthSettings, client: crate::http_client::HttpClient) -> Self {
+    pub fn new(settings: AuthSettings, client: mtg_transport::HttpClient) -> Self {
         let metadata_url = metadata_url(&settings.audience);
         Self {
             jwks: Arc::new(Jwks::new(client, settings.keys.clone())),

@@ -19,7 +19,6 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::Value;
 
-use crate::http_client::HttpClient;
 use crate::tasks::TaskService;
 use crate::tasks::deferral::Deferrals;
 use crate::tasks::dialect_2025::Dialect2025;
@@ -27,10 +26,11 @@ use crate::tasks::follow::Followers;
 use crate::tasks::mrtr_bridge::MrtrBridge;
 use crate::tasks::policy::Policies;
 use crate::upstream::Upstream;
-use crate::upstream::pinned::PinnedConn;
 use mtg_protocol::jsonrpc::{ErrorObject, Message, code};
 use mtg_protocol::names::Generation;
 use mtg_protocol::names::header::MCP_SESSION_ID as SESSION_HEADER;
+use mtg_transport::HttpClient;
+use mtg_transport::pinned::PinnedConn;
 use reply::Body;
 
 pub use routes::Routes;

@@ -12,8 +12,8 @@ use tracing::Instrument;
 
 use super::reply::{self, Body};
 use super::{Edge, Gateway, edge, mcp_endpoint};
-use crate::upstream::pinned::PinnedConn;
 use mtg_protocol::jsonrpc::{ErrorObject, code};
+use mtg_transport::pinned::PinnedConn;
 
 /// What the listener serves: the edge every request passes, and an upstream's world
 /// per path (`/mcp`, `/mcp/NAME`).
@@ -24,7 +24,7 @@ pub struct Routes {
     /// The upstreams at `/mcp/NAME`.
     pub named: HashMap<String, Arc<Gateway>>,
     /// How each client connection's [`PinnedConn`] connects to the upstreams.
-    pub(super) pinned_connectors: Arc<crate::http_client::PinnedConnectors>,
+    pub(super) pinned_connectors: Arc<mtg_transport::PinnedConnectors>,
 }
 
 impl Routes {
@@ -37,7 +37,7 @@ impl Routes {
             edge,
             default,
             named,
-            pinned_connectors: crate::http_client::pinned_connectors(),
+            pinned_connectors: mtg_transport::pinned_connectors(),
         }
     }
 

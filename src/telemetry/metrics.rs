@@ -196,7 +196,7 @@ impl Meter {
     }
 
     /// A request that did not get the upstream's answer, counted in its party's
-    /// series (`http_client::Party::metric`) under `kind`.
+    /// series (`mtg_transport::Party::metric`) under `kind`.
     pub fn failure(&self, metric: &'static str, kind: &'static str) {
         self.counter_with(metric, "kind", kind).increment(1);
     }

@@ -17,9 +17,9 @@ use super::{
     CallStream, Caller, Exchange, Opened, PassThroughSession, SessionHttpUpstream, Upstream,
     UpstreamError,
 };
-use crate::http_client::CallClient;
 use mtg_protocol::jsonrpc::{self, ErrorObject, code};
 use mtg_protocol::meta;
+use mtg_transport::CallClient;
 
 /// A probe that gets no answer in this time is retried at the next use.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -6,7 +6,7 @@ use http::{HeaderMap, HeaderName, header};
 use bytes::Bytes;
 use http_body_util::Full;
 
-use crate::http_client::CallClient;
+use mtg_transport::CallClient;
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1), with the
 /// obsolete `Proxy-Connection` that some clients still send.
@@ -82,8 +82,6 @@ pub(super) fn truncate_on_char(text: &mut String, max: usize) {
         text.truncate(cut);
     }
 }
-
-pub use crate::http_client::describe_client_error;
 
 #[cfg(test)]
 mod tests {

@@ -3,7 +3,6 @@
 pub mod detect;
 pub mod forward;
 pub mod http;
-pub mod pinned;
 pub mod session_http;
 pub mod stateless_http;
 pub mod stdio;
@@ -14,7 +13,7 @@ pub mod tool_headers;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-pub use crate::http_client::Party;
+use mtg_transport::Party;
 pub use session_http::SessionHttpUpstream;
 pub use stop::StopReason;
 pub use stream::{CallStream, UpstreamEvent};
@@ -89,8 +88,8 @@ impl UpstreamError {
     }
 
     /// A request of the gateway's own that failed on the way, blamed where it belongs.
-    pub fn from_call(error: &crate::http_client::CallError) -> Self {
-        let detail = crate::http_client::describe_client_error(error);
+    pub fn from_call(error: &mtg_transport::CallError) -> Self {
+        let detail = mtg_transport::describe_client_error(error);
         match error.party() {
             Party::Client => Self::Refused(detail),
             Party::Gateway => Self::Gateway(detail),

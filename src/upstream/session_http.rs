@@ -26,9 +26,9 @@ use super::{
     CallStream, Caller, Exchange, Opened, PassThroughSession, StopReason, Upstream, UpstreamError,
     UpstreamEvent,
 };
-use crate::http_client::{CallBody, CallClient};
 use mtg_protocol::jsonrpc::{self, ErrorObject, Message, code};
 use mtg_protocol::names::SESSION_VERSION;
+use mtg_transport::{CallBody, CallClient};
 
 use mtg_protocol::names::header::{
     MCP_PROTOCOL_VERSION as PROTOCOL_HEADER, MCP_SESSION_ID as SESSION_HEADER,

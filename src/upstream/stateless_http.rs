@@ -18,11 +18,11 @@ use super::tool_headers::ToolHeaderCache;
 use super::{
     CallStream, Caller, Exchange, Opened, StopReason, Upstream, UpstreamError, UpstreamEvent,
 };
-use crate::http_client::{CallBody, CallClient};
 use mtg_protocol::headers::{self, MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
 use mtg_protocol::jsonrpc::{self, ErrorObject, Message};
 use mtg_protocol::meta;
 use mtg_protocol::upgrade;
+use mtg_transport::{CallBody, CallClient};
 
 /// Error bodies are short; a longer one is not read whole.
 const MAX_ERROR_BODY: usize = 64 * 1024;

@@ -15,8 +15,8 @@ use hyper::body::Incoming;
 use sse_stream::SseStream;
 
 use super::UpstreamError;
-use crate::http_client::CallBody;
 use mtg_protocol::jsonrpc::Message;
+use mtg_transport::CallBody;
 
 /// One message from the upstream during a call: a server-to-client request
 /// (elicitation, sampling, roots, ping), a notification (progress, logging, ...), or the

@@ -1,5 +1,6 @@
 //! Header values as HTTP defines them (#43): what HTTP/1.1 permits in a field value
-//! (obs-text 0x80–0xFF, HTAB, SP, visible ASCII) is forwarded unchanged on every lane;
+//! (obs-text 0x80–0xFF, HTAB, SP, visible ASCII) is forwarded unchanged whichever way a
+//! request goes upstream (the pinned connection, the HTTP/1.1 pool, the HTTP/2 pool);
 //! what it forbids never reaches the upstream; and a failure is blamed on whoever caused
 //! it, with its own status, code and metric.
 
@@ -181,8 +182,8 @@ fn raw_status(addr: &str, head: &[u8], body: &[u8]) -> u16 {
 /// the line) in `Authorization` or any other header of a pass-through request: HTTP 400,
 /// and the upstream receives nothing. hyper's parser refuses them before any of the
 /// gateway's code runs, so the answer is hyper's bare 400 (no JSON-RPC body); the
-/// gateway's own check (`lean_http1::forbidden_header`, before anything is written) is
-/// for values built without hyper's check.
+/// gateway's own check (`mtg_transport::lean_http1::forbidden_header`, before anything is
+/// written) is for values built without hyper's check.
 #[tokio::test]
 async fn bytes_http_forbids_in_a_header_never_reach_the_upstream() {
     let (_upstream, upstream_url) = start_plain_server();

@@ -25,7 +25,7 @@ use tokio::net::TcpListener;
 
 use crate::server::reply::Body;
 use crate::server::{Routes, route};
-use crate::upstream::pinned::{self, PinnedConn};
+use mtg_transport::pinned::{self, PinnedConn};
 
 /// How long in-flight requests may take to finish after shutdown begins.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);

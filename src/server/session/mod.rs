@@ -14,8 +14,8 @@ use http::request::Parts;
 
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};
-use crate::upstream::pinned::PinnedConn;
 use mtg_protocol::jsonrpc::{ErrorObject, Message};
+use mtg_transport::pinned::PinnedConn;
 
 /// Session traffic. `message` is the parsed body when it was read (no session id yet);
 /// an established session's traffic is not parsed unless it declared tasks.

@@ -20,11 +20,11 @@ use crate::server::Gateway;
 use crate::server::reply::{self, Body};
 use crate::tasks::deferral::Listing;
 use crate::upstream::PassThroughSession;
-use crate::upstream::pinned::PinnedConn;
 use mtg_protocol::headers::MCP_PROTOCOL_VERSION;
 use mtg_protocol::jsonrpc::{self, ErrorObject, Message};
 use mtg_protocol::names::header::MCP_SESSION_ID;
 use mtg_protocol::names::{SESSION_VERSION, method};
+use mtg_transport::pinned::PinnedConn;
 
 /// Session ids of clients that declared tasks, and of those that declared SEP-1905
 /// response modes too.

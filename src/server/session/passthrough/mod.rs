@@ -14,15 +14,15 @@ use http::request::Parts;
 use http::{Request, Response, Uri, Version};
 use http_body_util::{BodyExt, Full};
 
-use crate::http_client::lean_http1::forbidden_header;
-use crate::http_client::{CallError, Party};
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};
 use crate::server::session::tasks::{self, SessionCaller};
 use crate::upstream::http::{prepare_to_send_on, remove_hop_by_hop};
-use crate::upstream::pinned::{LaneError, PinnedConn};
 use mtg_protocol::jsonrpc::{ErrorObject, Message, code};
 use mtg_protocol::names;
+use mtg_transport::lean_http1::forbidden_header;
+use mtg_transport::pinned::{PinnedConn, PinnedError};
+use mtg_transport::{CallError, Party};
 
 /// A pass-through session's request: a marked session's goes to `marked`, a task
 /// message of an unmarked one to the task handlers, a call to watch to `watched`; the
@@ -158,17 +158,17 @@ pub async fn pass_through(
     let request = Request::from_parts(parts, body);
     match pinned.send(upstream, request).await {
         Ok(response) => relay(response).await,
-        Err(LaneError::Failed {
+        Err(PinnedError::Failed {
             party,
             kind,
             detail,
         }) => failed(gateway, party, kind, &detail),
-        Err(LaneError::Busy(request)) => {
+        Err(PinnedError::Busy(request)) => {
             match gateway.client.request(request.map(Full::new)).await {
                 Ok(response) => relay(response).await,
                 Err(e) => {
                     let e = CallError::from(e);
-                    let detail = crate::http_client::describe_client_error(&e);
+                    let detail = mtg_transport::describe_client_error(&e);
                     failed(gateway, e.party(), e.kind(), &detail)
                 }
             }

@@ -6,9 +6,9 @@ use http_body_util::combinators::Collect;
 use hyper::body::{Frame, Incoming};
 
 use super::events::Events;
-use crate::http_client::CallBody;
 use crate::upstream::stream::PendingHead;
 use crate::upstream::{CallStream, UpstreamError};
+use mtg_transport::CallBody;
 
 /// The upstream's side of the call.
 pub enum Answer {
@@ -32,7 +32,7 @@ pub enum Answer {
 pub enum Step {
     Head(Result<hyper::Response<Incoming>, UpstreamError>),
     Frame(Option<Result<Frame<Bytes>, hyper::Error>>),
-    Whole(Result<Bytes, crate::http_client::CallBodyError>),
+    Whole(Result<Bytes, mtg_transport::CallBodyError>),
 }
 
 impl Answer {

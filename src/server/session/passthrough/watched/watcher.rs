@@ -365,7 +365,7 @@ fn on_head(
     if !sse {
         *upstream = Answer::Whole {
             head,
-            body: crate::http_client::CallBody::from(body).collect(),
+            body: mtg_transport::CallBody::from(body).collect(),
         };
         return;
     }

@@ -1,7 +1,7 @@
 //! HTTP/1.1 to `http://` upstreams for the calls the gateway makes itself, where a call
-//! may be held open for minutes.
+//! may stay open for minutes.
 //!
-//! A call held open on HTTP/1.1 is a connection held open. hyper's client connection
+//! An open call on HTTP/1.1 occupies a connection for as long. hyper's client connection
 //! keeps about 23 KB of heap for its whole life (docs/benchmarks.md, run 17): a dispatch
 //! channel whose first block is 9 KB, an 8 KiB header buffer, a spawned connection task
 //! and a pool watcher. None of those sizes is an option. Here the connection is the
@@ -74,7 +74,7 @@ pub enum LeanError {
 
 impl LeanError {
     /// Whose failure this is: the client's request, the upstream, or the gateway.
-    pub fn party(&self) -> Party {
+    pub(crate) fn party(&self) -> Party {
         match self {
             Self::HeaderValue(_) => Party::Client,
             Self::Encode(_) | Self::Request(_) => Party::Gateway,
@@ -87,7 +87,7 @@ impl LeanError {
     }
 
     /// The metric label of this failure, within its party's series.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Self::Connect(_) => "unreachable",
             Self::Io(_) | Self::Closed => "lost",
@@ -101,7 +101,7 @@ impl LeanError {
 /// Whether `value` is a field value HTTP/1.1 lets through (RFC 9110 §5.5): visible
 /// ASCII, SP, HTAB and obs-text (0x80–0xFF). `HeaderValue` is built checked almost
 /// everywhere; this holds the line for values built without the check.
-pub fn is_field_value(value: &[u8]) -> bool {
+pub(crate) fn is_field_value(value: &[u8]) -> bool {
     value
         .iter()
         .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b) || b >= 0x80)
@@ -116,7 +116,7 @@ pub fn forbidden_header(headers: &http::HeaderMap) -> Option<&HeaderName> {
 }
 
 /// The connections to `http://` upstreams, shared by every world of the process.
-pub struct LeanPool {
+pub(crate) struct LeanPool {
     connector: HttpConnector,
     /// How much is read from a socket at once.
     read_size: usize,
@@ -124,8 +124,9 @@ pub struct LeanPool {
 }
 
 /// Idle sockets are kept per runtime: a socket is driven by the runtime it was opened
-/// on, and each worker thread runs its own (server/edge/workers.rs), whose requests and
-/// upstream exchanges stay on that thread.
+/// on, and each of the gateway's worker threads runs its own (its
+/// src/server/edge/workers.rs), whose requests and upstream exchanges stay on that
+/// thread.
 type PoolKey = (tokio::runtime::Id, Authority);
 
 struct Idle {
@@ -134,7 +135,7 @@ struct Idle {
 }
 
 impl LeanPool {
-    pub fn new(connector: HttpConnector, read_size: usize) -> Arc<Self> {
+    pub(crate) fn new(connector: HttpConnector, read_size: usize) -> Arc<Self> {
         Arc::new(Self {
             connector,
             read_size: read_size.max(512),
@@ -143,7 +144,7 @@ impl LeanPool {
     }
 
     /// Sends `request` (an absolute `http://` URI) and reads the response head.
-    pub async fn request(
+    pub(crate) async fn request(
         self: &Arc<Self>,
         request: Request<Bytes>,
     ) -> Result<Response<LeanBody>, LeanError> {
@@ -203,7 +204,7 @@ impl LeanPool {
 }
 
 /// Opens a new connection to `uri`'s host.
-pub async fn connect(connector: &HttpConnector, uri: Uri) -> Result<TcpStream, LeanError> {
+pub(crate) async fn connect(connector: &HttpConnector, uri: Uri) -> Result<TcpStream, LeanError> {
     let io = connector
         .clone()
         .oneshot(uri)
@@ -213,17 +214,17 @@ pub async fn connect(connector: &HttpConnector, uri: Uri) -> Result<TcpStream, L
 }
 
 /// Where a body's socket goes once the body has been read to its end and HTTP/1.1 lets
-/// the connection carry another request: the pool's idle list, or the client connection
-/// that keeps the socket to itself (`upstream::pinned`). A body that does not end well
+/// the connection carry another request: the pool's idle list, or the pinned connection
+/// of a client connection, which keeps the socket to itself ([`crate::pinned`]). A body that does not end well
 /// drops its home with the socket closed.
-pub trait Home: Send + Sync + 'static {
+pub(crate) trait Home: Send + Sync + 'static {
     fn keep(self, stream: TcpStream);
     /// How much is read from the socket at once.
     fn read_size(&self) -> usize;
 }
 
 /// The pool's own sockets.
-pub struct Pooled {
+pub(crate) struct Pooled {
     pool: Arc<LeanPool>,
     key: PoolKey,
 }
@@ -240,7 +241,7 @@ impl Home for Pooled {
 
 /// A request encoded for the wire, with the call that reads its response; it can be
 /// written more than once (on a new connection after a reused one failed).
-pub struct Outgoing {
+pub(crate) struct Outgoing {
     wire: Vec<u8>,
     call: Call<RecvResponse>,
     idempotent: bool,
@@ -249,7 +250,7 @@ pub struct Outgoing {
 impl Outgoing {
     /// Encodes `request`, whose URI is absolute (its host is the `Host` header unless
     /// one is set).
-    pub fn new(request: Request<Bytes>) -> Result<Self, LeanError> {
+    pub(crate) fn new(request: Request<Bytes>) -> Result<Self, LeanError> {
         let idempotent = request.method().is_idempotent();
         let (mut parts, body) = request.into_parts();
         if let Some(name) = forbidden_header(&parts.headers) {
@@ -335,7 +336,7 @@ impl Outgoing {
     /// Sends the request on `reused`, a kept connection, if there is one; else, or when
     /// that attempt failed in a way that allows another ([`Self::may_go_again`]), on a
     /// new connection from `connect`.
-    pub async fn send<F>(
+    pub(crate) async fn send<F>(
         &mut self,
         reused: Option<TcpStream>,
         connect: impl FnOnce() -> F,
@@ -414,7 +415,7 @@ impl Outgoing {
     }
 
     /// The response whose head `head` is; its body's socket goes `home` when it ends.
-    pub fn respond<H: Home>(self, head: Head, home: H) -> Response<LeanBody<H>> {
+    pub(crate) fn respond<H: Home>(self, head: Head, home: H) -> Response<LeanBody<H>> {
         let Head {
             stream,
             read,
@@ -452,7 +453,7 @@ impl Attempt {
 }
 
 /// A response head, with the connection it came on.
-pub struct Head {
+pub(crate) struct Head {
     stream: TcpStream,
     /// What was read past the head: the body's first bytes.
     read: BytesMut,
@@ -486,14 +487,14 @@ fn poll_fill(
 /// Whether an idle socket can be used: not closed by the upstream, with nothing unread.
 /// Asked of the socket itself (a peek), not of tokio's readiness, which may not have
 /// seen the upstream's FIN yet.
-pub fn still_open(stream: &TcpStream) -> bool {
+pub(crate) fn still_open(stream: &TcpStream) -> bool {
     let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
     let peeked = socket2::SockRef::from(stream).peek(&mut byte);
     matches!(peeked, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
 /// A response body read straight from its connection.
-pub struct LeanBody<H: Home = Pooled> {
+pub(crate) struct LeanBody<H: Home = Pooled> {
     reading: Option<Box<Reading<H>>>,
 }
 
@@ -511,7 +512,8 @@ impl<H: Home> LeanBody<H> {
     }
 
     fn reading(stream: TcpStream, home: H, call: Call<RecvBody>, read: BytesMut) -> Self {
-        // The head's buffer, drained, would be held until the first body bytes come.
+        // The head's buffer, drained, would stay allocated until the first body bytes
+        // come.
         let read = if read.is_empty() {
             BytesMut::new()
         } else {

@@ -19,19 +19,20 @@ const SERVER_CAP: u32 = 4;
 const CALLS: usize = 10;
 const DEADLINE: Duration = Duration::from_secs(10);
 
-/// Requests the server holds now, and connections it accepted.
+/// Requests the server keeps open now, and connections it accepted.
 #[derive(Default)]
 struct Seen {
-    held: AtomicUsize,
+    open: AtomicUsize,
     connections: AtomicUsize,
 }
 
-struct Held(Arc<Seen>);
+/// One request the server keeps open, counted in [`Seen`] until it is dropped.
+struct OpenRequest(Arc<Seen>);
 
-impl Drop for Held {
+impl Drop for OpenRequest {
     /// The request's stream was reset or its connection lost.
     fn drop(&mut self) {
-        self.0.held.fetch_sub(1, Ordering::Relaxed);
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -58,8 +59,8 @@ async fn holding_server_with_goaway(
             let service = hyper::service::service_fn(move |_request| {
                 let seen = seen.clone();
                 async move {
-                    seen.held.fetch_add(1, Ordering::Relaxed);
-                    let _held = Held(seen);
+                    seen.open.fetch_add(1, Ordering::Relaxed);
+                    let _open = OpenRequest(seen);
                     std::future::pending::<()>().await;
                     Ok::<_, Infallible>(Response::new(Full::new(Bytes::new())))
                 }
@@ -97,7 +98,7 @@ async fn until(what: &str, done: impl Fn() -> bool) {
 }
 
 /// The bug the pool exists for: hyper-util's pooled client keeps one HTTP/2 connection
-/// per host, so requests past the server's stream cap wait behind the held ones.
+/// per host, so requests past the server's stream cap wait behind the open ones.
 #[tokio::test]
 async fn hyper_utils_client_holds_no_more_than_one_connections_cap() {
     let seen = Arc::new(Seen::default());
@@ -109,13 +110,13 @@ async fn hyper_utils_client_holds_no_more_than_one_connections_cap() {
         .map(|_| tokio::spawn(client.request(post(&url))))
         .collect();
     until("the first connection's cap in flight", || {
-        seen.held.load(Ordering::Relaxed) == SERVER_CAP as usize
+        seen.open.load(Ordering::Relaxed) == SERVER_CAP as usize
     })
     .await;
-    // Each of the others is waiting to be sent; none gets through while these are held.
+    // Each of the others is waiting to be sent; none gets through while these stay open.
     let watched = Instant::now();
     while watched.elapsed() < Duration::from_millis(500) {
-        assert_eq!(seen.held.load(Ordering::Relaxed), SERVER_CAP as usize);
+        assert_eq!(seen.open.load(Ordering::Relaxed), SERVER_CAP as usize);
         assert_eq!(seen.connections.load(Ordering::Relaxed), 1);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -123,13 +124,13 @@ async fn hyper_utils_client_holds_no_more_than_one_connections_cap() {
 }
 
 #[tokio::test]
-async fn the_pool_opens_connections_so_that_every_call_is_held_upstream_and_resets_reach_it() {
+async fn the_pool_opens_connections_so_that_every_call_stays_open_upstream_and_resets_reach_it() {
     let seen = Arc::new(Seen::default());
     let url = holding_server(seen.clone()).await;
     let pool = Arc::new(H2Pool::new(
         &url.parse().unwrap(),
-        crate::http_client::connector(),
-        crate::http_client::call_client(2048),
+        crate::connector(),
+        crate::call_client(2048),
         PoolSettings {
             max_streams: SERVER_CAP as usize,
         },
@@ -141,7 +142,7 @@ async fn the_pool_opens_connections_so_that_every_call_is_held_upstream_and_rese
         })
         .collect();
     until("every call in flight upstream", || {
-        seen.held.load(Ordering::Relaxed) == CALLS
+        seen.open.load(Ordering::Relaxed) == CALLS
     })
     .await;
     assert_eq!(
@@ -151,7 +152,7 @@ async fn the_pool_opens_connections_so_that_every_call_is_held_upstream_and_rese
     // A call given up (a cancelled task's dropped request) resets its stream upstream.
     calls.iter().for_each(|call| call.abort());
     until("every stream reset upstream", || {
-        seen.held.load(Ordering::Relaxed) == 0
+        seen.open.load(Ordering::Relaxed) == 0
     })
     .await;
     // Their places are free again: new calls go on the open connections.
@@ -162,7 +163,7 @@ async fn the_pool_opens_connections_so_that_every_call_is_held_upstream_and_rese
         })
         .collect();
     until("the new calls in flight", || {
-        seen.held.load(Ordering::Relaxed) == SERVER_CAP as usize
+        seen.open.load(Ordering::Relaxed) == SERVER_CAP as usize
     })
     .await;
     assert_eq!(
@@ -176,14 +177,14 @@ async fn the_pool_opens_connections_so_that_every_call_is_held_upstream_and_rese
 /// A server closing a connection gracefully (GOAWAY) lets its open streams finish; the
 /// pool then sends new calls on another connection, and loses none.
 #[tokio::test]
-async fn after_a_goaway_new_calls_go_on_a_new_connection_and_held_ones_stay() {
+async fn after_a_goaway_new_calls_go_on_a_new_connection_and_open_ones_stay() {
     let seen = Arc::new(Seen::default());
     let (goaway, on_goaway) = tokio::sync::watch::channel(());
     let url = holding_server_with_goaway(seen.clone(), on_goaway).await;
     let pool = Arc::new(H2Pool::new(
         &url.parse().unwrap(),
-        crate::http_client::connector(),
-        crate::http_client::call_client(2048),
+        crate::connector(),
+        crate::call_client(2048),
         PoolSettings {
             max_streams: SERVER_CAP as usize,
         },
@@ -194,14 +195,14 @@ async fn after_a_goaway_new_calls_go_on_a_new_connection_and_held_ones_stay() {
     };
     let first: Vec<_> = (0..2).map(|_| call(&pool)).collect();
     until("the first calls in flight", || {
-        seen.held.load(Ordering::Relaxed) == 2
+        seen.open.load(Ordering::Relaxed) == 2
     })
     .await;
     goaway.send(()).unwrap();
     // hyper's client takes no new request on a connection after its GOAWAY: one sent
     // then comes back unsent and goes on a new connection. Until the GOAWAY arrives, the
     // old connection still takes them. Either way no call may fail: each new call must
-    // be held upstream, until one was sent on a second connection.
+    // stay open upstream, until one was sent on a second connection.
     let mut later = Vec::new();
     let start = Instant::now();
     while seen.connections.load(Ordering::Relaxed) < 2 {
@@ -211,8 +212,8 @@ async fn after_a_goaway_new_calls_go_on_a_new_connection_and_held_ones_stay() {
         );
         later.push(call(&pool));
         let expected = first.len() + later.len();
-        until("every call held upstream", || {
-            seen.held.load(Ordering::Relaxed) == expected
+        until("every call open upstream", || {
+            seen.open.load(Ordering::Relaxed) == expected
         })
         .await;
     }
@@ -226,14 +227,14 @@ async fn after_a_goaway_new_calls_go_on_a_new_connection_and_held_ones_stay() {
 /// upstream's (`unreachable`); a request for another origin is the gateway's own.
 #[tokio::test]
 async fn pool_failures_are_blamed_on_their_party() {
-    use crate::http_client::{CallError, Party};
+    use crate::{CallError, Party};
     let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", closed.local_addr().unwrap());
     drop(closed);
     let pool = H2Pool::new(
         &url.parse().unwrap(),
-        crate::http_client::connector(),
-        crate::http_client::call_client(2048),
+        crate::connector(),
+        crate::call_client(2048),
         PoolSettings { max_streams: 4 },
     );
     let refused = pool

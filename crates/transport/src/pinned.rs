@@ -33,13 +33,12 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tower::ServiceExt;
 
-use super::http::describe_client_error;
-use crate::http_client::lean_http1::{self, Home, LeanBody, Outgoing};
-use crate::http_client::{CallBodyError, Party, PinnedConnectors};
+use crate::lean_http1::{self, Home, LeanBody, Outgoing};
+use crate::{CallBodyError, Party, PinnedConnectors, describe_client_error};
 
 /// Why a request did not go out on the pinned connection.
 #[derive(Debug, thiserror::Error)]
-pub enum LaneError {
+pub enum PinnedError {
     /// Another request of the same client connection holds the pinned connection; send this one
     /// another way.
     #[error("the pinned connection is busy")]
@@ -54,7 +53,7 @@ pub enum LaneError {
     },
 }
 
-impl LaneError {
+impl PinnedError {
     fn upstream(kind: &'static str, detail: String) -> Self {
         Self::Failed {
             party: Party::Upstream,
@@ -109,22 +108,25 @@ enum State {
     Idle(Box<Connected>),
 }
 
+/// A kept connection: the upstream connection a pinned connection keeps between
+/// requests, or has lent to the request in flight until its response body ends.
 struct Connected {
     /// When it was last handed back.
     idle_since: Instant,
     /// The upstream URL this connection was opened for.
     upstream: Uri,
-    lane: Lane,
+    conn: Conn,
 }
 
-enum Lane {
+/// The connection itself, by the upstream's scheme.
+enum Conn {
     /// An `http://` upstream's socket, between requests.
     Plain(TcpStream),
     /// An `https://` upstream's hyper connection.
-    Tls(TlsLane),
+    Tls(TlsConn),
 }
 
-struct TlsLane {
+struct TlsConn {
     /// `upstream` in origin form, the request target on the wire.
     target: Uri,
     host: HeaderValue,
@@ -149,11 +151,12 @@ impl PinnedConn {
         &self,
         upstream: &Uri,
         request: Request<Bytes>,
-    ) -> Result<Response<LaneBody>, LaneError> {
-        let held = {
+    ) -> Result<Response<PinnedBody>, PinnedError> {
+        // The kept connection, if it was opened for this upstream.
+        let kept = {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             match std::mem::replace(&mut *state, State::Busy) {
-                State::Busy => return Err(LaneError::Busy(Box::new(request))),
+                State::Busy => return Err(PinnedError::Busy(Box::new(request))),
                 State::Idle(connected) if connected.upstream == *upstream => Some(connected),
                 State::Idle(_) | State::Empty => None,
             }
@@ -165,33 +168,33 @@ impl PinnedConn {
             given_back: None,
         };
         if upstream.scheme() == Some(&http::uri::Scheme::HTTPS) {
-            let held = held.and_then(|connected| match connected.lane {
-                Lane::Tls(lane) => Some(lane),
-                Lane::Plain(_) => None,
+            let kept = kept.and_then(|connected| match connected.conn {
+                Conn::Tls(conn) => Some(conn),
+                Conn::Plain(_) => None,
             });
-            return self.send_tls(held, claim, upstream, request).await;
+            return self.send_tls(kept, claim, upstream, request).await;
         }
-        let held = held.and_then(|connected| match connected.lane {
-            Lane::Plain(stream) if lean_http1::still_open(&stream) => Some(stream),
+        let kept = kept.and_then(|connected| match connected.conn {
+            Conn::Plain(stream) if lean_http1::still_open(&stream) => Some(stream),
             _ => None,
         });
-        self.send_plain(held, claim, upstream, request).await
+        self.send_plain(kept, claim, upstream, request).await
     }
 
     async fn send_plain(
         &self,
-        held: Option<TcpStream>,
+        kept: Option<TcpStream>,
         claim: Claim,
         upstream: &Uri,
         request: Request<Bytes>,
-    ) -> Result<Response<LaneBody>, LaneError> {
+    ) -> Result<Response<PinnedBody>, PinnedError> {
         let (mut parts, body) = request.into_parts();
         parts.uri = upstream.clone();
         parts.headers.remove(header::HOST);
-        let failed = |e: lean_http1::LeanError| LaneError::lean(&e);
+        let failed = |e: lean_http1::LeanError| PinnedError::lean(&e);
         let mut outgoing = Outgoing::new(Request::from_parts(parts, body)).map_err(failed)?;
         let head = outgoing
-            .send(held, || self.connect_plain(upstream), READ_SIZE)
+            .send(kept, || self.connect_plain(upstream), READ_SIZE)
             .await
             .map_err(failed)?;
         let home = GoHome {
@@ -199,7 +202,7 @@ impl PinnedConn {
             upstream: upstream.clone(),
         };
         let response = outgoing.respond(head, home);
-        Ok(response.map(|body| LaneBody(Inner::Plain(body))))
+        Ok(response.map(|body| PinnedBody(Inner::Plain(body))))
     }
 
     async fn connect_plain(&self, upstream: &Uri) -> Result<TcpStream, lean_http1::LeanError> {
@@ -209,47 +212,47 @@ impl PinnedConn {
 
     async fn send_tls(
         &self,
-        held: Option<TlsLane>,
+        kept: Option<TlsConn>,
         claim: Claim,
         upstream: &Uri,
         request: Request<Bytes>,
-    ) -> Result<Response<LaneBody>, LaneError> {
+    ) -> Result<Response<PinnedBody>, PinnedError> {
         let mut request = request.map(Full::new);
-        let (mut lane, mut reused) = match held {
-            Some(lane) => (lane, true),
+        let (mut conn, mut reused) = match kept {
+            Some(conn) => (conn, true),
             None => (self.connect_tls(upstream).await?, false),
         };
         loop {
-            if lane.sender.ready().await.is_err() {
-                lane = self.connect_tls(upstream).await?;
+            if conn.sender.ready().await.is_err() {
+                conn = self.connect_tls(upstream).await?;
                 reused = false;
             }
-            *request.uri_mut() = lane.target.clone();
+            *request.uri_mut() = conn.target.clone();
             request
                 .headers_mut()
-                .insert(header::HOST, lane.host.clone());
-            match lane.sender.try_send_request(request).await {
+                .insert(header::HOST, conn.host.clone());
+            match conn.sender.try_send_request(request).await {
                 Ok(response) => {
                     let (parts, body) = response.into_parts();
                     let connected = Box::new(Connected {
                         idle_since: Instant::now(),
                         upstream: upstream.clone(),
-                        lane: Lane::Tls(lane),
+                        conn: Conn::Tls(conn),
                     });
                     let mut body = TlsBody {
                         inner: body,
                         release: Some((claim, connected)),
                     };
                     body.release_if_ended();
-                    return Ok(Response::from_parts(parts, LaneBody(Inner::Tls(body))));
+                    return Ok(Response::from_parts(parts, PinnedBody(Inner::Tls(body))));
                 }
                 Err(mut e) => match e.take_message() {
                     Some(unsent) if reused => {
                         request = unsent;
-                        lane = self.connect_tls(upstream).await?;
+                        conn = self.connect_tls(upstream).await?;
                         reused = false;
                     }
-                    _ => return Err(LaneError::hyper(e.error())),
+                    _ => return Err(PinnedError::hyper(e.error())),
                 },
             }
         }
@@ -260,19 +263,19 @@ impl PinnedConn {
     fn connect_tls<'a>(
         &'a self,
         upstream: &'a Uri,
-    ) -> Pin<Box<dyn Future<Output = Result<TlsLane, LaneError>> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = Result<TlsConn, PinnedError>> + Send + 'a>> {
         Box::pin(self.open_tls(upstream))
     }
 
-    async fn open_tls(&self, upstream: &Uri) -> Result<TlsLane, LaneError> {
+    async fn open_tls(&self, upstream: &Uri) -> Result<TlsConn, PinnedError> {
         self.reap_idle();
-        let authority = upstream
-            .authority()
-            .ok_or_else(|| LaneError::upstream("unreachable", format!("{upstream} has no host")))?;
+        let authority = upstream.authority().ok_or_else(|| {
+            PinnedError::upstream("unreachable", format!("{upstream} has no host"))
+        })?;
         let host = HeaderValue::from_str(authority.as_str())
-            .map_err(|e| LaneError::upstream("unreachable", e.to_string()))?;
+            .map_err(|e| PinnedError::upstream("unreachable", e.to_string()))?;
         let failed = |e: &(dyn std::error::Error + 'static)| {
-            LaneError::upstream(
+            PinnedError::upstream(
                 "unreachable",
                 format!("connecting: {}", describe_client_error(e)),
             )
@@ -291,7 +294,7 @@ impl PinnedConn {
                 tracing::debug!(error = %e, "pass-through upstream connection ended");
             }
         });
-        Ok(TlsLane {
+        Ok(TlsConn {
             target: upstream
                 .path_and_query()
                 .map_or_else(|| Uri::from_static("/"), |path| path.clone().into()),
@@ -374,7 +377,7 @@ impl Home for GoHome {
         self.claim.release(Box::new(Connected {
             idle_since: Instant::now(),
             upstream: self.upstream,
-            lane: Lane::Plain(stream),
+            conn: Conn::Plain(stream),
         }));
     }
 
@@ -387,7 +390,7 @@ impl Home for GoHome {
 /// connection. Dropped before its end, it takes the connection with it, as a response
 /// cut short leaves the connection mid-message (a plain socket is closed, which tells
 /// the upstream no one waits; hyper drains or closes its own).
-pub struct LaneBody(Inner);
+pub struct PinnedBody(Inner);
 
 enum Inner {
     Plain(LeanBody<GoHome>),
@@ -427,7 +430,7 @@ impl TlsBody {
     }
 }
 
-impl Body for LaneBody {
+impl Body for PinnedBody {
     type Data = Bytes;
     type Error = CallBodyError;
 

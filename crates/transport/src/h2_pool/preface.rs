@@ -23,7 +23,7 @@ const OTHER: u8 = 2;
 
 /// What the server's first bytes were, shared by the connection's wrapper and the pool.
 #[derive(Clone)]
-pub struct Preface(Arc<AtomicU8>);
+pub(crate) struct Preface(Arc<AtomicU8>);
 
 impl Default for Preface {
     fn default() -> Self {
@@ -34,13 +34,13 @@ impl Default for Preface {
 impl Preface {
     /// True once the server's first frame was SETTINGS. False while it sent nothing, or
     /// when it sent something else.
-    pub fn spoke_http2(&self) -> bool {
+    pub(crate) fn spoke_http2(&self) -> bool {
         self.0.load(Ordering::Relaxed) == HTTP2
     }
 }
 
 /// A stream that notes the server's first bytes in a [`Preface`].
-pub struct Watched<S> {
+pub(crate) struct Watched<S> {
     inner: S,
     preface: Preface,
     /// The first bytes read, until the frame type (the fourth byte) is known.
@@ -49,7 +49,7 @@ pub struct Watched<S> {
 }
 
 impl<S> Watched<S> {
-    pub fn new(inner: S, preface: Preface) -> Self {
+    pub(crate) fn new(inner: S, preface: Preface) -> Self {
         Self {
             inner,
             preface,

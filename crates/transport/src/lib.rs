@@ -1,8 +1,88 @@
-//! The gateway's outbound HTTP clients (http and https, keep-alive): to upstreams, and
-//! to the JWT issuer's key endpoints.
+//! mcp-task-gateway's outbound HTTP: what the gateway sends to an upstream MCP server,
+//! and to a JWT issuer's key endpoints, leaves through this crate (`http://` and
+//! `https://`, connections kept alive and reused).
+//!
+//! # What it offers
+//!
+//! - **A pinned connection per client connection**, for pass-through
+//!   ([`pinned::PinnedConn`]). A client's HTTP/1.1 keep-alive connection sends one
+//!   request at a time, so it can keep one upstream connection to itself instead of going
+//!   through a pool (a checkout, and a task to hand the connection back, per request:
+//!   ~20 % of a pass-through request's CPU). To an `http://` upstream it is a bare socket
+//!   that the request's own task writes and reads; to an `https://` one, hyper's HTTP/1.1
+//!   connection. One [`PinnedConnectors`] serves the process ([`pinned_connectors`]).
+//! - **The lean HTTP/1.1 client** ([`lean_http1`]), for the gateway's own calls to
+//!   `http://` upstreams ([`call_client`]). It exists for memory: such a call (a task's
+//!   `tools/call`) may stay open for minutes, an open call on HTTP/1.1 occupies a
+//!   connection for as long, and hyper's client connection kept about 23 KB of heap a
+//!   call, whatever it carried (docs/benchmarks.md, runs 17 and 24). Here the response
+//!   body is the connection: the socket, `ureq-proto`'s sans-IO framing state, and a read
+//!   buffer that exists only while bytes are being read. `https://` upstreams get hyper's
+//!   client, HTTP/1.1 only.
+//! - **The HTTP/2 pool** ([`h2_pool`], [`CallClient::http2`]; the gateway's
+//!   `--upstream-http2`): each call a stream, on as many connections as the cap of
+//!   streams per connection ([`h2_pool::PoolSettings`]) needs, so that no call waits
+//!   behind another. When TLS's ALPN chooses HTTP/1.1, the calls go to the HTTP/1.1
+//!   client.
+//! - **The pooled client** ([`client`], hyper-util's): for pass-through requests that
+//!   find their pinned connection busy (an HTTP/2 client's concurrent streams), and for
+//!   the JWT issuer's keys.
+//! - **Whose failure it is** ([`Party`]). Every error here ([`CallError`],
+//!   [`pinned::PinnedError`], and the [`lean_http1::LeanError`] and
+//!   [`h2_pool::PoolError`] inside them) says whether the client's request, the upstream or the gateway caused
+//!   it, with a metric label of its kind; [`Party::status`] and [`Party::metric`] name
+//!   the HTTP status and the counter that go with it. A client's request is never
+//!   blamed on the upstream.
+//!
+//! # Contract
+//!
+//! - A request goes out as the caller built it: an absolute URI, hop-by-hop headers
+//!   already taken out. Besides the request target, only `Host` and `Content-Length` are
+//!   set here. A header value with bytes HTTP forbids is refused before anything is
+//!   written ([`lean_http1::forbidden_header`]; the client's failure).
+//! - A request is sent again, on another connection, only when the upstream cannot have
+//!   acted on it: it could not be written on a reused connection (or hyper gave it back
+//!   unsent), or it is idempotent and got no answer there. A written `POST` (a
+//!   `tools/call`) never is.
+//! - A response body ([`CallBody`], [`pinned::PinnedBody`]) gives its connection back
+//!   when it is read to its end. Dropped before, it closes the connection (a lean body
+//!   first reads, without waiting, what has already arrived), which tells the upstream
+//!   that no one waits.
+//! - Everything runs on the caller's tokio runtime (I/O and time enabled). An idle
+//!   `http://` socket is reused only on the runtime that opened it; HTTP/2 and TLS
+//!   connections, and a pinned connection's closing of its idle connection, are tasks
+//!   spawned there.
+//! - Every upstream socket has TCP keep-alive (30 s idle, then three probes 10 s apart),
+//!   and HTTP/2 connections ping: a call open on a connection lost without a FIN fails
+//!   instead of waiting for ever. An idle HTTP/1.1 connection is closed after 90 s; the
+//!   HTTP/2 pool keeps at most one connection without streams.
+//!
+//! # What it does not know
+//!
+//! MCP: JSON-RPC, sessions, tasks, MRTR; which requests a client may retry. The task
+//! store, the gateway's flags and its metrics recorder: it takes plain values (a read
+//! buffer size, [`h2_pool::PoolSettings`], an idle limit) and gives back a [`Party`] and
+//! a kind for the gateway to answer with and count. It uses no other crate of the
+//! workspace.
+//!
+//! # Tests
+//!
+//! `cargo nextest run -p mtg-transport` (or `cargo test -p mtg-transport`) runs the unit
+//! tests beside each module (`lean_http1/tests.rs`, `h2_pool/tests.rs`,
+//! `pinned/tests.rs`) against real servers on 127.0.0.1: hyper's HTTP/1.1 and h2c
+//! servers, and scripted sockets that misbehave on cue (close while idle, hang up on the
+//! second request, cut a body short, answer with something that is not HTTP). No other
+//! process, and no network but loopback. The gateway's integration tests
+//! (`tests/integration/`: `passthrough`, `header_values`, `upstream_http2`) drive the
+//! crate through the whole gateway. The `https://` paths (hyper's TLS connections) have
+//! no test of their own, here or there.
+
+// A failed request is an error value here, never a panic; unit tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod h2_pool;
 pub mod lean_http1;
+pub mod pinned;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,7 +97,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-pub type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+pub(crate) type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+/// hyper-util's pooled client, `http://` and `https://` (HTTP/1.1, or HTTP/2 by ALPN).
 pub type HttpClient = Client<Connector, Full<Bytes>>;
 
 /// The client for pass-through: large bodies get hyper's adaptive read buffer.
@@ -26,7 +107,7 @@ pub fn client() -> HttpClient {
 }
 
 /// The HTTP/1.1 client for the upstream calls and sessions the gateway makes itself
-/// (tasks, bridged requests): many connections held open, mostly idle, each reading
+/// (tasks, bridged requests): many connections open, mostly idle, each reading
 /// `read_buffer` bytes at a time. `http://` upstreams get [`lean_http1`]'s pool, which
 /// holds no buffer while a call waits; `https://` ones hyper's client, whose TLS offers
 /// HTTP/1.1 only (HTTP/2 is [`h2_pool`]'s, with `--upstream-http2`: hyper's pooled
@@ -51,7 +132,7 @@ pub struct Http1Client {
 }
 
 impl Http1Client {
-    pub async fn request(
+    pub(crate) async fn request(
         &self,
         request: Request<Full<Bytes>>,
     ) -> Result<Response<CallBody>, CallError> {
@@ -266,12 +347,12 @@ fn connector() -> Connector {
         .wrap_connector(tcp())
 }
 
-/// How a [`crate::upstream::pinned::PinnedConn`] connects: a bare socket to an
+/// How a [`crate::pinned::PinnedConn`] connects: a bare socket to an
 /// `http://` upstream, rustls with HTTP/1.1 only to an `https://` one (a pinned
 /// connection is one HTTP/1.1 connection). One for the process, shared.
 pub struct PinnedConnectors {
-    pub tcp: HttpConnector,
-    pub tls: Connector,
+    pub(crate) tcp: HttpConnector,
+    pub(crate) tls: Connector,
 }
 
 pub fn pinned_connectors() -> Arc<PinnedConnectors> {
@@ -285,7 +366,7 @@ fn http1_connector() -> Connector {
     connector_builder().enable_http1().wrap_connector(tcp())
 }
 
-/// TCP keep-alive on every upstream socket: a held call on a connection that a vanished
+/// TCP keep-alive on every upstream socket: an open call on a connection that a vanished
 /// host, or a load balancer's idle timer, dropped without a FIN fails after about a
 /// minute (30 s idle, then three probes 10 s apart) instead of waiting for ever; the
 /// probes also keep such idle timers from firing. HTTP/2 connections ping as well

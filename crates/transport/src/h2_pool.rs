@@ -1,12 +1,12 @@
 //! HTTP/2 to one upstream, on a pool of connections (`--upstream-http2`).
 //!
-//! A held call on HTTP/1.1 is a connection held: a socket on both sides for every task
+//! An open call on HTTP/1.1 occupies a connection: a socket on both sides for every task
 //! in flight (and, over TLS, hyper's and rustls's buffers: 23 KB and more,
 //! docs/benchmarks.md, run 17). On HTTP/2 a call is a stream. But a server caps the
 //! streams open on one connection (`SETTINGS_MAX_CONCURRENT_STREAMS`, typically 100 to
 //! 250), and a stream
 //! over the cap waits inside hyper until another ends: hyper-util's pooled client keeps
-//! one HTTP/2 connection per host, so past the cap its held calls queued behind each
+//! one HTTP/2 connection per host, so past the cap its open calls queued behind each
 //! other. This pool counts the streams it opened on each connection and opens another
 //! connection when every one is full, so that no call waits behind another.
 //!
@@ -40,7 +40,7 @@ use tower::ServiceExt;
 use super::{CallBody, Connector, Http1Client, describe_client_error};
 
 /// How often an HTTP/2 connection with calls open is pinged, and how long the answer
-/// may take before the connection counts as dead: a held call on a connection lost
+/// may take before the connection counts as dead: an open call on a connection lost
 /// without a FIN (a vanished peer) then fails instead of waiting forever.
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
@@ -74,7 +74,7 @@ pub enum PoolError {
 impl PoolError {
     /// Whose failure this is: hyper refusing what the gateway asked it to send is the
     /// gateway's; the rest is the upstream's.
-    pub fn party(&self) -> super::Party {
+    pub(crate) fn party(&self) -> super::Party {
         match self {
             Self::Request { source } if source.is_user() => super::Party::Gateway,
             Self::OtherOrigin(_) => super::Party::Gateway,
@@ -85,7 +85,7 @@ impl PoolError {
     }
 
     /// The metric label of this failure, within its party's series.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match (self, self.party()) {
             (Self::Connect(_), _) => "unreachable",
             (Self::NotHttp2 { .. }, _) => "protocol",
@@ -156,7 +156,7 @@ impl Link {
 
 /// A stream's place on a connection, given back when the stream's body ends or is
 /// dropped (the response, or the request given up before its answer).
-pub struct StreamSlot {
+pub(crate) struct StreamSlot {
     link: Arc<Link>,
 }
 
@@ -168,7 +168,7 @@ impl Drop for StreamSlot {
 
 impl H2Pool {
     /// A pool for the upstream at `url`; connects on first use.
-    pub fn new(
+    pub(crate) fn new(
         url: &Uri,
         connector: Connector,
         http1: Http1Client,
@@ -198,7 +198,7 @@ impl H2Pool {
     }
 
     /// Sends `request` on a stream of a connection with room, opening one if none has.
-    pub async fn request(
+    pub(crate) async fn request(
         &self,
         request: Request<Full<Bytes>>,
     ) -> Result<Response<CallBody>, super::CallError> {

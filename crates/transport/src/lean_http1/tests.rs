@@ -98,7 +98,7 @@ fn post(url: &str, body: &'static str) -> Request<Bytes> {
 }
 
 fn pool() -> Arc<LeanPool> {
-    LeanPool::new(crate::http_client::tcp(), 2048)
+    LeanPool::new(crate::tcp(), 2048)
 }
 
 async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
@@ -495,7 +495,7 @@ fn an_idle_socket_is_reused_only_on_its_own_runtime() {
     server.join().unwrap().unwrap();
 }
 
-/// A held call waits minutes without a byte: the socket must notice a peer that vanished
+/// An open call waits minutes without a byte: the socket must notice a peer that vanished
 /// without a FIN, and keep idle timers on the path from dropping it.
 #[tokio::test]
 async fn upstream_sockets_are_kept_alive_at_the_tcp_level() {
@@ -503,22 +503,22 @@ async fn upstream_sockets_are_kept_alive_at_the_tcp_level() {
         answer_json(&mut socket).await;
     })
     .await;
-    let stream = super::connect(&crate::http_client::tcp(), url.parse().unwrap())
+    let stream = super::connect(&crate::tcp(), url.parse().unwrap())
         .await
         .unwrap();
     let socket = socket2::SockRef::from(&stream);
     assert!(socket.keepalive().unwrap());
     assert_eq!(
         socket.tcp_keepalive_time().unwrap(),
-        crate::http_client::TCP_KEEPALIVE_IDLE
+        crate::TCP_KEEPALIVE_IDLE
     );
     assert_eq!(
         socket.tcp_keepalive_interval().unwrap(),
-        crate::http_client::TCP_KEEPALIVE_INTERVAL
+        crate::TCP_KEEPALIVE_INTERVAL
     );
     assert_eq!(
         socket.tcp_keepalive_retries().unwrap(),
-        crate::http_client::TCP_KEEPALIVE_PROBES
+        crate::TCP_KEEPALIVE_PROBES
     );
 }
 
@@ -561,7 +561,7 @@ fn permitted_header_bytes_are_written_unchanged() {
 /// upstream's (refused connection, broken response).
 #[tokio::test]
 async fn each_failure_is_blamed_on_its_party() {
-    use crate::http_client::Party;
+    use crate::Party;
     let forbidden = LeanError::HeaderValue(http::header::AUTHORIZATION);
     assert_eq!(
         (forbidden.party(), forbidden.kind()),
@@ -590,7 +590,7 @@ async fn each_failure_is_blamed_on_its_party() {
     let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = closed.local_addr().unwrap().port();
     drop(closed);
-    let pool = LeanPool::new(crate::http_client::tcp(), 4096);
+    let pool = LeanPool::new(crate::tcp(), 4096);
     let refused = pool
         .request(
             Request::get(format!("http://127.0.0.1:{port}/mcp"))

@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use super::*;
-use crate::http_client::pinned_connectors;
+use crate::pinned_connectors;
 
 const OK_RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
 const STREAM_HEAD_AND_FIRST_EVENT: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n";
@@ -119,7 +119,7 @@ fn http1_server() -> hyper::server::conn::http1::Builder {
     hyper::server::conn::http1::Builder::new()
 }
 
-async fn send(pinned: &PinnedConn, url: &Uri) -> Response<LaneBody> {
+async fn send(pinned: &PinnedConn, url: &Uri) -> Response<PinnedBody> {
     match pinned.send(url, Request::new(Bytes::new())).await {
         Ok(response) => response,
         Err(e) => panic!("{e}"),
@@ -142,12 +142,12 @@ async fn one_connection_carries_the_requests_one_after_another() {
 }
 
 #[tokio::test]
-async fn a_request_that_finds_the_lane_busy_is_given_back() {
+async fn a_request_that_finds_the_pinned_connection_busy_is_given_back() {
     let upstream = upstream().await;
     let pinned = PinnedConn::new(pinned_connectors(), IDLE_LIMIT);
     let unread = send(&pinned, &upstream.url).await;
     let second = pinned.send(&upstream.url, Request::new(Bytes::new())).await;
-    assert!(matches!(second, Err(LaneError::Busy(_))));
+    assert!(matches!(second, Err(PinnedError::Busy(_))));
     // Read to its end, the first answer hands the connection back.
     assert_eq!(unread.into_body().collect().await.unwrap().to_bytes(), "ok");
     assert_eq!(get(&pinned, &upstream.url).await, "ok");
@@ -248,7 +248,7 @@ async fn a_written_request_left_unanswered_goes_again_only_if_idempotent() {
     within(first.into_body().collect()).await.unwrap();
     let second = within(pinned.send(&url, post(&url))).await;
     assert!(
-        matches!(second, Err(LaneError::Failed { .. })),
+        matches!(second, Err(PinnedError::Failed { .. })),
         "the POST failed"
     );
     assert_eq!(posts.load(SeqCst), 2, "each POST was sent once");
