@@ -82,7 +82,7 @@ pub struct Admin {
     inspection: Arc<dyn TaskInspection>,
     tasks: Arc<TaskService>,
     instance_id: String,
-    /// The Redis store's namespace (`""`: the legacy layout); `None` in memory.
+    /// The Redis store's namespace (`""`: the unprefixed layout); `None` in memory.
     store_namespace: Option<String>,
 }
 

@@ -25,7 +25,7 @@ pub trait Sweeper: Send + Sync + 'static {
     /// Takes over or fails the unfinished tasks of `gone`.
     async fn sweep(self: Arc<Self>, gone: GoneInstance) -> Result<SweepCounts, StoreError>;
 
-    /// This instance's lease had lapsed and is held again: others may have taken over
+    /// This instance's lease had lapsed and is ours again: others may have taken over
     /// its tasks meanwhile.
     async fn lease_regained(self: Arc<Self>);
 }
@@ -160,12 +160,12 @@ async fn run(
         }
         let idle = background.as_ref().is_none_or(JoinHandle::is_finished);
         match store.renew_lease(&lease).await {
-            Ok(held) => {
+            Ok(still_ours) => {
                 settings.meter.cluster().lease_held(true);
                 if connected_since.is_none() && !first {
                     tracing::info!("task store reachable again; lease renewed");
                 }
-                if !held && !first {
+                if !still_ours && !first {
                     tracing::warn!(
                         "this instance's lease had lapsed; other instances may have taken over or failed its tasks"
                     );

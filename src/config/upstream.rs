@@ -61,7 +61,7 @@ pub struct UpstreamConfig {
     /// How much each upstream connection the gateway's own calls use (tasks, bridged
     /// requests) reads at a time, in bytes. A running task holds one connection, mostly
     /// idle, for its whole call: on `http://` upstreams the buffer exists only while
-    /// bytes are read; on `https://` ones it is hyper's, held for the connection's life.
+    /// bytes are read; on `https://` ones it is hyper's, kept for the connection's life.
     /// Larger answers still arrive whole, in more reads. Pass-through is not affected.
     #[arg(long, env = "MTG_UPSTREAM_READ_BUFFER_BYTES", default_value_t = 2048,
           value_parser = clap::value_parser!(u32).range(512..=1_048_576))]

@@ -5,9 +5,9 @@
 mod credential;
 pub mod deferral;
 pub mod dialect_2025;
+pub mod follow;
 mod halt;
 pub mod limits;
-pub mod listen;
 pub mod mrtr_bridge;
 pub mod policy;
 pub mod render;
@@ -19,7 +19,7 @@ pub mod takeover;
 mod tool_traits;
 pub mod upstream_mrtr;
 mod upstream_tasks;
-pub mod watch;
+pub mod waiters;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -125,7 +125,7 @@ pub struct TaskService {
     wakeups: Arc<dyn WakeUps>,
     changes: Arc<dyn Changes>,
     /// Who here waits for a task to change (`tasks/result`, session GET streams).
-    watchers: watch::Watchers,
+    waiters: waiters::Waiters,
     upstream: Arc<dyn Upstream>,
     settings: TaskSettings,
     /// The runners on this instance.

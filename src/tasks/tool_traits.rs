@@ -23,9 +23,9 @@ const MAX_PAGES: usize = 20;
 
 pub struct ToolTraits {
     /// The last listing and when it was had: read on every call that asks, so a lock
-    /// held only to swap it, never across the upstream's answer.
+    /// locked only to swap it, never across the upstream's answer.
     listing: RwLock<Option<(Instant, Arc<Listed>)>>,
-    /// Held while one caller lists, so that callers do not list at once.
+    /// Locked while one caller lists, so that callers do not list at once.
     refreshing: Mutex<()>,
     /// Whether the last listing had a tool the upstream runs only as its own task (or
     /// there was none yet): read without a lock on paths that parse nothing otherwise.
@@ -144,7 +144,7 @@ async fn list(upstream: &dyn Upstream, caller: &Caller<'_>) -> Listed {
     let mut cursor: Option<Value> = None;
     for _ in 0..MAX_PAGES {
         let params = cursor.take().map(|c| json!({ "cursor": c }));
-        let page = forward::forward(
+        let page = forward::request(
             upstream,
             caller,
             method::TOOLS_LIST,

@@ -8,7 +8,7 @@
 use mtg_protocol::meta;
 use mtg_protocol::names::method;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,7 +23,8 @@ use async_trait::async_trait;
 
 use super::http::truncate_on_char;
 use super::{
-    CallStream, Caller, Exchange, Opened, SessionRef, Upstream, UpstreamError, UpstreamEvent,
+    CallStream, Caller, Exchange, Opened, PassThroughSession, StopReason, Upstream, UpstreamError,
+    UpstreamEvent,
 };
 use mtg_protocol::jsonrpc::{self, ErrorObject, Message, code};
 use mtg_protocol::names::SESSION_VERSION;
@@ -32,8 +33,8 @@ use mtg_transport::{CallBody, CallClient};
 use mtg_protocol::names::header::{
     MCP_PROTOCOL_VERSION as PROTOCOL_HEADER, MCP_SESSION_ID as SESSION_HEADER,
 };
-const LISTENER_RETRY: Duration = Duration::from_secs(1);
-/// A gateway-owned upstream session unused this long (and held by no call) is closed.
+const GET_STREAM_RETRY: Duration = Duration::from_secs(1);
+/// A gateway-owned upstream session unused this long (and used by no call) is closed.
 const IDLE_LIMIT: Duration = Duration::from_secs(300);
 /// Most gateway-owned upstream sessions at once; past it the least recently used idle
 /// one is closed to make room.
@@ -68,7 +69,8 @@ pub struct UpstreamSession {
     pub server: Value,
     auth: Option<HeaderValue>,
     key: String,
-    listener: Mutex<Option<AbortHandle>>,
+    /// The task that answers the session's GET stream.
+    get_stream: Mutex<Option<AbortHandle>>,
     /// When a call last asked for this session (for closing idle ones).
     last_used: Mutex<std::time::Instant>,
     /// Exchanges open on it (a task's call may hold one for hours).
@@ -90,13 +92,13 @@ impl UpstreamSession {
 
 impl Drop for UpstreamSession {
     fn drop(&mut self) {
-        if let Some(listener) = self
-            .listener
+        if let Some(get_stream) = self
+            .get_stream
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
         {
-            listener.abort();
+            get_stream.abort();
         }
     }
 }
@@ -114,7 +116,8 @@ pub struct SessionHttpUpstream {
     /// use the same id never collide upstream.
     next_id: AtomicU64,
     sessions: Mutex<HashMap<String, SessionCell>>,
-    /// `notifications/cancelled` sent from drops, which a graceful stop waits for.
+    /// `notifications/cancelled` sent from drops (the safety net of `upstream::stop`),
+    /// which a graceful stop waits for.
     cancels: tokio_util::task::TaskTracker,
 }
 
@@ -301,22 +304,23 @@ impl SessionHttpUpstream {
             server,
             auth,
             key,
-            listener: Mutex::new(None),
+            get_stream: Mutex::new(None),
             last_used: Mutex::new(std::time::Instant::now()),
             users: std::sync::atomic::AtomicUsize::new(0),
         });
         // The GET stream must be open before `initialized`: some upstreams (server-everything)
-        // send `roots/list` on it right after, and drop it if nobody listens.
+        // send `roots/list` on it right after, and drop it if nobody reads it.
         if session.id.is_some() {
-            match self.open_listener(&session).await {
+            match self.open_get_stream(&session).await {
                 Ok(stream) => {
                     let me = self
                         .me
                         .upgrade()
                         .expect("the upstream outlives its sessions");
-                    let listener = tokio::spawn(me.listen(Arc::downgrade(&session), Some(stream)));
-                    *session.listener.lock().unwrap_or_else(|p| p.into_inner()) =
-                        Some(listener.abort_handle());
+                    let task =
+                        tokio::spawn(me.serve_get_stream(Arc::downgrade(&session), Some(stream)));
+                    *session.get_stream.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(task.abort_handle());
                 }
                 Err(e) => tracing::debug!(error = %e, "upstream offers no GET stream"),
             }
@@ -331,75 +335,103 @@ impl SessionHttpUpstream {
     /// Sends a request in a session a client opened through the gateway. The client
     /// numbers its own requests in that session, so the gateway's ids are strings it
     /// would not pick; a session the upstream forgot is the client's to reopen.
-    async fn open_in_client_session(
+    fn open_in_client_session(
         &self,
-        client_session: &SessionRef,
+        client_session: &PassThroughSession,
         auth: Option<&HeaderValue>,
         method: &str,
         params: Option<Value>,
-    ) -> Opened {
+    ) -> Box<dyn Exchange> {
         let session = in_client_session(client_session, auth);
         let id = Value::String(format!(
             "mtg-{}",
             self.next_id.fetch_add(1, Ordering::Relaxed)
         ));
-        let stream = self.call(&session, id.clone(), method, params).await?;
-        Ok(self.exchange(session, stream, id))
+        let body = jsonrpc::request_value(id.clone(), method, params);
+        self.send_call(session, id, body, None)
     }
 
     /// A request the client sent itself in its session, as an exchange.
     fn adopted(
         &self,
-        client_session: &SessionRef,
+        client_session: &PassThroughSession,
         auth: Option<&HeaderValue>,
         id: Value,
         stream: CallStream,
     ) -> Box<dyn Exchange> {
-        self.exchange(in_client_session(client_session, auth), stream, id)
+        let session = in_client_session(client_session, auth);
+        self.exchange(session, Answer::Stream(stream), id)
+    }
+
+    /// Sends request `id` (`body`) on `session`: its exchange, whose first `next` waits
+    /// for the response head, so that a stop reaches the call from the start
+    /// (`upstream::stop`; a JSON-response upstream sends its head only when the call
+    /// ends). With `resend`, a session of the gateway's that the upstream forgot
+    /// (restart, expiry) is replaced once and the request sent again there.
+    fn send_call(
+        &self,
+        session: Arc<UpstreamSession>,
+        id: Value,
+        body: Value,
+        resend: Option<Resend>,
+    ) -> Box<dyn Exchange> {
+        let upstream = self.upstream();
+        let current = Arc::new(Mutex::new(session.clone()));
+        let sent_on = current.clone();
+        let head: PendingPost = Box::pin(async move {
+            let mut session = session;
+            let mut resend = resend;
+            loop {
+                let answered = upstream.post_on(&session, &body).await;
+                let forgotten = matches!(answered, Err(UpstreamError::SessionExpired));
+                let Some(again) = resend.take().filter(|_| forgotten) else {
+                    return answered;
+                };
+                upstream.invalidate(&session);
+                let fresh = upstream
+                    .session(&again.capabilities, again.auth.as_ref())
+                    .await?;
+                fresh.users.fetch_add(1, Ordering::Relaxed);
+                session.users.fetch_sub(1, Ordering::Relaxed);
+                *lock(&sent_on) = fresh.clone();
+                session = fresh;
+            }
+        });
+        let exchange = self.exchange_on(current, Answer::Head(Mutex::new(head)), id);
+        Box::new(exchange)
     }
 
     /// The exchange of a request sent on `session` as `id`.
     fn exchange(
         &self,
         session: Arc<UpstreamSession>,
-        stream: CallStream,
+        answer: Answer,
         id: Value,
     ) -> Box<dyn Exchange> {
-        session.users.fetch_add(1, Ordering::Relaxed);
-        Box::new(SessionHttpExchange {
-            upstream: self
-                .me
-                .upgrade()
-                .expect("the upstream is alive while called"),
-            session,
-            stream,
-            id,
-            settled: AtomicBool::new(false),
-        })
+        Box::new(self.exchange_on(Arc::new(Mutex::new(session)), answer, id))
     }
 
-    /// Sends a request on `session`; the returned stream yields what comes back.
-    ///
-    /// A JSON-response upstream sends its head only when the call ends, so a caller may
-    /// stop waiting (cancel, timeout, drain) before there is any stream: the guard then
-    /// cancels the request upstream, as the exchange does once it exists.
-    async fn call(
+    fn exchange_on(
         &self,
-        session: &Arc<UpstreamSession>,
+        session: Arc<Mutex<Arc<UpstreamSession>>>,
+        answer: Answer,
         id: Value,
-        method: &str,
-        params: Option<Value>,
-    ) -> Result<CallStream, UpstreamError> {
-        let body = jsonrpc::request_value(id.clone(), method, params);
-        let mut unanswered = Unanswered {
-            upstream: self.me.clone(),
-            session: session.clone(),
-            id: Some(id),
-        };
-        let response = self.post_on(session, &body).await;
-        // Answered, even if with an error: nothing runs upstream to cancel.
-        unanswered.id = None;
-        Ok(call_stream(response?))
+    ) -> SessionHttpExchange {
+        lock(&session).users.fetch_add(1, Ordering::Relaxed);
+        SessionHttpExchange {
+            upstream: self.upstream(),
+            session,
+            answer,
+            id,
+            settled: false,
+        }
+    }
+
+    /// Itself, for what outlives a call of its own.
+    fn upstream(&self) -> Arc<SessionHttpUpstream> {
+        self.me
+            .upgrade()
+            .expect("the upstream is alive while called")
     }
 
     /// Sends a notification or a response on `session`.
@@ -454,7 +486,7 @@ impl SessionHttpUpstream {
 
     /// Answers the requests an upstream sends outside any call (e.g. `roots/list`
     /// right after `initialize`) on the session's GET stream, reopening it when it ends.
-    async fn listen(
+    async fn serve_get_stream(
         self: Arc<Self>,
         session: std::sync::Weak<UpstreamSession>,
         mut stream: Option<CallStream>,
@@ -464,9 +496,9 @@ impl SessionHttpUpstream {
                 return;
             };
             let outcome = match stream.take() {
-                Some(stream) => self.serve_listener(&live, stream).await,
-                None => match self.open_listener(&live).await {
-                    Ok(stream) => self.serve_listener(&live, stream).await,
+                Some(stream) => self.answer_on_get_stream(&live, stream).await,
+                None => match self.open_get_stream(&live).await {
+                    Ok(stream) => self.answer_on_get_stream(&live, stream).await,
                     Err(e) => Err(e),
                 },
             };
@@ -478,11 +510,14 @@ impl SessionHttpUpstream {
                 }
                 Err(e) => tracing::debug!(error = %e, "upstream GET stream ended"),
             }
-            tokio::time::sleep(LISTENER_RETRY).await;
+            tokio::time::sleep(GET_STREAM_RETRY).await;
         }
     }
 
-    async fn open_listener(&self, session: &UpstreamSession) -> Result<CallStream, UpstreamError> {
+    async fn open_get_stream(
+        &self,
+        session: &UpstreamSession,
+    ) -> Result<CallStream, UpstreamError> {
         let mut request = Request::builder()
             .method(Method::GET)
             .uri(self.url.clone())
@@ -513,7 +548,7 @@ impl SessionHttpUpstream {
             .map_err(|e| UpstreamError::from_call(&e))
     }
 
-    async fn serve_listener(
+    async fn answer_on_get_stream(
         &self,
         session: &UpstreamSession,
         mut stream: CallStream,
@@ -547,27 +582,16 @@ impl SessionHttpUpstream {
 impl Upstream for SessionHttpUpstream {
     async fn open_call(&self, caller: &Caller<'_>, method: &str, params: Option<Value>) -> Opened {
         if let Some(client_session) = caller.session {
-            return self
-                .open_in_client_session(client_session, caller.auth, method, params)
-                .await;
+            return Ok(self.open_in_client_session(client_session, caller.auth, method, params));
         }
-        let mut retried = false;
-        loop {
-            let session = self.session(caller.capabilities, caller.auth).await?;
-            let id = self.next_request_id();
-            match self
-                .call(&session, id.clone(), method, params.clone())
-                .await
-            {
-                Ok(stream) => return Ok(self.exchange(session, stream, id)),
-                // The upstream forgot the session (restart, expiry): open a new one, once.
-                Err(UpstreamError::SessionExpired) if !retried => {
-                    self.invalidate(&session);
-                    retried = true;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        let session = self.session(caller.capabilities, caller.auth).await?;
+        let id = self.next_request_id();
+        let body = jsonrpc::request_value(id.clone(), method, params);
+        let resend = Resend {
+            capabilities: caller.capabilities.clone(),
+            auth: caller.auth.cloned(),
+        };
+        Ok(self.send_call(session, id, body, Some(resend)))
     }
 
     async fn server_info(&self, caller: &Caller<'_>) -> Result<Value, UpstreamError> {
@@ -584,7 +608,7 @@ impl Upstream for SessionHttpUpstream {
 
     fn adopt(
         &self,
-        session: &SessionRef,
+        session: &PassThroughSession,
         auth: Option<&HeaderValue>,
         id: Value,
         stream: CallStream,
@@ -611,44 +635,61 @@ impl Upstream for SessionHttpUpstream {
 /// A request on a 2025-xx session: its SSE stream, and answers POSTed to the session.
 struct SessionHttpExchange {
     upstream: Arc<SessionHttpUpstream>,
-    session: Arc<UpstreamSession>,
-    stream: CallStream,
+    /// The session the request is in: another once, if the upstream forgot the first
+    /// before the head came (`send_call`).
+    session: Arc<Mutex<Arc<UpstreamSession>>>,
+    answer: Answer,
     id: Value,
-    /// The answer came, the stream ended, or the call was cancelled: nothing to stop.
-    settled: AtomicBool,
+    /// The answer came, the stream ended, or the call was stopped: nothing to stop.
+    settled: bool,
+}
+
+/// The upstream's answer to the request, as far as it came.
+enum Answer {
+    /// The POST on its way, its response head not come: a JSON-response upstream sends
+    /// it only when the call ends. Behind a lock only to be `Sync`: it is reached
+    /// through `&mut self`, never locked.
+    Head(Mutex<PendingPost>),
+    Stream(CallStream),
+}
+
+/// A request's response head, on its way.
+type PendingPost = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<hyper::Response<CallBody>, UpstreamError>> + Send>,
+>;
+
+/// What sends a request again in a new session of the gateway's.
+struct Resend {
+    capabilities: Map<String, Value>,
+    auth: Option<HeaderValue>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl SessionHttpExchange {
+    fn session(&self) -> Arc<UpstreamSession> {
+        lock(&self.session).clone()
+    }
 }
 
 impl Drop for SessionHttpExchange {
-    /// A caller that stops listening before the answer (its client hung up, a timeout)
-    /// cancels the call: a 2025-xx server goes on working after a closed stream.
+    /// The safety net (`upstream::stop`): an exchange dropped unsettled and not stopped
+    /// (its future dropped from outside: a client that hung up while its handler
+    /// awaited, a panic) still stops the call, since a 2025-xx server goes on working
+    /// after a closed stream.
     fn drop(&mut self) {
-        self.session.users.fetch_sub(1, Ordering::Relaxed);
-        if self.settled.swap(true, Ordering::Relaxed) {
-            return;
-        }
-        cancel_in_background(&self.upstream, &self.session, &self.id);
-    }
-}
-
-/// A request sent on a session whose response head has not arrived yet.
-struct Unanswered {
-    upstream: std::sync::Weak<SessionHttpUpstream>,
-    session: Arc<UpstreamSession>,
-    /// `None` once the head arrived (or the request failed).
-    id: Option<Value>,
-}
-
-impl Drop for Unanswered {
-    /// Dropped while still waiting for the head: whoever sent the request stopped
-    /// waiting for it, and a 2025-xx server would go on working for nobody.
-    fn drop(&mut self) {
-        if let (Some(id), Some(upstream)) = (self.id.take(), self.upstream.upgrade()) {
-            cancel_in_background(&upstream, &self.session, &id);
+        let session = self.session();
+        session.users.fetch_sub(1, Ordering::Relaxed);
+        if !self.settled {
+            cancel_in_background(&self.upstream, &session, &self.id);
         }
     }
 }
 
-/// Sends `notifications/cancelled` for request `id` on `session`, from a drop.
+/// Sends `notifications/cancelled` for request `id` on `session`, from a drop; a graceful
+/// stop waits for these (`shutdown`).
 fn cancel_in_background(
     upstream: &Arc<SessionHttpUpstream>,
     session: &Arc<UpstreamSession>,
@@ -657,10 +698,7 @@ fn cancel_in_background(
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    let notice = jsonrpc::notification_value(
-        method::CANCELLED,
-        Some(json!({"requestId": id, "reason": "the gateway's caller stopped waiting"})),
-    );
+    let notice = cancelled(id, StopReason::Abandoned);
     let sending = {
         let (upstream, session) = (upstream.clone(), session.clone());
         async move {
@@ -672,17 +710,40 @@ fn cancel_in_background(
     upstream.cancels.spawn_on(sending, &runtime);
 }
 
+/// `notifications/cancelled` for request `id`.
+fn cancelled(id: &Value, reason: StopReason) -> Value {
+    jsonrpc::notification_value(
+        method::CANCELLED,
+        Some(json!({"requestId": id, "reason": reason.words()})),
+    )
+}
+
 #[async_trait]
 impl Exchange for SessionHttpExchange {
     async fn next(&mut self) -> Option<Result<UpstreamEvent, UpstreamError>> {
-        let event = self.stream.next().await;
+        if let Answer::Head(head) = &mut self.answer {
+            // Cancel-safe: the POST stays here until its head comes.
+            let head = head.get_mut().unwrap_or_else(|p| p.into_inner());
+            match head.await {
+                Ok(response) => self.answer = Answer::Stream(call_stream(response)),
+                Err(e) => {
+                    // Answered, even if with an error: nothing runs upstream to stop.
+                    self.settled = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+        let Answer::Stream(stream) = &mut self.answer else {
+            return None;
+        };
+        let event = stream.next().await;
         let answered = match &event {
             Some(Ok(Message::Response { id, .. })) => *id == self.id,
             Some(Ok(_)) => false,
             None | Some(Err(_)) => true,
         };
         if answered {
-            self.settled.store(true, Ordering::Relaxed);
+            self.settled = true;
         }
         event
     }
@@ -693,18 +754,17 @@ impl Exchange for SessionHttpExchange {
         outcome: Result<Value, ErrorObject>,
     ) -> Result<(), UpstreamError> {
         let reply = jsonrpc::response_value(id, outcome);
-        self.upstream.send(&self.session, &reply).await
+        self.upstream.send(&self.session(), &reply).await
     }
 
-    async fn cancel(&self, reason: &str) -> Result<(), UpstreamError> {
-        if self.settled.swap(true, Ordering::Relaxed) {
+    /// POSTs `notifications/cancelled` in the call's session (`upstream::stop`), also
+    /// while the response head has not come.
+    async fn stop(&mut self, reason: StopReason) -> Result<(), UpstreamError> {
+        if std::mem::replace(&mut self.settled, true) {
             return Ok(());
         }
-        let notice = jsonrpc::notification_value(
-            method::CANCELLED,
-            Some(json!({"requestId": self.id, "reason": reason})),
-        );
-        self.upstream.send(&self.session, &notice).await
+        let notice = cancelled(&self.id, reason);
+        self.upstream.send(&self.session(), &notice).await
     }
 
     fn request_id(&self) -> &Value {
@@ -713,9 +773,9 @@ impl Exchange for SessionHttpExchange {
 }
 
 /// A client's own upstream session, for a request in it: not one of the gateway's
-/// sessions, so it is never listed, listened to or closed.
+/// sessions, so it is never listed, its GET stream never answered, and never closed.
 fn in_client_session(
-    client_session: &SessionRef,
+    client_session: &PassThroughSession,
     auth: Option<&HeaderValue>,
 ) -> Arc<UpstreamSession> {
     Arc::new(UpstreamSession {
@@ -724,7 +784,7 @@ fn in_client_session(
         server: Value::Null,
         auth: auth.cloned(),
         key: String::new(),
-        listener: Mutex::new(None),
+        get_stream: Mutex::new(None),
         last_used: Mutex::new(std::time::Instant::now()),
         users: std::sync::atomic::AtomicUsize::new(0),
     })

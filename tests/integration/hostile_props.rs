@@ -28,7 +28,7 @@ use proptest::test_runner::Config as ProptestConfig;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
-const MODERN: &str = "2026-07-28";
+const STATELESS: &str = "2026-07-28";
 
 fn cases(n: u32) -> ProptestConfig {
     ProptestConfig {
@@ -642,12 +642,12 @@ proptest! {
         let headers = header_map(&[
             (headers::MCP_NAME, value),
             (headers::MCP_METHOD, HeaderValue::from_static(method)),
-            (headers::MCP_PROTOCOL_VERSION, HeaderValue::from_static(MODERN)),
+            (headers::MCP_PROTOCOL_VERSION, HeaderValue::from_static(STATELESS)),
         ]);
         let body = json!({ field: text });
-        prop_assert!(headers::validate(&headers, method, Some(&body), MODERN, true).is_ok());
+        prop_assert!(headers::validate(&headers, method, Some(&body), STATELESS, true).is_ok());
         if other != text {
-            let err = headers::validate(&headers, method, Some(&json!({ field: other })), MODERN, true)
+            let err = headers::validate(&headers, method, Some(&json!({ field: other })), STATELESS, true)
                 .err()
                 .ok_or_else(|| fail(format!("{encoded:?} accepted for {other:?}")))?;
             prop_assert_eq!(err.code, code::HEADER_MISMATCH);
@@ -661,7 +661,7 @@ proptest! {
         let encoded = format!("=?base64?{}?=", STANDARD.encode(method.as_bytes()));
         let value = HeaderValue::from_str(&encoded).map_err(fail)?;
         let headers = header_map(&[(headers::MCP_METHOD, value.clone())]);
-        let err = headers::validate(&headers, &method, None, MODERN, false);
+        let err = headers::validate(&headers, &method, None, STATELESS, false);
         prop_assert_eq!(err.map_err(|e| e.code), Err(code::HEADER_MISMATCH));
         let version = header_map(&[(headers::MCP_PROTOCOL_VERSION, value)]);
         let err = headers::validate(&version, &method, None, &method, false);
@@ -688,9 +688,9 @@ proptest! {
         let mut pairs: Vec<(&str, HeaderValue)> =
             values.iter().map(|v| (headers::MCP_NAME, v.clone())).collect();
         pairs.push((headers::MCP_METHOD, HeaderValue::from_static(method)));
-        pairs.push((headers::MCP_PROTOCOL_VERSION, HeaderValue::from_static(MODERN)));
+        pairs.push((headers::MCP_PROTOCOL_VERSION, HeaderValue::from_static(STATELESS)));
         let headers = header_map(&pairs);
-        let outcome = headers::validate(&headers, method, Some(&json!({ field: expected })), MODERN, require_all);
+        let outcome = headers::validate(&headers, method, Some(&json!({ field: expected })), STATELESS, require_all);
         let all_match = values.iter().all(|v| spec_decode(v).as_deref() == Some(expected.as_str()));
         let should_pass = all_match && (!values.is_empty() || !require_all);
         prop_assert_eq!(outcome.is_ok(), should_pass, "copies {:?} for {:?}", values, expected);

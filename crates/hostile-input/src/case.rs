@@ -326,14 +326,14 @@ pub(crate) enum Expect {
     /// upstream's (or the gateway's) failure.
     NotTheUpstreamsFault,
     /// The answer of one generation, as the rule names it.
-    Generation(Generation),
+    Answering(Answering),
 }
 
-/// Which generation must answer a request whose revision signals disagree.
+/// Who must answer a request whose revision signals disagree: a generation, or a refusal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Generation {
+pub(crate) enum Answering {
     /// 2026-07-28: HTTP 200; a result carries `resultType`.
-    Modern,
+    Stateless,
     /// The campaign's real session: no `resultType`, not 404, not 5xx.
     Session,
     /// A session id no session has: 404.
@@ -353,12 +353,12 @@ impl Expect {
             Expect::NoSuchTask => status == 200 && matches!(codes, [Some(-32602)]),
             Expect::Refused => (400..500).contains(&status),
             Expect::NotTheUpstreamsFault => status < 500 && !codes.contains(&Some(-32603)),
-            Expect::Generation(generation) => match generation {
-                Generation::Modern => status == 200,
-                Generation::Session => status < 500 && status != 404,
-                Generation::UnknownSession => status == 404,
-                Generation::NoSession => (400..500).contains(&status),
-                Generation::Refused(code) => status == 400 && codes == [Some(code)],
+            Expect::Answering(generation) => match generation {
+                Answering::Stateless => status == 200,
+                Answering::Session => status < 500 && status != 404,
+                Answering::UnknownSession => status == 404,
+                Answering::NoSession => (400..500).contains(&status),
+                Answering::Refused(code) => status == 400 && codes == [Some(code)],
             },
         };
         if ok {
@@ -379,26 +379,26 @@ impl Expect {
             Expect::NoSuchTask => "200 with -32602",
             Expect::Refused => "a 4xx",
             Expect::NotTheUpstreamsFault => "no 5xx and no -32603",
-            Expect::Generation(Generation::Modern) => "a 2026-07-28 answer (200)",
-            Expect::Generation(Generation::Session) => "the session's answer",
-            Expect::Generation(Generation::UnknownSession) => "404 (no such session)",
-            Expect::Generation(Generation::NoSession) => "a 4xx (no session)",
-            Expect::Generation(Generation::Refused(_)) => "400 with the rule's code",
+            Expect::Answering(Answering::Stateless) => "a 2026-07-28 answer (200)",
+            Expect::Answering(Answering::Session) => "the session's answer",
+            Expect::Answering(Answering::UnknownSession) => "404 (no such session)",
+            Expect::Answering(Answering::NoSession) => "a 4xx (no session)",
+            Expect::Answering(Answering::Refused(_)) => "400 with the rule's code",
         }
     }
 
     /// The shape of a result: `resultType` exactly on 2026-07-28 answers.
     pub(crate) fn check_result(self, result: &serde_json::Value) -> Result<(), String> {
-        let Expect::Generation(generation) = self else {
+        let Expect::Answering(generation) = self else {
             return Ok(());
         };
-        let modern = result.get("resultType").is_some();
-        let legacy = result.get("ttl").is_some() || result.get("pollInterval").is_some();
+        let stateless = result.get("resultType").is_some();
+        let session_shaped = result.get("ttl").is_some() || result.get("pollInterval").is_some();
         match generation {
-            Generation::Modern if !modern || legacy => {
+            Answering::Stateless if !stateless || session_shaped => {
                 Err(format!("a 2026-07-28 request got another shape: {result}"))
             }
-            Generation::Session | Generation::NoSession | Generation::UnknownSession if modern => {
+            Answering::Session | Answering::NoSession | Answering::UnknownSession if stateless => {
                 Err(format!("session traffic got a 2026-07-28 shape: {result}"))
             }
             _ => Ok(()),

@@ -63,7 +63,7 @@ use crate::report::{Report, replay};
 use crate::spray::{Spray, spray};
 use crate::tally::save_failures;
 
-pub(crate) const MODERN: &str = "2026-07-28";
+pub(crate) const STATELESS: &str = "2026-07-28";
 pub(crate) const SESSION: &str = "2025-11-25";
 pub(crate) const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 /// Longest wait for one answer; an answer later than this is a failure.

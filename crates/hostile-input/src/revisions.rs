@@ -2,12 +2,12 @@
 //! permits must never come back as the upstream's failure; what it forbids is refused
 //! with a 4xx), and requests whose revision signals disagree (`MCP-Protocol-Version`,
 //! the `_meta` version, `Mcp-Session-Id`, the method), whose answer must be of the one
-//! generation the rule in ARCHITECTURE.md ("The era") names, never a mix.
+//! generation the rule in ARCHITECTURE.md ("The generation") names, never a mix.
 
 use serde_json::{Value, json};
 
-use crate::case::{Case, Context, End, Expect, Generation, HttpCase, RawCase, Rng};
-use crate::{MODERN, SESSION, TASKS_EXTENSION};
+use crate::case::{Answering, Case, Context, End, Expect, HttpCase, RawCase, Rng};
+use crate::{SESSION, STATELESS, TASKS_EXTENSION};
 
 fn to_bytes(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
@@ -84,7 +84,7 @@ fn request(context: &Context, rng: &mut Rng, session: bool) -> HttpCase {
         json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"taskId": "t-1"}})
     } else {
         json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"taskId": "t-1", "_meta": {
-            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/protocolVersion": STATELESS,
             "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS_EXTENSION: {}}},
         }}})
     };
@@ -95,7 +95,7 @@ fn request(context: &Context, rng: &mut Rng, session: bool) -> HttpCase {
             case.header("mcp-session-id", id.as_bytes());
         }
     } else {
-        case.header("mcp-protocol-version", MODERN.as_bytes());
+        case.header("mcp-protocol-version", STATELESS.as_bytes());
         case.header("mcp-method", method.as_bytes());
         if method == "tasks/get" {
             case.header("mcp-name", b"t-1");
@@ -143,23 +143,23 @@ pub(crate) fn header_bytes(context: &Context, rng: &mut Rng) -> Case {
     case
 }
 
-/// What the rule gives a request with these signals (ARCHITECTURE.md, "The era").
-fn rule(header: Option<&str>, meta: &Option<Value>, session: u8) -> Generation {
+/// What the rule gives a request with these signals (ARCHITECTURE.md, "The generation").
+fn rule(header: Option<&str>, meta: &Option<Value>, session: u8) -> Answering {
     match meta.as_ref().and_then(Value::as_str) {
-        Some(MODERN) => match header.map(str::trim) {
-            Some(MODERN) => Generation::Modern,
-            _ => Generation::Refused(-32020),
+        Some(STATELESS) => match header.map(str::trim) {
+            Some(STATELESS) => Answering::Stateless,
+            _ => Answering::Refused(-32020),
         },
-        Some(_) => Generation::Refused(-32022),
+        Some(_) => Answering::Refused(-32022),
         None => match header.map(str::trim) {
-            Some(MODERN) => Generation::Refused(-32602),
+            Some(STATELESS) => Answering::Refused(-32602),
             Some(v) if !(v.starts_with("2024-") || v.starts_with("2025-")) => {
-                Generation::Refused(-32022)
+                Answering::Refused(-32022)
             }
             _ => match session {
-                0 => Generation::NoSession,
-                1 => Generation::Session,
-                _ => Generation::UnknownSession,
+                0 => Answering::NoSession,
+                1 => Answering::Session,
+                _ => Answering::UnknownSession,
             },
         },
     }
@@ -174,7 +174,7 @@ pub(crate) fn contradictory_revisions(context: &Context, rng: &mut Rng) -> Case 
     const CLASS: &str = "contradictory revision signals";
     let header = *rng.pick(&[
         None,
-        Some(MODERN),
+        Some(STATELESS),
         Some(SESSION),
         Some("2025-06-18"),
         Some("2024-11-05"),
@@ -183,7 +183,7 @@ pub(crate) fn contradictory_revisions(context: &Context, rng: &mut Rng) -> Case 
     let meta = rng
         .pick(&[
             None,
-            Some(json!(MODERN)),
+            Some(json!(STATELESS)),
             Some(json!(SESSION)),
             Some(json!("2030-01-01")),
             Some(json!(20260728)),
@@ -235,5 +235,5 @@ pub(crate) fn contradictory_revisions(context: &Context, rng: &mut Rng) -> Case 
         _ => {}
     }
     let expected = rule(header, &meta, session);
-    Case::http(CLASS, case).expecting(Expect::Generation(expected))
+    Case::http(CLASS, case).expecting(Expect::Answering(expected))
 }

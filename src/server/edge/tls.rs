@@ -42,7 +42,7 @@ pub struct Acceptor {
 }
 
 impl Acceptor {
-    /// Loads the files (an error here stops the start) and watches them.
+    /// Loads the files (an error here stops the start) and reloads them when they change.
     pub fn start(files: TlsFiles) -> Result<Self, TlsError> {
         let acceptor = TlsAcceptor::from(Arc::new(load(&files)?));
         let current = Arc::new(RwLock::new(acceptor));

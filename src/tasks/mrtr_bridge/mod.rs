@@ -18,10 +18,10 @@ use serde_json::{Map, Value, json};
 
 pub use state::{StateKeys, request_digest};
 
-use super::start::{Held, Start};
+use super::start::{Adopted, Start};
 use super::{TaskService, ToolCall, render};
 use crate::upstream::forward::Asked;
-use crate::upstream::{Exchange, UpstreamEvent};
+use crate::upstream::{Exchange, StopReason, UpstreamEvent};
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_protocol::wire::{InputRequest, ResultType, TaskStatus};
 use mtg_store::{TaskRecord, input_key, now_ms};
@@ -83,7 +83,7 @@ impl MrtrBridge {
     pub async fn hold(
         &self,
         call: BridgedCall,
-        exchange: Box<dyn Exchange>,
+        mut exchange: Box<dyn Exchange>,
         asked: Vec<Asked>,
         later: Vec<UpstreamEvent>,
     ) -> Result<Value, ErrorObject> {
@@ -102,9 +102,7 @@ impl MrtrBridge {
         let slot = match self.tasks.running_limit.reserve(&task.principal) {
             Ok(slot) => slot,
             Err(error) => {
-                let _ = exchange
-                    .cancel("the caller has too many calls running")
-                    .await;
+                let _ = exchange.stop(StopReason::Refused).await;
                 return Err(error);
             }
         };
@@ -124,19 +122,19 @@ impl MrtrBridge {
         record.next_input_key = pending.len() as u64;
         let task_id = record.task_id.clone();
         let shown = self.input_required(&record, &call.principal, &digest, false);
-        let held = Held {
+        let adopted = Adopted {
             exchange,
             pending,
             later,
             input_wait: Some(self.tasks.settings.input_wait),
         };
-        // Stored by the runner, which holds the open call from here on: if the store
-        // fails, the call is dropped and so cancelled upstream.
+        // Stored by the runner, which carries the open call from here on: if the store
+        // fails, the call is dropped, and the exchange's safety net stops it upstream.
         let to_store = super::ToStore {
             record,
             stored: |meter| meter.calls().held(),
         };
-        let start = Start::New(Some(held));
+        let start = Start::New(Some(adopted));
         let mut launched = self
             .tasks
             .spawn_runner(&task_id, task, start, slot, Some(to_store));

@@ -1,4 +1,4 @@
-//! Telling watchers on every instance that a task changed.
+//! Telling waiters on every instance that a task changed.
 
 use serde_json::Value;
 
@@ -6,7 +6,7 @@ use crate::tasks::TaskService;
 use mtg_store::TaskChange;
 
 impl TaskService {
-    /// Tells watchers on every instance that a task changed (a session's GET stream, a
+    /// Tells waiters on every instance that a task changed (a session's GET stream, a
     /// `tasks/result`, a `subscriptions/listen` stream); `session` names the session
     /// client whose task it is, if any.
     pub(in crate::tasks) async fn announce(&self, task_id: &str, session: Option<&str>) {

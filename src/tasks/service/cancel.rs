@@ -26,7 +26,7 @@ impl TaskService {
     }
 
     /// Cancels in the store, wakes the owner (which stops the upstream call) and tells
-    /// whoever watches the task; `session` names the session client whose task it is.
+    /// whoever waits on the task; `session` names the session client whose task it is.
     pub(in crate::tasks) async fn cancel_as(
         &self,
         task_id: &str,

@@ -51,9 +51,9 @@ impl TaskService {
         let task_id = record.task_id.clone();
         let seed = Arc::new(record.clone());
         if let Some(link) = &call.session {
-            self.watchers.expect_session(&link.client_session);
+            self.waiters.expect_session(&link.client_session);
         }
-        let held = start::Held {
+        let adopted = start::Adopted {
             exchange,
             pending: Default::default(),
             later: Vec::new(),
@@ -62,7 +62,7 @@ impl TaskService {
         let mut launched = self.spawn_runner(
             &task_id,
             call,
-            start::Start::New(Some(held)),
+            start::Start::New(Some(adopted)),
             reservation.0,
             Some(ToStore {
                 record,
@@ -78,7 +78,7 @@ impl TaskService {
         call: ToolCall,
         promote_after: Duration,
     ) -> Result<Started, ErrorObject> {
-        // Held by the runner; released if the task is never stored.
+        // Kept by the runner; released if the task is never stored.
         let slot = self.running_limit.reserve(&call.principal)?;
         let mut record = self.new_record(&call);
         record.resume = takeover::resume_of(&self.settings.state_keys, &call, &record.task_id);
@@ -98,7 +98,7 @@ impl TaskService {
         let early_input =
             (early_input && !budget.is_zero()).then(|| self.runners.expect_early_input(&task_id));
         if let Some(link) = &call.session {
-            self.watchers.expect_session(&link.client_session);
+            self.waiters.expect_session(&link.client_session);
         }
         let mut launched = self.spawn_runner(
             &task_id,

@@ -42,7 +42,7 @@ impl TaskService {
         // The call, its start and the record to store are boxed before the task takes
         // them: a future keeps the space of what it captured for as long as it lives,
         // even once moved on, and this one lives as long as the call (run 22: 960 B of
-        // task cell and 2,304 B of runner before, the call and start held four times).
+        // task cell and 2,304 B of runner before, the call and start kept four times).
         let (call, start) = (Box::new(call), Box::new(start));
         let to_store = to_store.map(Box::new);
         tokio::spawn(tracing::Instrument::instrument(
@@ -64,7 +64,7 @@ impl TaskService {
                 if !failed {
                     service.settings.meter.tasks().runner_started();
                     // Boxed, so the spawned task's cell stays small while the call
-                    // waits (docs/benchmarks.md, run 17: an inline runner future, held
+                    // waits (docs/benchmarks.md, run 17: an inline runner future, kept
                     // twice by the first `scope_runner`, took 6.8 KB a task).
                     let run = Box::pin(runner::run(
                         &service,
@@ -77,8 +77,8 @@ impl TaskService {
                     service.settings.meter.clone().scope_runner(run).await;
                     service.settings.meter.tasks().runner_ended();
                 }
-                // A held call's open exchange, if any, is dropped with `start`, which
-                // cancels it upstream.
+                // An adopted call's exchange, if the task was never stored, is dropped
+                // with `start` (the safety net of `Exchange`: it stops the call upstream).
                 service.runners.remove(&runner_task_id);
             },
             span,

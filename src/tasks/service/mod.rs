@@ -1,7 +1,7 @@
 //! [`TaskService`]'s verbs, one group a file: `create` (a `tools/call` becomes a task,
 //! or a held or adopted call does), `launch` (its runner), `inline` (the answer within
 //! the promotion budget), `read`, `update` (a client's answers), `cancel` and
-//! `announce` (telling watchers on every instance). Here: starting the service.
+//! `announce` (telling waiters on every instance). Here: starting the service.
 
 mod announce;
 mod cancel;
@@ -16,7 +16,7 @@ use std::sync::Arc;
 pub use create::Reservation;
 pub(in crate::tasks) use launch::ToStore;
 
-use super::{TaskService, TaskSettings, limits, runners, tool_traits, watch};
+use super::{TaskService, TaskSettings, limits, runners, tool_traits, waiters};
 use crate::telemetry;
 use crate::upstream::Upstream;
 use mtg_store::Store;
@@ -40,7 +40,7 @@ impl TaskService {
             membership: store.membership.clone(),
             wakeups: store.wakeups.clone(),
             changes: store.changes.clone(),
-            watchers: watch::Watchers::default(),
+            waiters: waiters::Waiters::default(),
             upstream,
             settings,
             runners: runners::Runners::default(),
@@ -62,7 +62,7 @@ impl TaskService {
                 let Some(service) = weak.upgrade() else {
                     return;
                 };
-                service.watchers.dispatch(&change);
+                service.waiters.dispatch(&change);
             }
         });
         service

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::tasks::{TaskService, not_found, watch};
+use crate::tasks::{TaskService, not_found, waiters};
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_store::{TaskRecord, TaskStore};
 
@@ -24,7 +24,7 @@ impl TaskService {
 
     /// The ids of a session's tasks as they change, from whichever instance changed
     /// them, for as long as the feed is kept (one per session: a newer one replaces it).
-    pub fn feed_session(&self, session: &str) -> watch::SessionFeed {
-        self.watchers.feed_session(session)
+    pub fn feed_session(&self, session: &str) -> waiters::SessionFeed {
+        self.waiters.feed_session(session)
     }
 }

@@ -33,7 +33,7 @@ pub fn client_info() -> Value {
 }
 
 /// Runs the handshake; returns the server's description in `InitializeResult` shape
-/// (capabilities, serverInfo, instructions), whatever the era.
+/// (capabilities, serverInfo, instructions), whatever the generation.
 pub async fn handshake(link: &Link) -> Result<Value, UpstreamError> {
     match discover(link).await? {
         Some(result) => {
@@ -64,7 +64,7 @@ pub async fn handshake(link: &Link) -> Result<Value, UpstreamError> {
 }
 
 /// `Some(result)` for a 2026-07-28 server, `None` for a 2025-xx one. As the stdio
-/// transport says, any error other than a recognised modern one, or no answer at
+/// transport says, any error other than a recognised 2026-07-28 one, or no answer at
 /// all, means 2025-xx.
 async fn discover(link: &Link) -> Result<Option<Value>, UpstreamError> {
     let params = json!({"_meta": {

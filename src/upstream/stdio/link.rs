@@ -113,7 +113,7 @@ struct CallEntry {
     progress: Option<(Value, Value)>,
     habit: String,
     asked: bool,
-    /// Set once the caller stopped listening; the entry lingers until this passes.
+    /// Set once the caller stopped reading; the entry lingers until this passes.
     ghost_until: Option<Instant>,
 }
 
@@ -209,7 +209,7 @@ impl Link {
             progress = Some((std::mem::replace(token, ours.clone()), ours));
         }
         if self.generation() == Some(Generation::Stateless) {
-            params = Some(meta::with_modern_meta(params, outgoing.capabilities));
+            params = Some(meta::with_stateless_meta(params, outgoing.capabilities));
         }
         let (events, receiver) = mpsc::unbounded_channel();
         {
@@ -274,7 +274,7 @@ impl Link {
         ))
     }
 
-    /// The caller stopped listening: the call lingers as a ghost so its late requests
+    /// The caller stopped reading: the call lingers as a ghost so its late requests
     /// are not taken for another call's, and its pending requests are refused.
     pub fn forget(&self, id: u64) {
         let refused: Vec<Value> = {

@@ -13,7 +13,7 @@ use http::{Response, StatusCode};
 use serde_json::Map;
 use sha2::{Digest, Sha256};
 
-use super::TaskSession;
+use super::SessionCaller;
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};
 use crate::upstream::{Caller, UpstreamError, forward};
@@ -32,7 +32,7 @@ const PING_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Confirmed(Mutex<HashMap<[u8; 32], Instant>>);
 
 impl Confirmed {
-    fn key(session: &TaskSession) -> [u8; 32] {
+    fn key(session: &SessionCaller) -> [u8; 32] {
         let mut hash = Sha256::new();
         hash.update(session.principal.as_bytes());
         hash.update([0]);
@@ -65,7 +65,7 @@ impl Confirmed {
 /// `None` when the gateway may answer for `session` (a pass-through session the
 /// upstream has, or one it could not tell about: the upstream failing is not a
 /// verdict); else the answer a session id no session has gets: HTTP 404.
-pub async fn unknown_session(gateway: &Gateway, session: &TaskSession) -> Option<Response<Body>> {
+pub async fn unknown_session(gateway: &Gateway, session: &SessionCaller) -> Option<Response<Body>> {
     let upstream_session = session.upstream.as_ref()?;
     let key = Confirmed::key(session);
     if gateway.confirmed_sessions.fresh(&key) {
@@ -77,7 +77,7 @@ pub async fn unknown_session(gateway: &Gateway, session: &TaskSession) -> Option
         auth: session.auth.as_ref(),
         session: Some(upstream_session),
     };
-    let pinged = forward::forward(
+    let pinged = forward::request(
         gateway.upstream.as_ref(),
         &caller,
         mtg_protocol::names::method::PING,

@@ -3,12 +3,14 @@
 //! to the input requests a `tasks/result` stream delivered. Everything else such a
 //! session sends goes on as before (`Handled::PassOn`).
 //!
-//! Both kinds of session come here: those passed through to a 2025-xx HTTP upstream
-//! (`marked.rs`: the session id is marked, the call runs in the client's own
-//! upstream session) and those the gateway serves itself (`server/session/served/`).
+//! Both kinds of client session come here: those passed through to a 2025-xx HTTP
+//! upstream (`passthrough/marked.rs`: the session id is marked, the call runs in the
+//! client's own upstream session) and those the gateway serves itself (`served/`).
+//! `results.rs` answers `tasks/result`; `deferred.rs` runs a plain call of either kind
+//! as a task of the session, answered on the call (`tasks::deferral`).
 
 pub mod confirm;
-pub mod marked;
+pub mod deferred;
 pub mod negotiate;
 pub mod push;
 pub mod results;
@@ -23,7 +25,7 @@ use crate::server::Gateway;
 use crate::server::reply::{self, Body};
 use crate::tasks::dialect_2025::SessionLink;
 use crate::tasks::{Started, ToolCall, render};
-use crate::upstream::SessionRef;
+use crate::upstream::{Caller, PassThroughSession};
 use mtg_protocol::jsonrpc::{self, ErrorObject, Message, code};
 use mtg_protocol::names::method;
 use mtg_protocol::task_support::TaskSupport;
@@ -32,13 +34,15 @@ use mtg_protocol::wire::dialect_2025::{
     self as wire, CreateTaskResult, FALLBACK_MODE, ListParams, ListTasksResult, TaskParam,
 };
 
-/// The session a message came in, as the task handlers need it.
+/// Who sends a session client's message, as the handlers need it: the client session it
+/// came in (its id as the client knows it), the client's upstream session for a
+/// pass-through one, and the caller's capabilities, credentials and principal.
 #[derive(Clone)]
-pub struct TaskSession {
+pub struct SessionCaller {
     /// The session id as the client sends it.
     pub id: String,
     /// Pass-through: the client's session upstream, where its task calls run.
-    pub upstream: Option<SessionRef>,
+    pub upstream: Option<PassThroughSession>,
     /// Gateway-served: what the client declared (elicitation, sampling, roots), which
     /// the upstream is told of with each call.
     pub capabilities: Map<String, Value>,
@@ -48,7 +52,17 @@ pub struct TaskSession {
     pub modes: bool,
 }
 
-impl TaskSession {
+impl SessionCaller {
+    /// Whom the gateway's own requests for this session (its tool lists) go out as: the
+    /// session's capabilities and credentials, in an upstream session of the gateway's.
+    pub fn caller(&self) -> Caller<'_> {
+        Caller {
+            capabilities: &self.capabilities,
+            auth: self.auth.as_ref(),
+            session: None,
+        }
+    }
+
     /// A call of this session's to run as its task; `params` as the upstream gets them.
     pub fn tool_call(
         &self,
@@ -80,7 +94,7 @@ pub enum Handled {
     PassOn,
 }
 
-pub async fn handle(gateway: &Gateway, session: &TaskSession, message: &Message) -> Handled {
+pub async fn handle(gateway: &Gateway, session: &SessionCaller, message: &Message) -> Handled {
     match message {
         Message::Request {
             id,
@@ -132,7 +146,7 @@ pub async fn handle(gateway: &Gateway, session: &TaskSession, message: &Message)
 /// gateway's input requests; the rest, `tasks/list` included, goes on as it is.
 pub async fn handle_undeclared(
     gateway: &Gateway,
-    session: &TaskSession,
+    session: &SessionCaller,
     message: &Message,
 ) -> Handled {
     if !may_be_undeclared_tasks(message) {
@@ -219,7 +233,7 @@ type Outcome = Result<Box<RawValue>, ErrorObject>;
 /// `None` when the call is not the gateway's: no `task`, and the tool may run inline.
 async fn tools_call(
     gateway: &Gateway,
-    session: &TaskSession,
+    session: &SessionCaller,
     params: Option<&Value>,
 ) -> Option<Outcome> {
     let tool = params?.get("name")?.as_str()?;
@@ -243,7 +257,12 @@ async fn tools_call(
     Some(create(gateway, session, params?, task).await)
 }
 
-async fn create(gateway: &Gateway, session: &TaskSession, params: &Value, task: &Value) -> Outcome {
+async fn create(
+    gateway: &Gateway,
+    session: &SessionCaller,
+    params: &Value,
+    task: &Value,
+) -> Outcome {
     let task = TaskParam::deserialize(task).map_err(|e| {
         ErrorObject::invalid_params(format!(
             "params.task must be an object {{ttl?, responseModes?}}: {e}"
@@ -297,13 +316,13 @@ fn task_id_of(name: &str, params: Option<&Value>) -> Result<String, ErrorObject>
     Ok(params.task_id)
 }
 
-async fn tasks_get(gateway: &Gateway, session: &TaskSession, params: Option<&Value>) -> Outcome {
+async fn tasks_get(gateway: &Gateway, session: &SessionCaller, params: Option<&Value>) -> Outcome {
     let task_id = task_id_of(method::TASKS_GET, params)?;
     let task = gateway.tasks.get(&task_id, &session.principal).await?;
     to_raw(&render::session_task(&task))
 }
 
-async fn tasks_list(gateway: &Gateway, session: &TaskSession, params: Option<&Value>) -> Outcome {
+async fn tasks_list(gateway: &Gateway, session: &SessionCaller, params: Option<&Value>) -> Outcome {
     let params: ListParams = parse_optional(method::TASKS_LIST, params)?;
     let (tasks, next_cursor) = gateway
         .dialect
@@ -315,7 +334,11 @@ async fn tasks_list(gateway: &Gateway, session: &TaskSession, params: Option<&Va
     })
 }
 
-async fn tasks_cancel(gateway: &Gateway, session: &TaskSession, params: Option<&Value>) -> Outcome {
+async fn tasks_cancel(
+    gateway: &Gateway,
+    session: &SessionCaller,
+    params: Option<&Value>,
+) -> Outcome {
     let task_id = task_id_of(method::TASKS_CANCEL, params)?;
     let task = gateway
         .dialect
@@ -327,7 +350,7 @@ async fn tasks_cancel(gateway: &Gateway, session: &TaskSession, params: Option<&
 /// The client's answer to an input request a `tasks/result` stream delivered.
 async fn answer(
     gateway: &Gateway,
-    session: &TaskSession,
+    session: &SessionCaller,
     task_id: &str,
     key: &str,
     outcome: Result<Value, ErrorObject>,

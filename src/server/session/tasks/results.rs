@@ -7,7 +7,7 @@ use http::{Response, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::{TaskSession, session_error};
+use super::{SessionCaller, session_error};
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};
 use crate::server::sse::{sse_event, sse_response};
@@ -22,7 +22,7 @@ const BACKLOG: usize = 64;
 
 pub async fn tasks_result(
     gateway: &Gateway,
-    session: &TaskSession,
+    session: &SessionCaller,
     id: &Value,
     params: Option<&Value>,
 ) -> Response<Body> {

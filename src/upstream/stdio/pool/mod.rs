@@ -139,7 +139,7 @@ impl Pool {
                     i
                 }
                 None => {
-                    // Everything is held for input: more processes, if allowed.
+                    // Every process waits for input: more processes, if allowed.
                     if !slots
                         .iter()
                         .any(|s| s.started && !s.exclusive && !s.reserved)
@@ -324,7 +324,7 @@ impl Drop for Lease {
     }
 }
 
-/// A process held for a waiting exclusive call; freed if the call stops waiting.
+/// A process reserved for a waiting exclusive call; freed if the call stops waiting.
 struct Reservation {
     pool: Arc<Pool>,
     slot: Option<usize>,
