@@ -3,7 +3,7 @@
 //! call on the call's exchange, [`super::Exchange::stop`], which each transport
 //! carries out as its protocol says:
 //!
-//! - a 2025-xx session upstream (`session_http.rs`), SSE or JSON response:
+//! - a 2025-xx session upstream (`session_http/`), SSE or JSON response:
 //!   `notifications/cancelled` POSTed in the call's session. The exchange exists from
 //!   the moment the request is sent, before its response head (which a JSON-response
 //!   upstream sends only when the call ends), so a stop reaches such a call too;

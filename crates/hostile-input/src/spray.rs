@@ -15,7 +15,7 @@ use crate::gateway::Memory;
 use crate::tally::Tally;
 use crate::verdict::judge;
 
-/// `MAX_SESSIONS` in `src/upstream/session_http.rs`.
+/// `MAX_SESSIONS` in `src/upstream/session_http/sessions.rs`.
 const UPSTREAM_SESSIONS_BOUND: usize = 1024;
 
 /// What `--spray` saw: the gateway before, right after, and after a quiet period.
