@@ -243,9 +243,9 @@ impl Meter {
     /// Whether this instance's last lease renewal for this upstream's namespace reached
     /// the store (1) or not (0): with Redis, 0 means every instance may soon take this
     /// one for lost.
-    pub fn lease_held(&self, held: bool) {
+    pub fn lease_held(&self, renewed: bool) {
         self.gauge("mtg_lease_held")
-            .set(if held { 1.0 } else { 0.0 });
+            .set(if renewed { 1.0 } else { 0.0 });
     }
 }
 
