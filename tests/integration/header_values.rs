@@ -255,11 +255,15 @@ async fn a_keep_alive_connection_answers_the_requests_before_a_refused_head() {
     };
     let bad = raw_http::post(&addr, b"authorization: Bearer a\0b\r\n", b"{}");
 
-    let answers = raw_http::exchange(&addr, &[good(1), bad.clone(), good(3)].concat());
-    assert_eq!(answers.len(), 2);
-    assert_eq!(answers[0].status, 200);
-    assert_eq!(answers[0].message()["id"], 1);
-    answers[1].assert_refused("authorization", 0);
+    // Also when the client shuts its side after writing (hyper, without half-close
+    // support, would drop an answer it had not written when it saw that).
+    for exchange in [raw_http::exchange, raw_http::exchange_then_shut] {
+        let answers = exchange(&addr, &[good(1), bad.clone(), good(3)].concat());
+        assert_eq!(answers.len(), 2);
+        assert_eq!(answers[0].status, 200);
+        assert_eq!(answers[0].message()["id"], 1);
+        answers[1].assert_refused("authorization", 0);
+    }
 
     let mut stream = raw_http::connect(&addr);
     for id in [4, 5] {
@@ -274,10 +278,12 @@ async fn a_keep_alive_connection_answers_the_requests_before_a_refused_head() {
     assert_eq!(answers.len(), 1);
     answers[0].assert_refused("authorization", 0);
 
-    // Neither the refused request nor the one pipelined after it went upstream.
-    let mut seen = authorizations_seen(&upstream_stats(&upstream_url).await);
-    seen.dedup();
-    let expected: Vec<Vec<u8>> = [1, 4, 5]
+    // Neither the refused requests nor those pipelined after them went upstream.
+    let seen: std::collections::BTreeSet<Vec<u8>> =
+        authorizations_seen(&upstream_stats(&upstream_url).await)
+            .into_iter()
+            .collect();
+    let expected = [1, 4, 5]
         .iter()
         .map(|id| format!("Bearer good-{id}").into_bytes())
         .collect();

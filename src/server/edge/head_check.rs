@@ -21,6 +21,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use http::{HeaderValue, Request, Response, header};
 use mtg_protocol::jsonrpc::{ErrorObject, code};
@@ -39,6 +40,11 @@ const READ_CHUNK: usize = 8192;
 /// What is read and dropped after a refusal, so that closing does not reset the
 /// connection before the client has read the answer.
 const DRAIN_LIMIT: usize = 64 * 1024;
+/// How long hyper is kept from seeing the end of the stream after a refusal: it checks
+/// for it before it writes the answer, and without half-close support drops the answer
+/// of a client that shut its side. hyper answers the stand-in at once; the end comes
+/// only if it waits for more (which it never should).
+const REFUSED_GRACE: Duration = Duration::from_secs(10);
 /// Longest header name shown in a message.
 const SHOWN_NAME: usize = 64;
 
@@ -158,6 +164,9 @@ pub struct HeadCheck<S> {
     /// Whether a head was refused: nothing read after it reaches hyper.
     refused: bool,
     drained: usize,
+    grace: Duration,
+    /// Started once the client's side ended (or enough was drained) after a refusal.
+    grace_timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 /// Bytes read from the socket that hyper has not been given yet: `[..given]` it has,
@@ -214,6 +223,8 @@ impl<S> HeadCheck<S> {
             refusals,
             refused: false,
             drained: 0,
+            grace: REFUSED_GRACE,
+            grace_timer: None,
         }
     }
 
@@ -229,19 +240,22 @@ impl<S> HeadCheck<S> {
 
 impl<S: AsyncRead + Unpin> HeadCheck<S> {
     /// After a refusal: reads and drops what the client still sends. hyper reads only
-    /// once it has the stand-in, and needs nothing more.
+    /// once it has the stand-in, and needs nothing more; the end of the stream waits
+    /// for [`REFUSED_GRACE`].
     fn drain(&mut self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        while self.drained < DRAIN_LIMIT {
+        loop {
+            if let Some(timer) = &mut self.grace_timer {
+                return timer.as_mut().poll(cx).map(Ok);
+            }
             let before = buf.filled().len();
             ready!(Pin::new(&mut self.inner).poll_read(cx, buf))?;
             let n = buf.filled().len() - before;
             buf.set_filled(before);
-            if n == 0 {
-                return Poll::Ready(Ok(()));
-            }
             self.drained += n;
+            if n == 0 || self.drained >= DRAIN_LIMIT {
+                self.grace_timer = Some(Box::pin(tokio::time::sleep(self.grace)));
+            }
         }
-        Poll::Pending
     }
 
     /// Reads into hyper's buffer and checks the bytes where they are (the usual case:

@@ -70,8 +70,20 @@ pub fn connect(addr: &str) -> TcpStream {
 
 /// Writes `request` on a new connection and reads until the gateway closes it.
 pub fn exchange(addr: &str, request: &[u8]) -> Vec<Answer> {
+    exchange_and(addr, request, |_| {})
+}
+
+/// The same, the write side shut once `request` is written.
+pub fn exchange_then_shut(addr: &str, request: &[u8]) -> Vec<Answer> {
+    exchange_and(addr, request, |stream| {
+        stream.shutdown(std::net::Shutdown::Write).unwrap()
+    })
+}
+
+fn exchange_and(addr: &str, request: &[u8], then: impl FnOnce(&TcpStream)) -> Vec<Answer> {
     let mut stream = connect(addr);
     stream.write_all(request).unwrap();
+    then(&stream);
     let mut bytes = Vec::new();
     let _ = stream.read_to_end(&mut bytes);
     answers(&bytes)

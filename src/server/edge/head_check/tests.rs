@@ -1,9 +1,10 @@
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
-use tokio::io::{AsyncRead, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 
 use super::framing::{Framer, MAX_HEAD, Scanned};
 use super::*;
@@ -49,26 +50,25 @@ fn through(chunks: Vec<Vec<u8>>, room: usize, stalls: bool) -> (Vec<u8>, Option<
         stalled: false,
     };
     let refusals = Arc::new(Refusals::default());
-    let mut check = HeadCheck::new(script, refusals.clone());
-    let mut cx = Context::from_waker(Waker::noop());
-    let mut seen = Vec::new();
-    let mut pending = 0;
-    loop {
-        let mut room = vec![0; room];
-        let mut buf = ReadBuf::new(&mut room);
-        match Pin::new(&mut check).poll_read(&mut cx, &mut buf) {
-            Poll::Ready(Ok(())) if buf.filled().is_empty() => break,
-            Poll::Ready(Ok(())) => {
-                seen.extend_from_slice(buf.filled());
-                pending = 0;
+    let mut check = HeadCheck {
+        grace: Duration::ZERO,
+        ..HeadCheck::new(script, refusals.clone())
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let seen = runtime.block_on(async {
+        let mut seen = Vec::new();
+        loop {
+            let mut buf = vec![0; room];
+            let n = check.read(&mut buf).await.unwrap();
+            if n == 0 {
+                return seen;
             }
-            Poll::Ready(Err(e)) => panic!("{e}"),
-            Poll::Pending => {
-                pending += 1;
-                assert!(pending < 100_000, "stuck after {seen:?}");
-            }
+            seen.extend_from_slice(&buf[..n]);
         }
-    }
+    });
     let refused = refusals.0.get().map(|refused| refused.error.clone());
     (seen, refused)
 }
@@ -428,4 +428,30 @@ fn the_stand_in_is_answered_with_a_named_json_rpc_error_and_only_it() {
     assert_eq!(answer.status(), 400);
     assert_eq!(answer.headers()["connection"], "close");
     assert_eq!(answer.headers()["content-type"], "application/json");
+}
+
+#[test]
+fn after_a_refusal_the_end_of_the_stream_waits_for_the_answer() {
+    // hyper looks for the end before it writes the answer, and would drop the answer of
+    // a client that shut its side: that end is held back.
+    let script = Script {
+        chunks: [post(b"x: \0\r\n", "{}")].into(),
+        stalls: false,
+        stalled: false,
+    };
+    let mut check = HeadCheck::new(script, Arc::new(Refusals::default()));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut buf = vec![0; 8192];
+        let n = check.read(&mut buf).await.unwrap();
+        refused_after(b"", &buf[..n]);
+        let next = futures_util::FutureExt::now_or_never(check.read(&mut buf));
+        assert!(
+            next.is_none(),
+            "the end of the stream came at once: {next:?}"
+        );
+    });
 }
