@@ -159,7 +159,8 @@ async fn obs_text_in_authorization_reaches_the_upstream_through_both_pools() {
 
 /// The gateway's address, `host:port`, from its `/mcp` URL.
 fn address(url: &str) -> String {
-    url.trim_start_matches("http://")
+    url.trim_start_matches("https://")
+        .trim_start_matches("http://")
         .trim_end_matches("/mcp")
         .to_owned()
 }
@@ -290,7 +291,7 @@ async fn a_keep_alive_connection_answers_the_requests_before_a_refused_head() {
     assert_eq!(seen, expected);
 }
 
-/// HTTP/2 (h2c with prior knowledge here; h2 over TLS runs the same code): a NUL in a
+/// HTTP/2 (h2c with prior knowledge here; h2 by ALPN on TLS below): a NUL in a
 /// header value fails HPACK decoding in the h2 crate, below hyper, and the whole
 /// connection gets GOAWAY with PROTOCOL_ERROR; no JSON-RPC answer can be given there
 /// (docs/errors.md, "Header values on HTTP/2"). The upstream receives nothing.
@@ -327,6 +328,82 @@ async fn a_forbidden_byte_on_http2_is_a_protocol_error_of_the_connection() {
         frames.iter().all(|frame| frame.stream == 0),
         "nothing answered on the stream"
     );
+    let after = upstream_stats(&upstream_url).await;
+    assert_eq!(after["postsByVersion"], before["postsByVersion"]);
+}
+
+/// On the TLS listener the same: HTTP/1.1 gets the named 400, h2 by ALPN the GOAWAY
+/// (the head check wraps the TLS stream; HTTP/2 passes it unchecked).
+#[tokio::test]
+async fn over_tls_a_forbidden_byte_gets_the_same_answers() {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let ca = test_support::tls::TestCa::new("head-check");
+    let issued = ca.issue("gateway");
+    let (_upstream, upstream_url) = start_plain_server();
+    let before = upstream_stats(&upstream_url).await;
+    let tls_flags = [
+        "--tls-cert",
+        issued.cert.to_str().unwrap(),
+        "--tls-key",
+        issued.key.to_str().unwrap(),
+    ];
+    let (_gateway, url) = start_gateway(&upstream_url, &tls_flags);
+    let addr = address(&url);
+    let exchange = |alpn: &'static [u8], request: Vec<u8>| {
+        let (addr, ca_pem) = (addr.clone(), ca.cert_pem.clone());
+        async move {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+                roots.add(cert.unwrap()).unwrap();
+            }
+            let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+            let mut config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            config.alpn_protocols = vec![alpn.to_vec()];
+            let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+            let tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+            let mut tls = connector.connect(name, tcp).await.unwrap();
+            assert_eq!(tls.get_ref().1.alpn_protocol(), Some(alpn));
+            tls.write_all(&request).await.unwrap();
+            let mut bytes = Vec::new();
+            let _ = tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                tls.read_to_end(&mut bytes),
+            )
+            .await;
+            bytes
+        }
+    };
+
+    let bad = raw_http::post(&addr, b"authorization: Bearer a\0b\r\n", b"{}");
+    let answers = raw_http::answers(&exchange(b"http/1.1", bad).await);
+    assert_eq!(answers.len(), 1);
+    answers[0].assert_refused("authorization", 0);
+
+    let block = [
+        &[0x83u8, 0x87][..],
+        &raw_http::literal(4, b"", b"/mcp"),
+        &raw_http::literal(1, b"", addr.as_bytes()),
+        &raw_http::literal(0, b"authorization", b"Bearer a\0b"),
+    ]
+    .concat();
+    let request = [
+        &b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"[..],
+        &raw_http::frame(4, 0, 0, b""),
+        &raw_http::frame(1, 0x05, 1, &block),
+    ]
+    .concat();
+    let frames = raw_http::frames(&exchange(b"h2", request).await);
+    let goaway = frames.iter().find(|frame| frame.kind == 7).expect("GOAWAY");
+    assert_eq!(&goaway.payload[4..8], &[0, 0, 0, 1], "PROTOCOL_ERROR");
+
     let after = upstream_stats(&upstream_url).await;
     assert_eq!(after["postsByVersion"], before["postsByVersion"]);
 }
