@@ -98,6 +98,8 @@ pub(crate) struct Context {
     /// A pass-through session opened through the gateway before the campaign, for
     /// requests that need a real one.
     pub(crate) session: Option<String>,
+    /// `--class`: only the classes whose name holds this are drawn.
+    pub(crate) class: Option<String>,
 }
 
 impl Context {
@@ -108,6 +110,7 @@ impl Context {
             max_body_bytes,
             filler: Bytes::from(vec![b'x'; max_body_bytes + 128 * 1024]),
             session: None,
+            class: None,
         }
     }
 
@@ -322,6 +325,9 @@ pub(crate) enum Expect {
     NoSuchTask,
     /// Some 4xx: the request is refused.
     Refused,
+    /// A head the gateway refuses before hyper reads it (#43): 400, -32600, the message
+    /// naming this header.
+    HeadRefused(&'static str),
     /// Anything well-formed but a 5xx or -32603: what the client sent is never the
     /// upstream's (or the gateway's) failure.
     NotTheUpstreamsFault,
@@ -352,6 +358,7 @@ impl Expect {
             Expect::TooLarge => status == 413,
             Expect::NoSuchTask => status == 200 && matches!(codes, [Some(-32602)]),
             Expect::Refused => (400..500).contains(&status),
+            Expect::HeadRefused(_) => status == 400 && codes == [Some(-32600)],
             Expect::NotTheUpstreamsFault => status < 500 && !codes.contains(&Some(-32603)),
             Expect::Answering(generation) => match generation {
                 Answering::Stateless => status == 200,
@@ -378,12 +385,28 @@ impl Expect {
             Expect::TooLarge => "413",
             Expect::NoSuchTask => "200 with -32602",
             Expect::Refused => "a 4xx",
+            Expect::HeadRefused(_) => "400 with -32600 naming the header",
             Expect::NotTheUpstreamsFault => "no 5xx and no -32603",
             Expect::Answering(Answering::Stateless) => "a 2026-07-28 answer (200)",
             Expect::Answering(Answering::Session) => "the session's answer",
             Expect::Answering(Answering::UnknownSession) => "404 (no such session)",
             Expect::Answering(Answering::NoSession) => "a 4xx (no session)",
             Expect::Answering(Answering::Refused(_)) => "400 with the rule's code",
+        }
+    }
+
+    /// The error of a JSON-RPC answer: a refused head's names its header.
+    pub(crate) fn check_error(self, error: &serde_json::Value) -> Result<(), String> {
+        let Expect::HeadRefused(name) = self else {
+            return Ok(());
+        };
+        let message = error["message"].as_str().unwrap_or_default();
+        if message.starts_with(&format!("header \"{name}\" holds byte ")) {
+            Ok(())
+        } else {
+            Err(format!(
+                "a refusal that does not name {name:?}: {message:?}"
+            ))
         }
     }
 

@@ -44,11 +44,21 @@ pub(crate) const CLASSES: &[(&str, u32, Generator)] = &[
     ),
 ];
 
+/// The classes drawn: those `--class` names, else all.
+pub(crate) fn drawn(
+    only: Option<&str>,
+) -> impl Iterator<Item = &'static (&'static str, u32, Generator)> + Clone {
+    CLASSES
+        .iter()
+        .filter(move |(name, ..)| only.is_none_or(|only| name.contains(only)))
+}
+
 pub(crate) fn generate(context: &Context, index: u64) -> Case {
     let mut rng = Rng::for_case(context.seed, index);
-    let total: u32 = CLASSES.iter().map(|c| c.1).sum();
-    let mut roll = (rng.next_u64() % u64::from(total)) as u32;
-    for (_, weight, generator) in CLASSES {
+    let classes = drawn(context.class.as_deref());
+    let total: u32 = classes.clone().map(|c| c.1).sum();
+    let mut roll = (rng.next_u64() % u64::from(total.max(1))) as u32;
+    for (_, weight, generator) in classes {
         if roll < *weight {
             return generator(context, &mut rng);
         }

@@ -1,6 +1,6 @@
 //! Issue #43's two classes: header values with bytes beyond visible ASCII (what HTTP
 //! permits must never come back as the upstream's failure; what it forbids is refused
-//! with a 4xx), and requests whose revision signals disagree (`MCP-Protocol-Version`,
+//! with a 400 and -32600 naming the header), and requests whose revision signals disagree (`MCP-Protocol-Version`,
 //! the `_meta` version, `Mcp-Session-Id`, the method), whose answer must be of the one
 //! generation the rule in ARCHITECTURE.md ("The generation") names, never a mix.
 
@@ -108,7 +108,8 @@ fn request(context: &Context, rng: &mut Rng, session: bool) -> HttpCase {
 /// traffic (the pinned socket) and on 2026-07-28 requests (the gateway's own calls:
 /// the HTTP/1.1 pool, or HTTP/2 with `--upstream-http2`). Permitted bytes go through
 /// hyper's client and must get a well-formed answer that is not a 5xx (nothing the
-/// client sent is the upstream's failure); forbidden ones go raw and must get a 4xx.
+/// client sent is the upstream's failure); forbidden ones go raw and must get the
+/// gateway's 400 with -32600 naming the header (hyper's own was a bare 400).
 pub(crate) fn header_bytes(context: &Context, rng: &mut Rng) -> Case {
     const CLASS: &str = "header bytes beyond ASCII";
     let session = rng.chance(50);
@@ -138,7 +139,8 @@ pub(crate) fn header_bytes(context: &Context, rng: &mut Rng) -> Case {
     line.extend_from_slice(&value);
     line.extend_from_slice(b"\r\n");
     wire.splice(end..end, line);
-    let mut case = Case::raw(CLASS, RawCase::new(wire, End::Linger)).expecting(Expect::Refused);
+    let mut case =
+        Case::raw(CLASS, RawCase::new(wire, End::Linger)).expecting(Expect::HeadRefused(header));
     case.may_close = false;
     case
 }

@@ -5,6 +5,7 @@
 pub mod accept;
 pub mod authn;
 pub mod balance;
+pub mod head_check;
 pub mod idle_poll;
 pub mod task_rate;
 pub mod tls;
@@ -126,14 +127,10 @@ pub async fn serve(
             routes.pinned_connectors.clone(),
             pinned::IDLE_LIMIT,
         ));
+        let refusals = Arc::new(head_check::Refusals::default());
+        let answers = refusals.clone();
         let service = hyper::service::service_fn(move |request| {
-            let routes = routes.clone();
-            let pinned = pinned.clone();
-            // Boxed: hyper keeps room for the service's future for as long as the
-            // connection (or HTTP/2 stream) lives, and a request's handling takes 5.4 KiB
-            // (its rare branches are boxed further down). An idle keep-alive connection or
-            // a long stream then holds a pointer instead.
-            async move { Ok::<_, Infallible>(Box::pin(route(&routes, &pinned, request)).await) }
+            handle(routes.clone(), pinned.clone(), answers.clone(), request)
         });
         let watcher = graceful.watcher();
         let builder = builder.clone();
@@ -141,6 +138,7 @@ pub async fn serve(
             let _open = open;
             let served = match tls {
                 None => {
+                    let stream = head_check::HeadCheck::new(stream, refusals);
                     let connection =
                         builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
                     watcher.watch(connection.into_owned()).await
@@ -149,6 +147,7 @@ pub async fn serve(
                 // only itself.
                 Some(tls) => match tls.accept(stream).await {
                     Ok(stream) => {
+                        let stream = head_check::HeadCheck::new(stream, refusals);
                         let connection =
                             builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
                         watcher.watch(connection.into_owned()).await
@@ -173,6 +172,23 @@ pub async fn serve(
     {
         tracing::warn!("some connections were still open after the grace period");
     }
+}
+
+/// One request: the stand-in of a head `HeadCheck` refused is answered, never routed.
+/// The handling is boxed: hyper keeps room for the service's future for as long as the
+/// connection (or HTTP/2 stream) lives, and a request's handling takes 5.4 KiB (its rare
+/// branches are boxed further down). An idle keep-alive connection or a long stream then
+/// holds a pointer instead.
+async fn handle(
+    routes: Arc<Routes>,
+    pinned: Arc<PinnedConn>,
+    refusals: Arc<head_check::Refusals>,
+    request: http::Request<hyper::body::Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    if let Some(refused) = refusals.answer(&request) {
+        return Ok(refused);
+    }
+    Ok(Box::pin(route(&routes, &pinned, request)).await)
 }
 
 /// Who is calling: the configured identity header, else a hash of the credentials.

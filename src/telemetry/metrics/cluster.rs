@@ -10,10 +10,10 @@ impl ClusterMetrics<'_> {
     /// Whether this instance's last lease renewal for this upstream's namespace reached
     /// the store (1) or not (0): with Redis, 0 means every instance may soon take this
     /// one for lost.
-    pub fn lease_held(&self, held: bool) {
+    pub fn lease_held(&self, renewed: bool) {
         self.0
             .gauge("mtg_lease_held")
-            .set(if held { 1.0 } else { 0.0 });
+            .set(if renewed { 1.0 } else { 0.0 });
     }
 
     /// Tasks failed because the instance running them disappeared (its lease lapsed)
