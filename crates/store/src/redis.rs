@@ -561,5 +561,4 @@ impl MembershipStore for RedisStore {
 }
 
 #[cfg(test)]
-#[allow(clippy::too_many_lines)]
 mod tests;
