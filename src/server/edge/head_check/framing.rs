@@ -187,90 +187,120 @@ struct HeadScan {
 impl HeadScan {
     fn advance(&mut self, head: &[u8]) -> Head {
         while self.pos < head.len() {
-            let at = self.pos;
-            match self.part {
-                Part::Blank => match head[at] {
-                    b'\n' => self.pos += 1,
-                    b'\r' => match head.get(at + 1) {
-                        None => return Head::Unfinished,
-                        Some(b'\n') => self.pos += 2,
-                        Some(_) => return request_line_error(b'\r', 0),
-                    },
-                    _ => {
-                        self.line = at;
-                        self.part = Part::RequestLine;
-                    }
-                },
-                Part::RequestLine => {
-                    let Some(stop) = find(head, at, |b| forbidden(b) || b == b'\n') else {
-                        self.pos = head.len();
-                        return Head::Unfinished;
-                    };
-                    let end = match line_end(head, stop) {
-                        LineEnd::Unknown => {
-                            self.pos = stop;
-                            return Head::Unfinished;
-                        }
-                        LineEnd::No => return request_line_error(head[stop], stop - self.line),
-                        LineEnd::Yes(next) => next,
-                    };
-                    self.framing.request_line(&head[self.line..stop]);
-                    self.next_line(end);
-                }
-                Part::LineStart => match line_end(head, at) {
-                    LineEnd::Unknown => return Head::Unfinished,
-                    LineEnd::Yes(next) => return Head::Ends(next, self.framing.body()),
-                    LineEnd::No if is_tchar(head[at]) => {
-                        self.line = at;
-                        self.part = Part::Name;
-                    }
-                    LineEnd::No => return name_error(head, at, at),
-                },
-                Part::Name => {
-                    let Some(stop) = find(head, at, |b| !is_tchar(b)) else {
-                        self.pos = head.len();
-                        return Head::Unfinished;
-                    };
-                    if head[stop] != b':' {
-                        return name_error(head, self.line, stop);
-                    }
-                    self.colon = stop;
-                    self.pos = stop + 1;
-                    self.part = Part::Gap;
-                }
-                Part::Gap => match head[at] {
-                    b' ' | b'\t' => self.pos += 1,
-                    _ => {
-                        self.value = at;
-                        self.part = Part::Value;
-                    }
-                },
-                Part::Value => {
-                    let Some(stop) = find(head, at, |b| forbidden(b) || b == b'\n') else {
-                        self.pos = head.len();
-                        return Head::Unfinished;
-                    };
-                    let end = match line_end(head, stop) {
-                        LineEnd::Unknown => {
-                            self.pos = stop;
-                            return Head::Unfinished;
-                        }
-                        LineEnd::No => {
-                            return Head::Refused(HeadError::value(
-                                &head[self.line..self.colon],
-                                head[stop],
-                                stop - self.value,
-                            ));
-                        }
-                        LineEnd::Yes(next) => next,
-                    };
-                    let value = trim_end(&head[self.value..stop]);
-                    self.framing.header(&head[self.line..self.colon], value);
-                    self.next_line(end);
-                }
+            let step = match self.part {
+                Part::Blank => self.step_blank(head),
+                Part::RequestLine => self.step_request_line(head),
+                Part::LineStart => self.step_line_start(head),
+                Part::Name => self.step_name(head),
+                Part::Gap => self.step_gap(head),
+                Part::Value => self.step_value(head),
+            };
+            if let Some(done) = step {
+                return done;
             }
         }
         Head::Unfinished
+    }
+
+    // Each step reads from `self.pos`; `None` means go on with the next part.
+
+    fn step_blank(&mut self, head: &[u8]) -> Option<Head> {
+        let at = self.pos;
+        match head[at] {
+            b'\n' => self.pos += 1,
+            b'\r' => match head.get(at + 1) {
+                None => return Some(Head::Unfinished),
+                Some(b'\n') => self.pos += 2,
+                Some(_) => return Some(request_line_error(b'\r', 0)),
+            },
+            _ => {
+                self.line = at;
+                self.part = Part::RequestLine;
+            }
+        }
+        None
+    }
+
+    fn step_request_line(&mut self, head: &[u8]) -> Option<Head> {
+        let Some(stop) = find(head, self.pos, |b| forbidden(b) || b == b'\n') else {
+            self.pos = head.len();
+            return Some(Head::Unfinished);
+        };
+        let end = match line_end(head, stop) {
+            LineEnd::Unknown => {
+                self.pos = stop;
+                return Some(Head::Unfinished);
+            }
+            LineEnd::No => return Some(request_line_error(head[stop], stop - self.line)),
+            LineEnd::Yes(next) => next,
+        };
+        self.framing.request_line(&head[self.line..stop]);
+        self.next_line(end);
+        None
+    }
+
+    fn step_line_start(&mut self, head: &[u8]) -> Option<Head> {
+        let at = self.pos;
+        match line_end(head, at) {
+            LineEnd::Unknown => Some(Head::Unfinished),
+            LineEnd::Yes(next) => Some(Head::Ends(next, self.framing.body())),
+            LineEnd::No if is_tchar(head[at]) => {
+                self.line = at;
+                self.part = Part::Name;
+                None
+            }
+            LineEnd::No => Some(name_error(head, at, at)),
+        }
+    }
+
+    fn step_name(&mut self, head: &[u8]) -> Option<Head> {
+        let Some(stop) = find(head, self.pos, |b| !is_tchar(b)) else {
+            self.pos = head.len();
+            return Some(Head::Unfinished);
+        };
+        if head[stop] != b':' {
+            return Some(name_error(head, self.line, stop));
+        }
+        self.colon = stop;
+        self.pos = stop + 1;
+        self.part = Part::Gap;
+        None
+    }
+
+    fn step_gap(&mut self, head: &[u8]) -> Option<Head> {
+        match head[self.pos] {
+            b' ' | b'\t' => self.pos += 1,
+            _ => {
+                self.value = self.pos;
+                self.part = Part::Value;
+            }
+        }
+        None
+    }
+
+    fn step_value(&mut self, head: &[u8]) -> Option<Head> {
+        let Some(stop) = find(head, self.pos, |b| forbidden(b) || b == b'\n') else {
+            self.pos = head.len();
+            return Some(Head::Unfinished);
+        };
+        let end = match line_end(head, stop) {
+            LineEnd::Unknown => {
+                self.pos = stop;
+                return Some(Head::Unfinished);
+            }
+            LineEnd::No => {
+                return Some(Head::Refused(HeadError::value(
+                    &head[self.line..self.colon],
+                    head[stop],
+                    stop - self.value,
+                )));
+            }
+            LineEnd::Yes(next) => next,
+        };
+        let value = trim_end(&head[self.value..stop]);
+        self.framing.header(&head[self.line..self.colon], value);
+        self.next_line(end);
+        None
     }
 
     fn next_line(&mut self, start: usize) {
