@@ -11,7 +11,7 @@ use crate::tasks::policy::Policies;
 use mtg_store::redis::{RedisSettings, StoreNamespace, Target};
 
 /// The edge's settings, shared by every upstream's path.
-pub fn edge(config: &Config) -> crate::server::EdgeSettings {
+pub(crate) fn edge(config: &Config) -> crate::server::EdgeSettings {
     let tls = match (&config.edge.tls_cert, &config.edge.tls_key) {
         (Some(cert), Some(key)) => Some(crate::server::edge::tls::TlsFiles {
             cert: cert.clone(),
@@ -31,7 +31,7 @@ pub fn edge(config: &Config) -> crate::server::EdgeSettings {
 
 /// The settings of one upstream's services behind the edge (reads
 /// `--upstream-credential-file`).
-pub fn gateway(config: &Config) -> std::io::Result<crate::server::GatewaySettings> {
+pub(crate) fn gateway(config: &Config) -> std::io::Result<crate::server::GatewaySettings> {
     Ok(crate::server::GatewaySettings {
         name: config.upstream.name.clone(),
         upstream_credential: upstream_credential(config)?,
@@ -48,7 +48,7 @@ pub fn gateway(config: &Config) -> std::io::Result<crate::server::GatewaySetting
 }
 
 /// This instance's part in the cluster: its lease and how others reach it.
-pub fn cluster(config: &Config) -> crate::cluster::ClusterSettings {
+pub(crate) fn cluster(config: &Config) -> crate::cluster::ClusterSettings {
     crate::cluster::ClusterSettings {
         instance_id: config.cluster.instance_id.clone(),
         advertise_url: config
@@ -62,7 +62,7 @@ pub fn cluster(config: &Config) -> crate::cluster::ClusterSettings {
 }
 
 /// The task service's settings; `running_counts` is shared by every upstream's.
-pub fn tasks(config: &Config, running_counts: &RunningCounts) -> TaskSettings {
+pub(crate) fn tasks(config: &Config, running_counts: &RunningCounts) -> TaskSettings {
     TaskSettings {
         instance_id: config.cluster.instance_id.clone(),
         ttl_ms: config.tasks.task_ttl_ms(),
@@ -84,7 +84,7 @@ pub fn tasks(config: &Config, running_counts: &RunningCounts) -> TaskSettings {
 }
 
 /// The shared store's settings, if one is configured (reads `--redis-ca-file`).
-pub fn redis(config: &Config) -> std::io::Result<Option<RedisSettings>> {
+pub(crate) fn redis(config: &Config) -> std::io::Result<Option<RedisSettings>> {
     let Some(target) = redis_target(config) else {
         return Ok(None);
     };
@@ -106,7 +106,7 @@ pub fn redis(config: &Config) -> std::io::Result<Option<RedisSettings>> {
 }
 
 /// JWT validation, when `--auth-jwt-issuer` is set.
-pub fn auth(config: &Config) -> Option<crate::auth::AuthSettings> {
+pub(crate) fn auth(config: &Config) -> Option<crate::auth::AuthSettings> {
     let issuer = config.auth.auth_jwt_issuer.clone()?;
     let keys = match &config.auth.auth_jwt_jwks_url {
         Some(url) => crate::auth::jwks::KeySource::Url(url.clone()),
@@ -126,7 +126,9 @@ pub fn auth(config: &Config) -> Option<crate::auth::AuthSettings> {
 }
 
 /// What goes upstream as `Authorization` (reads `--upstream-credential-file`).
-pub fn upstream_credential(config: &Config) -> std::io::Result<crate::auth::UpstreamCredential> {
+pub(crate) fn upstream_credential(
+    config: &Config,
+) -> std::io::Result<crate::auth::UpstreamCredential> {
     use crate::auth::UpstreamCredential;
     Ok(
         match (
@@ -162,7 +164,7 @@ fn takeover(config: &Config) -> crate::tasks::TakeoverSettings {
     }
 }
 
-pub fn policies(config: &Config) -> Policies {
+pub(crate) fn policies(config: &Config) -> Policies {
     Policies::new(config.tasks.tool_policies.iter().cloned().collect())
 }
 
@@ -183,7 +185,7 @@ fn state_keys(config: &Config) -> crate::tasks::mrtr_bridge::StateKeys {
 
 /// `--store-namespace`, else the one derived from the upstream; a named upstream's
 /// own (`named_store_namespace`).
-pub fn store_namespace(config: &Config) -> StoreNamespace {
+pub(crate) fn store_namespace(config: &Config) -> StoreNamespace {
     if let Some(name) = &config.upstream.name {
         return named_store_namespace(config, name);
     }
@@ -229,7 +231,7 @@ fn canonical_upstream(url: Option<&http::Uri>, command: Option<&CommandLine>) ->
 }
 
 /// The shared store, if one is configured.
-pub fn redis_target(config: &Config) -> Option<Target> {
+pub(crate) fn redis_target(config: &Config) -> Option<Target> {
     match (&config.store.redis, config.store.redis_cluster.is_empty()) {
         // Checked when parsed; were it not, Redis would refuse it as an address.
         (Some(url), _) => {

@@ -19,8 +19,8 @@ use mtg_store::{
 };
 
 /// Most tasks one listing call returns.
-pub const MAX_LIMIT: usize = 1000;
-pub const DEFAULT_LIMIT: usize = 100;
+pub(super) const MAX_LIMIT: usize = 1000;
+pub(super) const DEFAULT_LIMIT: usize = 100;
 /// Most entries one listing call examines, whatever its filters: a sparse filter over a
 /// large store answers with a cursor instead of walking everything.
 const MAX_EXAMINED: usize = 10_000;

@@ -2,7 +2,7 @@
 //! checks, `generation` tells which client sent it, and it goes to who serves that
 //! client: `stateless/` a 2026-07-28 client, `session/` a 2025-xx client's session.
 
-pub mod edge;
+pub(crate) mod edge;
 mod generation;
 mod reply;
 mod routes;
@@ -33,13 +33,13 @@ use mtg_transport::HttpClient;
 use mtg_transport::pinned::PinnedConn;
 use reply::Body;
 
-pub use routes::Routes;
+pub(crate) use routes::Routes;
 pub(crate) use routes::route;
 
 /// Everything a request handler needs for one upstream, built once at start: the edge
 /// every request passes, and the services behind it. Each path (`/mcp`, `/mcp/NAME`)
 /// has one, so nothing of one upstream's reaches another's.
-pub struct Gateway {
+pub(crate) struct Gateway {
     /// The upstream's name, `None` for the one at `/mcp`.
     pub name: Option<String>,
     /// The checks of every request and what they need (`edge`), shared by all paths.
@@ -72,7 +72,7 @@ pub struct Gateway {
 }
 
 /// What the services behind the edge are built from (`settings::gateway`).
-pub struct GatewaySettings {
+pub(crate) struct GatewaySettings {
     /// The upstream's name, `None` for the one at `/mcp`.
     pub name: Option<String>,
     pub policies: Policies,
@@ -88,7 +88,7 @@ pub struct GatewaySettings {
 
 impl Gateway {
     /// `auth` checks tokens for this path's resource (`Authenticator::for_audience`).
-    pub fn new(
+    pub(crate) fn new(
         settings: GatewaySettings,
         client: HttpClient,
         upstream: Arc<dyn Upstream>,
@@ -126,7 +126,7 @@ impl Gateway {
     }
 }
 
-pub use edge::{Edge, EdgeSettings};
+pub(crate) use edge::{Edge, EdgeSettings};
 
 /// Serves one request to `/mcp`; `method` is set to what the request turned out to be,
 /// for the metrics.

@@ -17,7 +17,7 @@ use mtg_transport::pinned::PinnedConn;
 
 /// What the listener serves: the edge every request passes, and an upstream's world
 /// per path (`/mcp`, `/mcp/NAME`).
-pub struct Routes {
+pub(crate) struct Routes {
     pub edge: Arc<Edge>,
     /// The upstream at `/mcp` (`--upstream URL` or `--upstream-cmd`), if any.
     pub default: Option<Arc<Gateway>>,
@@ -28,7 +28,7 @@ pub struct Routes {
 }
 
 impl Routes {
-    pub fn new(
+    pub(crate) fn new(
         edge: Arc<Edge>,
         default: Option<Arc<Gateway>>,
         named: HashMap<String, Arc<Gateway>>,

@@ -27,7 +27,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// What the probe found: the upstream's generation (`names::Generation`), with what a
 /// stateless upstream answered.
 #[derive(Debug)]
-pub enum Probed {
+pub(crate) enum Probed {
     /// Speaks 2026-07-28; its `server/discover` result.
     Stateless(Value),
     /// Speaks a 2025-xx version: needs `initialize` and sessions.
@@ -36,7 +36,7 @@ pub enum Probed {
 
 /// Sends `server/discover` and reads the answer. Errors are answers that say nothing
 /// about the generation (unreachable, auth, 5xx, time-out); they are not remembered.
-pub async fn probe(
+pub(crate) async fn probe(
     client: &CallClient,
     url: &Uri,
     auth: Option<&HeaderValue>,
@@ -112,7 +112,7 @@ fn is_stateless_rejection(error: &ErrorObject) -> bool {
 
 /// An HTTP upstream of either generation: detected at first use, then every call goes
 /// to the implementation for that generation.
-pub struct AutoUpstream {
+pub(crate) struct AutoUpstream {
     client: CallClient,
     url: Uri,
     roots: Vec<String>,
@@ -120,7 +120,7 @@ pub struct AutoUpstream {
 }
 
 impl AutoUpstream {
-    pub fn new(client: CallClient, url: Uri, roots: &[String]) -> Arc<Self> {
+    pub(crate) fn new(client: CallClient, url: Uri, roots: &[String]) -> Arc<Self> {
         Arc::new(Self {
             client,
             url,

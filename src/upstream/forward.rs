@@ -17,7 +17,7 @@ use mtg_protocol::jsonrpc::{ErrorObject, code};
 /// Sends `method` upstream as one request and waits for its final answer: a plain
 /// forward (no relay, no hold). Server-to-client requests on the way are refused: a
 /// stateless client without the tasks extension cannot receive them.
-pub async fn request(
+pub(crate) async fn request(
     upstream: &dyn Upstream,
     caller: &Caller<'_>,
     method: &str,
@@ -42,7 +42,7 @@ pub async fn request(
 }
 
 /// How a bridged request is carried.
-pub struct How<'a> {
+pub(crate) struct How<'a> {
     pub timeout: Option<Duration>,
     /// Where the call's notifications (progress, log messages) go as they come. When
     /// its receiver is gone (the client closed its stream, which on 2026-07-28 HTTP is
@@ -54,7 +54,7 @@ pub struct How<'a> {
 }
 
 /// What became of a forwarded request.
-pub enum Forwarded {
+pub(crate) enum Forwarded {
     Answer(Result<Value, ErrorObject>),
     /// The upstream asked for input: the call, still open, the requests it sent together,
     /// and what it sent right after them, for whoever carries the call on.
@@ -80,7 +80,7 @@ enum Step {
 /// Sends `method` upstream and carries it as `how` says, to its answer or, with `hold`,
 /// to the upstream's first input request. A timeout, or a client that closed its stream
 /// (the relay's receiver gone), stops the call upstream (`stop.rs`).
-pub async fn forward(
+pub(crate) async fn forward(
     upstream: &dyn Upstream,
     caller: &Caller<'_>,
     method: &str,

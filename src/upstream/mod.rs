@@ -1,22 +1,22 @@
 //! The plain MCP server behind the gateway, behind one trait whatever its transport.
 
-pub mod detect;
-pub mod forward;
-pub mod http;
-pub mod session_http;
-pub mod stateless_http;
-pub mod stdio;
-pub mod stop;
-pub mod stream;
-pub mod tool_headers;
+pub(crate) mod detect;
+pub(crate) mod forward;
+pub(crate) mod http;
+pub(crate) mod session_http;
+pub(crate) mod stateless_http;
+pub(crate) mod stdio;
+pub(crate) mod stop;
+pub(crate) mod stream;
+pub(crate) mod tool_headers;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use mtg_transport::Party;
-pub use session_http::SessionHttpUpstream;
-pub use stop::StopReason;
-pub use stream::{CallStream, UpstreamEvent};
+pub(crate) use session_http::SessionHttpUpstream;
+pub(crate) use stop::StopReason;
+pub(crate) use stream::{CallStream, UpstreamEvent};
 
 use mtg_protocol::jsonrpc::ErrorObject;
 
@@ -129,7 +129,7 @@ pub struct PassThroughSession {
 }
 
 /// A request sent upstream, or why it could not be.
-pub type Opened = Result<Box<dyn Exchange>, UpstreamError>;
+pub(crate) type Opened = Result<Box<dyn Exchange>, UpstreamError>;
 
 /// A plain MCP server.
 #[async_trait]

@@ -27,7 +27,7 @@ use mtg_transport::{CallBody, CallClient};
 /// Error bodies are short; a longer one is not read whole.
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
-pub struct StatelessHttpUpstream {
+pub(crate) struct StatelessHttpUpstream {
     client: CallClient,
     url: Uri,
     /// The upstream's `server/discover` answer when it was detected.
@@ -40,7 +40,7 @@ pub struct StatelessHttpUpstream {
 const MAX_TOOL_PAGES: usize = 100;
 
 impl StatelessHttpUpstream {
-    pub fn new(client: CallClient, url: Uri, discovered: Value) -> Self {
+    pub(crate) fn new(client: CallClient, url: Uri, discovered: Value) -> Self {
         Self {
             client,
             url,

@@ -119,7 +119,7 @@ fn shown(name: &[u8]) -> String {
 /// The refusal of a connection's [`HeadCheck`], which its service answers. One per
 /// connection: hyper closes it after the answer.
 #[derive(Debug, Default)]
-pub struct Refusals(OnceLock<Refused>);
+pub(crate) struct Refusals(OnceLock<Refused>);
 
 #[derive(Debug)]
 struct Refused {
@@ -130,7 +130,7 @@ struct Refused {
 impl Refusals {
     /// The answer to `request` if it is the stand-in of a refused head. Otherwise
     /// `None`, at the cost of one atomic load while nothing was refused.
-    pub fn answer<B>(&self, request: &Request<B>) -> Option<Response<Body>> {
+    pub(crate) fn answer<B>(&self, request: &Request<B>) -> Option<Response<Body>> {
         let refused = self.0.get()?;
         if request.headers().get(MARK)?.as_bytes() != refused.mark.as_bytes() {
             return None;
@@ -158,7 +158,7 @@ impl Refusals {
 
 /// A client connection whose HTTP/1.1 request heads are checked before hyper reads
 /// them. Writes pass straight through.
-pub struct HeadCheck<S> {
+pub(crate) struct HeadCheck<S> {
     inner: S,
     framer: framing::Framer,
     held: Held,
@@ -217,7 +217,7 @@ impl Held {
 }
 
 impl<S> HeadCheck<S> {
-    pub fn new(inner: S, refusals: Arc<Refusals>) -> Self {
+    pub(crate) fn new(inner: S, refusals: Arc<Refusals>) -> Self {
         Self {
             inner,
             framer: framing::Framer::new(),

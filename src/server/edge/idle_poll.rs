@@ -36,7 +36,7 @@ mod throttled;
 /// The first window after a sleep that polling would have avoided.
 const GROW_START: Duration = Duration::from_micros(10);
 /// No polling while the CPU pressure's "some" share was above this over the last sample.
-pub const PRESSURE_LIMIT: f64 = 0.3;
+pub(crate) const PRESSURE_LIMIT: f64 = 0.3;
 /// How often the pressure is read (a read costs a few microseconds).
 const PRESSURE_SAMPLE: Duration = Duration::from_millis(10);
 /// How often a worker adds its tally to the metrics.

@@ -3,9 +3,9 @@
 //! (`served/`); a session client's task messages, the 2025-11-25 task dialect, are
 //! `tasks/`, for both. This file only picks which.
 
-pub mod passthrough;
-pub mod served;
-pub mod tasks;
+pub(crate) mod passthrough;
+pub(crate) mod served;
+pub(crate) mod tasks;
 
 use http::Response;
 use http::StatusCode;
@@ -19,7 +19,7 @@ use mtg_transport::pinned::PinnedConn;
 
 /// Session traffic. `message` is the parsed body when it was read (no session id yet);
 /// an established session's traffic is not parsed unless it declared tasks.
-pub async fn serve(
+pub(crate) async fn serve(
     gateway: &Gateway,
     pinned: &PinnedConn,
     parts: Parts,

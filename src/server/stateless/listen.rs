@@ -33,7 +33,7 @@ const BACKLOG: usize = 16;
 const UPSTREAM_ACK_WITHIN: Duration = Duration::from_secs(10);
 
 /// One `subscriptions/listen` request.
-pub struct Listen<'a> {
+pub(crate) struct Listen<'a> {
     pub tasks: &'a Arc<TaskService>,
     pub followers: &'a Followers,
     pub upstream: &'a Arc<dyn Upstream>,
@@ -45,7 +45,7 @@ pub struct Listen<'a> {
     pub closing: tokio_util::sync::CancellationToken,
 }
 
-pub async fn listen(request: Listen<'_>) -> Result<Response<Body>, ErrorObject> {
+pub(crate) async fn listen(request: Listen<'_>) -> Result<Response<Body>, ErrorObject> {
     let parsed: ListenParams =
         serde_json::from_value(request.params.cloned().unwrap_or(Value::Null)).map_err(|e| {
             ErrorObject::invalid_params(format!(

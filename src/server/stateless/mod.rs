@@ -3,7 +3,7 @@
 
 mod deferred;
 mod forwarded;
-pub mod listen;
+pub(super) mod listen;
 mod wanted;
 
 use http::request::Parts;
@@ -25,7 +25,7 @@ use mtg_protocol::{headers, meta};
 
 /// A 2026-07-28 message, as `server::generation::classify` found it: checks its headers and
 /// `_meta`, then serves it.
-pub async fn serve(gateway: &Gateway, parts: &Parts, message: Message) -> Response<Body> {
+pub(super) async fn serve(gateway: &Gateway, parts: &Parts, message: Message) -> Response<Body> {
     let (id, method, params) = match message {
         Message::Request { id, method, params } => (id, method, params),
         // Stateless clients cancel by closing the stream; their notifications end here.
@@ -75,7 +75,7 @@ pub async fn serve(gateway: &Gateway, parts: &Parts, message: Message) -> Respon
 }
 
 /// One 2026-07-28 request, parsed and with its headers checked.
-pub struct Request<'a> {
+pub(super) struct Request<'a> {
     pub id: Value,
     pub method: String,
     pub params: Option<Value>,
@@ -85,7 +85,7 @@ pub struct Request<'a> {
 
 /// `tools/call` and forwarded requests are boxed: this future is copied at each await up
 /// to hyper's box, and their 3–4 KB of state would make every poll pay for it.
-pub async fn handle(gateway: &Gateway, request: Request<'_>) -> Response<Body> {
+pub(super) async fn handle(gateway: &Gateway, request: Request<'_>) -> Response<Body> {
     let id = request.id.clone();
     let outcome = match request.method.as_str() {
         method::SERVER_DISCOVER => discover(gateway, &request).await,

@@ -42,7 +42,7 @@ mod sessions;
 use sessions::IDLE_LIMIT;
 
 /// One upstream session and what its `initialize` returned.
-pub struct UpstreamSession {
+pub(crate) struct UpstreamSession {
     /// `None` for upstreams that run without sessions.
     pub id: Option<HeaderValue>,
     pub protocol_version: HeaderValue,
@@ -86,7 +86,7 @@ impl Drop for UpstreamSession {
 
 type SessionCell = Arc<OnceCell<Arc<UpstreamSession>>>;
 
-pub struct SessionHttpUpstream {
+pub(crate) struct SessionHttpUpstream {
     /// Itself, for the background tasks and exchanges it starts.
     me: std::sync::Weak<SessionHttpUpstream>,
     client: CallClient,
@@ -103,7 +103,7 @@ pub struct SessionHttpUpstream {
 }
 
 impl SessionHttpUpstream {
-    pub fn new(client: CallClient, url: Uri, roots: &[String]) -> Arc<Self> {
+    pub(crate) fn new(client: CallClient, url: Uri, roots: &[String]) -> Arc<Self> {
         let roots = roots
             .iter()
             .map(|uri| json!({"uri": uri}))

@@ -10,7 +10,7 @@ use super::pool::Lease;
 use crate::upstream::{Exchange, StopReason, UpstreamError, UpstreamEvent};
 use mtg_protocol::jsonrpc::ErrorObject;
 
-pub struct StdioExchange {
+pub(super) struct StdioExchange {
     link: Arc<Link>,
     id: u64,
     id_value: Value,

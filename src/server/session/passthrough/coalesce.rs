@@ -21,16 +21,16 @@ use http_body::{Body, Frame, SizeHint};
 
 /// How long the head may wait for the body's first frame. Quick answers follow their
 /// head within microseconds; for slow ones a head a few milliseconds late goes unseen.
-pub const FIRST_FRAME_WINDOW: Duration = Duration::from_millis(5);
+pub(crate) const FIRST_FRAME_WINDOW: Duration = Duration::from_millis(5);
 
 /// How long a frame may wait to learn whether the stream ends after it. hyper's client
 /// hands over one chunk at a time, so the end of a stream is seen one task hop after
 /// its last chunk; without the wait the terminator costs a write of its own.
-pub const END_WINDOW: Duration = Duration::from_millis(1);
+pub(crate) const END_WINDOW: Duration = Duration::from_millis(1);
 
 /// `body` with its first frame fetched and settled, if that happens within
 /// [`FIRST_FRAME_WINDOW`], so that the head leaves in the same write as that frame.
-pub async fn with_first_frame<B>(body: B) -> Coalesced<B>
+pub(crate) async fn with_first_frame<B>(body: B) -> Coalesced<B>
 where
     B: Body<Data = Bytes> + Unpin,
 {
@@ -78,7 +78,7 @@ async fn within_hops(mut poll: impl FnMut(&mut Context<'_>) -> Poll<()>) -> bool
 /// A body that stages each frame until it knows what follows (or [`END_WINDOW`]
 /// passes), so that it can tell hyper the stream has ended together with the last
 /// frame; hyper then writes the last chunk and the terminator at once.
-pub struct Coalesced<B: Body> {
+pub(crate) struct Coalesced<B: Body> {
     inner: B,
     /// The next frame to hand out, once settled.
     staged: Option<Result<Frame<Bytes>, B::Error>>,

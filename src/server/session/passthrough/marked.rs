@@ -32,7 +32,7 @@ const MARK: &str = "mtg-t.";
 const MARK_MODES: &str = "mtg-tm.";
 
 /// What a marked session id says.
-pub struct Marked {
+pub(crate) struct Marked {
     /// The id as the client sends it.
     client_id: String,
     /// The upstream's own id; `None` when the upstream issued none.
@@ -41,7 +41,7 @@ pub struct Marked {
 }
 
 /// `Some` when the request's session id is one the gateway marked.
-pub fn unmark(headers: &HeaderMap) -> Option<Marked> {
+pub(crate) fn unmark(headers: &HeaderMap) -> Option<Marked> {
     let client_id = headers.get(MCP_SESSION_ID)?.to_str().ok()?;
     let (rest, modes) = match client_id.strip_prefix(MARK_MODES) {
         Some(rest) => (rest, true),
@@ -66,7 +66,7 @@ fn mark(upstream: Option<&HeaderValue>, modes: bool) -> Option<HeaderValue> {
 }
 
 /// `initialize` from a client that declared `capabilities.tasks`.
-pub async fn initialize(
+pub(crate) async fn initialize(
     gateway: &Gateway,
     pinned: &PinnedConn,
     url: &Uri,
@@ -93,7 +93,7 @@ pub async fn initialize(
 }
 
 /// What [`serve`] did with a request of a marked session.
-pub enum Served {
+pub(crate) enum Served {
     Answered(Response<Body>),
     /// A POST the task handlers did not take: the caller sends it upstream (under the
     /// upstream's session id, already in `parts`) and gives the answer to
@@ -101,14 +101,14 @@ pub enum Served {
     PassedOn(Box<PassedOn>),
 }
 
-pub struct PassedOn {
+pub(crate) struct PassedOn {
     pub parts: Parts,
     pub body: Bytes,
     pub call: MarkedCall,
 }
 
 /// A marked session's message on its way upstream.
-pub struct MarkedCall {
+pub(crate) struct MarkedCall {
     pub message: Message,
     pub session: SessionCaller,
     modes: bool,
@@ -117,7 +117,7 @@ pub struct MarkedCall {
 impl MarkedCall {
     /// The upstream's answer as the client gets it: the session id marked again, and
     /// `tools/list` annotated (with `listing`, the gateway's tools added).
-    pub async fn answer(
+    pub(crate) async fn answer(
         self,
         gateway: &Gateway,
         response: Response<Body>,
@@ -135,7 +135,7 @@ impl MarkedCall {
 
 /// Any request of a marked session: the gateway's own methods are answered here; the
 /// rest goes to the upstream under the upstream's session id.
-pub async fn serve(
+pub(crate) async fn serve(
     gateway: &Gateway,
     pinned: &PinnedConn,
     url: &Uri,
@@ -198,7 +198,7 @@ pub async fn serve(
 /// serves it (`negotiate::show_task_support`; `declared`: the session declared tasks)
 /// and, with deferral on, the gateway's two tools and the output schemas that admit a
 /// deferred result.
-pub async fn list_tools(
+pub(crate) async fn list_tools(
     response: Response<Body>,
     id: &Value,
     policies: &crate::tasks::policy::Policies,
@@ -217,7 +217,7 @@ pub async fn list_tools(
 /// A request of an unmarked session (it did not declare `capabilities.tasks`) that is
 /// the gateway's all the same (`super::handle_undeclared`): its answer, or `None` for
 /// everything else, which goes to the upstream byte for byte.
-pub async fn serve_undeclared(
+pub(crate) async fn serve_undeclared(
     gateway: &Gateway,
     parts: &Parts,
     body: &Bytes,
@@ -239,7 +239,7 @@ pub async fn serve_undeclared(
 
 /// An unmarked pass-through session (it did not declare tasks) as the task handlers
 /// see it: the client's session id is the upstream's own.
-pub fn plain_session(gateway: &Gateway, parts: &Parts) -> SessionCaller {
+pub(crate) fn plain_session(gateway: &Gateway, parts: &Parts) -> SessionCaller {
     let id = parts.headers.get(MCP_SESSION_ID);
     let client_id = id.and_then(|id| id.to_str().ok()).unwrap_or_default();
     task_session(gateway, parts, client_id.to_owned(), id.cloned(), false)

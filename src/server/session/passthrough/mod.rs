@@ -5,9 +5,9 @@
 //! where it may be the gateway's: a marked session's (`marked.rs`), a task message of a
 //! session that did not declare tasks, or a call it watches (`watched/`).
 
-pub mod coalesce;
-pub mod marked;
-pub mod watched;
+pub(crate) mod coalesce;
+pub(crate) mod marked;
+pub(crate) mod watched;
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -27,7 +27,7 @@ use mtg_transport::{CallError, Party};
 /// A pass-through session's request: a marked session's goes to `marked`, a task
 /// message of an unmarked one to the task handlers, a call to watch to `watched`; the
 /// rest is passed through as it is. `message` is the parsed body when it was read.
-pub async fn serve(
+pub(crate) async fn serve(
     gateway: &Gateway,
     pinned: &PinnedConn,
     url: &Uri,
@@ -138,7 +138,7 @@ async fn marked_passed_on(
 /// Sends a pass-through session's request to `upstream` on the client connection's
 /// pinned connection (through the pool when the pinned connection is busy) and relays
 /// the answer.
-pub async fn pass_through(
+pub(crate) async fn pass_through(
     gateway: &Gateway,
     pinned: &PinnedConn,
     upstream: &Uri,

@@ -39,12 +39,12 @@ const CLIENT_CAPABILITIES: [&str; 3] = ["elicitation", "sampling", "roots"];
 
 /// Limits of the session table, from the config.
 #[derive(Debug, Clone, Copy)]
-pub struct SessionLimits {
+pub(crate) struct SessionLimits {
     pub idle_timeout: Duration,
     pub max_sessions: usize,
 }
 
-pub struct ServedSessions {
+pub(crate) struct ServedSessions {
     sessions: Mutex<HashMap<String, Arc<ServedSession>>>,
     limits: SessionLimits,
     meter: telemetry::Meter,
@@ -52,7 +52,7 @@ pub struct ServedSessions {
 
 impl ServedSessions {
     /// The table, and (inside a runtime) a sweep that forgets idle sessions.
-    pub fn start(limits: SessionLimits, meter: telemetry::Meter) -> Arc<Self> {
+    pub(crate) fn start(limits: SessionLimits, meter: telemetry::Meter) -> Arc<Self> {
         let table = Arc::new(Self {
             sessions: Mutex::default(),
             limits,
@@ -64,7 +64,12 @@ impl ServedSessions {
         table
     }
 
-    pub async fn serve(&self, gateway: &Gateway, parts: &Parts, body: Bytes) -> Response<Body> {
+    pub(crate) async fn serve(
+        &self,
+        gateway: &Gateway,
+        parts: &Parts,
+        body: Bytes,
+    ) -> Response<Body> {
         let principal = gateway.edge.principal(parts);
         let session_id = parts
             .headers

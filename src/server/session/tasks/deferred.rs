@@ -37,7 +37,7 @@ const BACKLOG: usize = 64;
 /// deferral on, any such call and the gateway's own tools; with it off, a call of a
 /// tool the upstream runs only as its own task. `None` for every other call (a
 /// task-augmented one, a tool whose policy is `required` or `forbidden`).
-pub async fn serve(
+pub(crate) async fn serve(
     gateway: &Gateway,
     session: &SessionCaller,
     id: &Value,
@@ -61,7 +61,7 @@ pub async fn serve(
 
 /// Answers a call of the gateway's `get_task_result` or `cancel_task` (deferral on);
 /// `None` for any other tool. For the sessions passed through too (`passthrough::watched`).
-pub async fn gateway_tool(
+pub(crate) async fn gateway_tool(
     gateway: &Gateway,
     session: &SessionCaller,
     id: &Value,
@@ -78,7 +78,7 @@ pub async fn gateway_tool(
 }
 
 /// Runs the call as a task of the session and answers it on SSE within `after`.
-pub async fn call(
+pub(crate) async fn call(
     gateway: &Gateway,
     session: &SessionCaller,
     id: &Value,

@@ -9,11 +9,11 @@
 //! `results.rs` answers `tasks/result`; `deferred.rs` runs a plain call of either kind
 //! as a task of the session, answered on the call (`tasks::deferral`).
 
-pub mod confirm;
-pub mod deferred;
-pub mod negotiate;
-pub mod push;
-pub mod results;
+pub(crate) mod confirm;
+pub(crate) mod deferred;
+pub(crate) mod negotiate;
+pub(crate) mod push;
+pub(crate) mod results;
 
 use http::{HeaderValue, Response, StatusCode};
 use serde::Deserialize;
@@ -38,7 +38,7 @@ use mtg_protocol::wire::dialect_2025::{
 /// came in (its id as the client knows it), the client's upstream session for a
 /// pass-through one, and the caller's capabilities, credentials and principal.
 #[derive(Clone)]
-pub struct SessionCaller {
+pub(crate) struct SessionCaller {
     /// The session id as the client sends it.
     pub id: String,
     /// Pass-through: the client's session upstream, where its task calls run.
@@ -55,7 +55,7 @@ pub struct SessionCaller {
 impl SessionCaller {
     /// Whom the gateway's own requests for this session (its tool lists) go out as: the
     /// session's capabilities and credentials, in an upstream session of the gateway's.
-    pub fn caller(&self) -> Caller<'_> {
+    pub(crate) fn caller(&self) -> Caller<'_> {
         Caller {
             capabilities: &self.capabilities,
             auth: self.auth.as_ref(),
@@ -64,7 +64,7 @@ impl SessionCaller {
     }
 
     /// A call of this session's to run as its task; `params` as the upstream gets them.
-    pub fn tool_call(
+    pub(crate) fn tool_call(
         &self,
         params: &impl serde::Serialize,
         immediate: bool,
@@ -88,13 +88,17 @@ impl SessionCaller {
     }
 }
 
-pub enum Handled {
+pub(crate) enum Handled {
     Reply(Response<Body>),
     /// Not the gateway's: on to the upstream as it is.
     PassOn,
 }
 
-pub async fn handle(gateway: &Gateway, session: &SessionCaller, message: &Message) -> Handled {
+pub(crate) async fn handle(
+    gateway: &Gateway,
+    session: &SessionCaller,
+    message: &Message,
+) -> Handled {
     match message {
         Message::Request {
             id,
@@ -144,7 +148,7 @@ pub async fn handle(gateway: &Gateway, session: &SessionCaller, message: &Messag
 /// Such a session's `tasks/get|result|cancel` are the gateway's when they name one of
 /// its tasks (anything else may be the upstream's own), and so are its answers to the
 /// gateway's input requests; the rest, `tasks/list` included, goes on as it is.
-pub async fn handle_undeclared(
+pub(crate) async fn handle_undeclared(
     gateway: &Gateway,
     session: &SessionCaller,
     message: &Message,
@@ -181,13 +185,13 @@ pub async fn handle_undeclared(
 /// Whether [`handle`] may answer `message` itself rather than pass it on: a
 /// `tools/call` asking for a task, a `tasks/*` request, an answer to one of the
 /// gateway's input requests.
-pub fn gateway_may_answer(message: &Message) -> bool {
+pub(crate) fn gateway_may_answer(message: &Message) -> bool {
     may_be_tasks(message, |name| name.starts_with("tasks/"))
 }
 
 /// What [`handle_undeclared`] may take, judged without the store: a `tools/call` with
 /// `task`, `tasks/get|result|cancel`, an answer to one of the gateway's input requests.
-pub fn may_be_undeclared_tasks(message: &Message) -> bool {
+pub(crate) fn may_be_undeclared_tasks(message: &Message) -> bool {
     may_be_tasks(message, |name| {
         [
             method::TASKS_GET,
@@ -217,13 +221,13 @@ fn may_be_tasks(message: &Message, tasks_method: impl Fn(&str) -> bool) -> bool 
 
 /// Whether a session's message may be one [`handle_undeclared`] takes, judged from its
 /// bytes, so that other traffic of an undeclared pass-through session is not parsed.
-pub fn may_concern_tasks(body: &[u8]) -> bool {
+pub(crate) fn may_concern_tasks(body: &[u8]) -> bool {
     let has = |needle: &[u8]| memchr::memmem::find(body, needle).is_some();
     has(b"\"task") || has(wire::INPUT_REQUEST_ID.as_bytes())
 }
 
 /// A JSON-RPC error as a session client gets it: HTTP 200, the error in the body.
-pub fn session_error(id: Option<&Value>, error: &ErrorObject) -> Response<Body> {
+pub(crate) fn session_error(id: Option<&Value>, error: &ErrorObject) -> Response<Body> {
     reply::json(StatusCode::OK, jsonrpc::error_body(id, error))
 }
 

@@ -24,7 +24,7 @@ const DRAIN_WAIT: Duration = Duration::from_secs(1);
 /// After stdout closes, how long the process may take to exit before it is killed.
 const EXIT_WAIT: Duration = Duration::from_secs(2);
 
-pub async fn supervise(pool: Arc<Pool>, slot: usize) {
+pub(super) async fn supervise(pool: Arc<Pool>, slot: usize) {
     let span = tracing::info_span!("upstream_process", slot);
     async move {
         let mut delay = FIRST_BACKOFF;

@@ -35,7 +35,7 @@ use mtg_protocol::task_support::TaskSupport;
 /// Whether a pass-through POST may be one to watch, judged from its bytes, so that no
 /// other message is parsed: a `tools/…` method with deferral on or while the upstream
 /// may have tools it runs only as its own tasks, or a progress token with keep-alive on.
-pub fn may_watch(gateway: &Gateway, body: &[u8]) -> bool {
+pub(crate) fn may_watch(gateway: &Gateway, body: &[u8]) -> bool {
     let has = |needle: &[u8]| memchr::memmem::find(body, needle).is_some();
     let deferrals = &gateway.deferrals;
     ((deferrals.after().is_some() || deferrals.may_run_task_only_tools()) && has(b"tools/"))
@@ -43,7 +43,7 @@ pub fn may_watch(gateway: &Gateway, body: &[u8]) -> bool {
 }
 
 /// What the gateway does with a parsed pass-through message.
-pub enum Route {
+pub(crate) enum Route {
     /// Answered by the gateway: its `get_task_result` or `cancel_task`, or a call of a
     /// tool the upstream runs only as its own task, run as a task of the session.
     Answer(Response<Body>),
@@ -57,7 +57,7 @@ pub enum Route {
 }
 
 /// One call to watch.
-pub struct Watch {
+pub(crate) struct Watch {
     id: Value,
     params: Value,
     tool: String,
@@ -66,7 +66,7 @@ pub struct Watch {
     keepalive: Option<ProgressKeepAlive>,
 }
 
-pub async fn route(gateway: &Gateway, session: &SessionCaller, message: &Message) -> Route {
+pub(crate) async fn route(gateway: &Gateway, session: &SessionCaller, message: &Message) -> Route {
     let Message::Request { id, method, params } = message else {
         return Route::PassOn;
     };
@@ -122,13 +122,13 @@ pub async fn route(gateway: &Gateway, session: &SessionCaller, message: &Message
 }
 
 /// With deferral on: what `tools/list` adds (the gateway's two tools).
-pub async fn listed(gateway: &Gateway, session: &SessionCaller) -> Option<Listing> {
+pub(crate) async fn listed(gateway: &Gateway, session: &SessionCaller) -> Option<Listing> {
     gateway.deferrals.listing(&session.caller()).await
 }
 
 /// Sends the request upstream as the client sent it (through the pool: the call may
 /// outlive the client's connection) and answers as `watcher` decides.
-pub async fn call(
+pub(crate) async fn call(
     gateway: &Gateway,
     upstream: &Uri,
     mut parts: Parts,

@@ -30,7 +30,7 @@ use crate::upstream::{StopReason, Upstream, UpstreamError};
 use mtg_protocol::jsonrpc::{self, ErrorObject};
 use mtg_protocol::names::method;
 
-pub struct Watcher {
+pub(super) struct Watcher {
     tasks: Arc<TaskService>,
     upstream: Arc<dyn Upstream>,
     deferrals: Deferrals,
@@ -54,7 +54,12 @@ enum Flow {
 }
 
 impl Watcher {
-    pub fn new(gateway: &Gateway, session: SessionCaller, watch: Watch, accepts_sse: bool) -> Self {
+    pub(super) fn new(
+        gateway: &Gateway,
+        session: SessionCaller,
+        watch: Watch,
+        accepts_sse: bool,
+    ) -> Self {
         Self {
             tasks: gateway.tasks.clone(),
             upstream: gateway.upstream.clone(),
@@ -71,7 +76,7 @@ impl Watcher {
     }
 
     /// Starts watching the request being sent; the client's answer once there is one.
-    pub async fn start(self, sending: ResponseFuture) -> Response<Body> {
+    pub(super) async fn start(self, sending: ResponseFuture) -> Response<Body> {
         let head: PendingHead = Box::pin(async move {
             sending
                 .await
