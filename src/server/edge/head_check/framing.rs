@@ -221,18 +221,29 @@ impl HeadScan {
         None
     }
 
-    fn step_request_line(&mut self, head: &[u8]) -> Option<Head> {
+    /// The rest of the line from `self.pos`: `Ok((stop, next))`, where it stops and where
+    /// the next line starts; `Err(Some(at))`, a byte HTTP forbids at `at`; `Err(None)`,
+    /// more bytes are needed.
+    fn rest_of_line(&mut self, head: &[u8]) -> Result<(usize, usize), Option<usize>> {
         let Some(stop) = find(head, self.pos, |b| forbidden(b) || b == b'\n') else {
             self.pos = head.len();
-            return Some(Head::Unfinished);
+            return Err(None);
         };
-        let end = match line_end(head, stop) {
+        match line_end(head, stop) {
             LineEnd::Unknown => {
                 self.pos = stop;
-                return Some(Head::Unfinished);
+                Err(None)
             }
-            LineEnd::No => return Some(request_line_error(head[stop], stop - self.line)),
-            LineEnd::Yes(next) => next,
+            LineEnd::No => Err(Some(stop)),
+            LineEnd::Yes(next) => Ok((stop, next)),
+        }
+    }
+
+    fn step_request_line(&mut self, head: &[u8]) -> Option<Head> {
+        let (stop, end) = match self.rest_of_line(head) {
+            Ok(line) => line,
+            Err(None) => return Some(Head::Unfinished),
+            Err(Some(at)) => return Some(request_line_error(head[at], at - self.line)),
         };
         self.framing.request_line(&head[self.line..stop]);
         self.next_line(end);
@@ -279,23 +290,16 @@ impl HeadScan {
     }
 
     fn step_value(&mut self, head: &[u8]) -> Option<Head> {
-        let Some(stop) = find(head, self.pos, |b| forbidden(b) || b == b'\n') else {
-            self.pos = head.len();
-            return Some(Head::Unfinished);
-        };
-        let end = match line_end(head, stop) {
-            LineEnd::Unknown => {
-                self.pos = stop;
-                return Some(Head::Unfinished);
-            }
-            LineEnd::No => {
+        let (stop, end) = match self.rest_of_line(head) {
+            Ok(line) => line,
+            Err(None) => return Some(Head::Unfinished),
+            Err(Some(at)) => {
                 return Some(Head::Refused(HeadError::value(
                     &head[self.line..self.colon],
-                    head[stop],
-                    stop - self.value,
+                    head[at],
+                    at - self.value,
                 )));
             }
-            LineEnd::Yes(next) => next,
         };
         let value = trim_end(&head[self.value..stop]);
         self.framing.header(&head[self.line..self.colon], value);
