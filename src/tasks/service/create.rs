@@ -8,8 +8,7 @@ use super::inline::Unclaimed;
 use super::launch::ToStore;
 use crate::tasks::{Started, TaskService, ToolCall, limits, start, takeover};
 use mtg_protocol::jsonrpc::ErrorObject;
-use mtg_protocol::wire::TaskStatus;
-use mtg_store::{TaskRecord, now_ms};
+use mtg_store::{NewTask, TaskRecord, now_ms};
 
 impl TaskService {
     /// Creates the task (durably) and starts its runner.
@@ -148,27 +147,15 @@ impl TaskService {
     }
 
     pub(in crate::tasks) fn new_record(&self, call: &ToolCall) -> TaskRecord {
-        let now = now_ms();
-        TaskRecord {
+        let new = NewTask {
             task_id: uuid::Uuid::new_v4().to_string(),
             principal: call.principal.clone(),
             owner: self.settings.instance_id.clone(),
-            status: TaskStatus::Working,
-            status_message: None,
-            created_at_ms: now,
-            last_updated_at_ms: now,
+            request: call.params.clone(),
             ttl_ms: self.ttl_of(call),
             poll_interval_ms: self.settings.poll_interval_ms,
-            input_requests: Default::default(),
-            answers: Default::default(),
-            next_input_key: 0,
-            result: None,
-            error: None,
-            request: call.params.clone(),
-            upstream_state: None,
-            resume: None,
-            takeovers: 0,
-        }
+        };
+        TaskRecord::working(new, now_ms())
     }
 }
 
