@@ -7,7 +7,7 @@
 //!
 //! ## What it offers
 //!
-//! [`Store`] is one store seen through its five contracts, as the gateway holds it:
+//! [`Store`] is one store seen through its six contracts, as the gateway holds it:
 //! - [`TaskStore`] (`task_state.rs`): the task records ([`TaskRecord`], `record.rs`) and
 //!   every state transition of them: create, read, list a principal's tasks, input
 //!   requests and their answers, messages, finish, cancel, delete;
@@ -16,7 +16,9 @@
 //!   whoever watches it on any instance;
 //! - [`MembershipStore`] (`membership.rs`): instance leases, and taking over or failing
 //!   the unfinished tasks of instances that are gone;
-//! - [`TaskInspection`] (`inspect.rs`): every task and instance, for operators.
+//! - [`TaskInspection`] (`inspect.rs`): every task and instance, for operators;
+//! - [`Outbox`] (`outbox.rs`): task events for webhook subscriptions, written in the same
+//!   step as the transition that causes them, until delivered or given up.
 //!
 //! ## Two implementations
 //!
@@ -58,6 +60,7 @@ mod inspect;
 mod membership;
 pub mod memory;
 mod metrics;
+pub mod outbox;
 mod record;
 pub mod redis;
 mod task_state;
@@ -74,6 +77,9 @@ pub use inspect::{
     BadCursor, InspectError, InstanceInfo, ScanPage, Scanned, Scope, TaskInspection,
 };
 pub use membership::{GoneInstance, INSTANCE_LOST, INSTANCE_STOPPED, Lease, MembershipStore};
+pub use outbox::{
+    Attempts, Claimed, EventType, Outbox, OutboxEntry, OutboxPlan, OutboxStats, Route, StoredEvent,
+};
 pub use record::{Adoption, NewTask, Outcome, Takeover, TaskRecord, input_key};
 pub use task_state::{
     CANCELLED_BY_CLIENT, CANCELLED_BY_OPERATOR, CancelOutcome, ListCursor, StoreError, TaskStore,
@@ -81,7 +87,7 @@ pub use task_state::{
 };
 pub use wakeups::{WAKE_ALL, WakeReceiver, WakeUps};
 
-/// One store seen through its five contracts, as the gateway holds it.
+/// One store seen through its six contracts, as the gateway holds it.
 #[derive(Clone)]
 pub struct Store {
     pub tasks: Arc<dyn TaskStore>,
@@ -89,14 +95,16 @@ pub struct Store {
     pub membership: Arc<dyn MembershipStore>,
     pub changes: Arc<dyn Changes>,
     pub inspection: Arc<dyn TaskInspection>,
+    pub outbox: Arc<dyn Outbox>,
 }
 
 impl Store {
-    pub fn new<S: TaskStore + WakeUps + MembershipStore + Changes + TaskInspection>(
+    pub fn new<S: TaskStore + WakeUps + MembershipStore + Changes + TaskInspection + Outbox>(
         store: Arc<S>,
     ) -> Self {
         Self {
             tasks: store.clone(),
+            outbox: store.clone(),
             inspection: store.clone(),
             wakeups: store.clone(),
             changes: store.clone(),

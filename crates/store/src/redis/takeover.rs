@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use redis::Value;
 
 use super::{RedisStore, codec, corrupt, inspect, parse, pipe_of};
+use crate::outbox::EventType;
 use crate::{Adoption, StoreError, Takeover, TaskRecord, metrics, now_ms};
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_protocol::wire::TaskStatus;
@@ -62,7 +63,11 @@ pub(super) async fn take_over(
     index_add.arg(store.keys.owned(takeover.to)).arg(task_ids);
     let mut groups = vec![pipe_of([index_add])];
     groups.extend(task_ids.iter().map(|task_id| {
-        let mut cmd = store.scripts.take_over.call(&store.keys.task(task_id));
+        let (mut cmd, plan) = store.emitting(
+            &store.scripts.take_over,
+            task_id,
+            &[EventType::TakenOver, EventType::Failed],
+        );
         cmd.arg(takeover.from)
             .arg(takeover.to)
             .arg(now)
@@ -71,7 +76,8 @@ pub(super) async fn take_over(
             .arg(u8::from(takeover.keep_round))
             .arg(takeover.message)
             .arg(failure.0)
-            .arg(failure.1);
+            .arg(failure.1)
+            .arg(plan);
         pipe_of([cmd])
     }));
     let replies = store.conn.run("take_over", groups).await?;
@@ -117,8 +123,13 @@ pub(super) async fn fail_orphans(
     let fails = task_ids
         .iter()
         .map(|task_id| {
-            let mut cmd = store.scripts.fail_owned.call(&store.keys.task(task_id));
-            cmd.arg(instance).arg(now).arg(message).arg(&error);
+            let (mut cmd, plan) =
+                store.emitting(&store.scripts.fail_owned, task_id, &[EventType::Failed]);
+            cmd.arg(instance)
+                .arg(now)
+                .arg(message)
+                .arg(&error)
+                .arg(plan);
             pipe_of([cmd])
         })
         .collect();
