@@ -48,12 +48,14 @@ pub fn merge_into_args(args: Vec<OsString>) -> Result<Merged, ConfigFileError> {
         return Ok(Merged {
             args,
             upstreams: Vec::new(),
+            webhooks: Vec::new(),
         });
     };
     let settings = read(&path)?;
     let command = Config::command();
     let mut merged = args;
     let mut upstreams = Vec::new();
+    let mut webhooks = Vec::new();
     for (key, value) in settings {
         let flag = key.replace('_', "-");
         let content_error = |detail: String| ConfigFileError::Content {
@@ -63,6 +65,11 @@ pub fn merge_into_args(args: Vec<OsString>) -> Result<Merged, ConfigFileError> {
         // Not a flag: a table of named upstreams, each with settings of its own.
         if flag == "upstreams" {
             upstreams = crate::config::upstreams::from_file(&value).map_err(content_error)?;
+            continue;
+        }
+        // Not a flag either: `[[webhooks]]` tables.
+        if flag == "webhooks" {
+            webhooks = crate::config::webhooks::tables_from_file(&value).map_err(content_error)?;
             continue;
         }
         if flag == "config" {
@@ -99,6 +106,7 @@ pub fn merge_into_args(args: Vec<OsString>) -> Result<Merged, ConfigFileError> {
     Ok(Merged {
         args: merged,
         upstreams,
+        webhooks,
     })
 }
 
@@ -106,6 +114,7 @@ pub fn merge_into_args(args: Vec<OsString>) -> Result<Merged, ConfigFileError> {
 pub struct Merged {
     pub args: Vec<OsString>,
     pub upstreams: Vec<crate::config::upstreams::NamedUpstream>,
+    pub webhooks: Vec<crate::config::webhooks::WebhookTable>,
 }
 
 fn config_path(args: &[OsString]) -> Option<String> {

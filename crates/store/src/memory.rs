@@ -35,6 +35,8 @@ pub struct MemoryStore {
     leases: Mutex<HashMap<String, OwnedLease>>,
     /// Which subscriptions hear of which transitions (`Outbox::route`).
     plan: OnceLock<OutboxPlan>,
+    /// Ticks after a transition that may have written events (`Outbox::enqueued`).
+    enqueued: tokio::sync::watch::Sender<u64>,
 }
 
 struct OwnedLease {
@@ -152,6 +154,8 @@ impl MemoryStore {
         let (out, event) = apply(Arc::make_mut(slot), now);
         if let (Some(kind), Some(plan)) = (event, self.plan.get()) {
             tasks.outbox.emit(plan, kind, slot, now);
+            drop(guard);
+            self.enqueued.send_modify(|n| *n += 1);
         }
         Some(out)
     }
@@ -169,12 +173,16 @@ impl TaskStore for MemoryStore {
             return Err(StoreError::Duplicate(task.task_id));
         }
         metrics::task_reached(task.status);
-        if let Some(plan) = self.plan.get() {
+        let emitted = self.plan.get().map(|plan| {
             tasks
                 .outbox
                 .emit(plan, EventType::Created, &task, task.created_at_ms);
-        }
+        });
         tasks.insert(task);
+        drop(tasks);
+        if emitted.is_some() {
+            self.enqueued.send_modify(|n| *n += 1);
+        }
         Ok(())
     }
 
@@ -583,6 +591,10 @@ fn parse_position(text: &str) -> Result<(u64, String), BadCursor> {
 impl Outbox for MemoryStore {
     fn route(&self, plan: OutboxPlan) {
         let _ = self.plan.set(plan);
+    }
+
+    fn enqueued(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.enqueued.subscribe()
     }
 
     async fn claim(

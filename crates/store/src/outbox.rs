@@ -201,6 +201,10 @@ pub trait Outbox: Send + Sync + 'static {
     /// calls are ignored). Without it no event is written.
     fn route(&self, plan: OutboxPlan);
 
+    /// Ticks after each transition of this process that may have written events, so a
+    /// delivery worker here starts at once instead of at its next poll.
+    fn enqueued(&self) -> tokio::sync::watch::Receiver<u64>;
+
     /// Up to `limit` heads of `subscription` due by `now_ms`, each claimed by `claimer`
     /// until `now_ms + visibility_ms`.
     async fn claim(

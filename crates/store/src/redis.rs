@@ -95,6 +95,8 @@ pub struct RedisStore {
     terminal: Option<Arc<TerminalCache>>,
     /// Which subscriptions hear of which transitions (`Outbox::route`).
     plan: OnceLock<crate::outbox::OutboxPlan>,
+    /// Ticks after a transition that may have written events (`Outbox::enqueued`).
+    enqueued: tokio::sync::watch::Sender<u64>,
 }
 
 /// Task ids are UUIDs the gateway made; anything else names no task. Checking first
@@ -154,6 +156,7 @@ impl RedisStore {
             scripts: Scripts::get(),
             local_wake: Mutex::new(None),
             plan: OnceLock::new(),
+            enqueued: tokio::sync::watch::Sender::new(0),
         }))
     }
 
@@ -172,6 +175,7 @@ impl RedisStore {
             local_wake: Mutex::new(None),
             terminal: self.terminal.clone(),
             plan: OnceLock::new(),
+            enqueued: tokio::sync::watch::Sender::new(0),
         })
     }
 
@@ -223,7 +227,7 @@ impl TaskStore for RedisStore {
         for (field, value) in codec::encode(&task).map_err(corrupt)? {
             create.arg(field).arg(value);
         }
-        create.arg(plan);
+        create.arg(&plan);
         let mut task_group = pipe_of([create]);
         if self.settings.wait_replicas > 0 {
             // Same connection as the write, so WAIT covers it.
@@ -250,6 +254,7 @@ impl TaskStore for RedisStore {
             pipe_of([list_add, list_ttl]),
         ];
         let replies = self.conn.run("create", groups).await?;
+        self.emitted(&plan);
         let Ok([_owned, task_replies, _listed]) = <[Vec<Value>; 3]>::try_from(replies) else {
             return Err(corrupt(
                 "create: Redis answered a different number of groups",
@@ -366,9 +371,10 @@ impl TaskStore for RedisStore {
         for request in &requests {
             cmd.arg(serde_json::to_string(request).map_err(corrupt)?);
         }
-        cmd.arg(plan);
+        cmd.arg(&plan);
         // The previous status, then the new keys in order.
         let reply: Option<Vec<String>> = parse(self.eval("add_input", cmd).await?)?;
+        self.emitted(&plan);
         Ok(reply.map(|reply| {
             let mut reply = reply.into_iter();
             if reply.next().as_deref() != Some(TaskStatus::InputRequired.as_str()) {
@@ -455,7 +461,7 @@ impl TaskStore for RedisStore {
         for field in fields {
             finish.arg(field);
         }
-        finish.arg(plan);
+        finish.arg(&plan);
         // Only the owner finishes a task; its index entry goes in the same round trip.
         let mut unindex = redis::cmd("SREM");
         unindex
@@ -465,6 +471,7 @@ impl TaskStore for RedisStore {
             .conn
             .run("finish", vec![pipe_of([finish]), pipe_of([unindex])])
             .await?;
+        self.emitted(&plan);
         let moved: i64 = parse(first_reply(replies))?;
         if moved == 1 {
             metrics::task_reached(status);
@@ -482,8 +489,9 @@ impl TaskStore for RedisStore {
             return Ok(CancelOutcome::NotFound);
         }
         let (mut cmd, plan) = self.emitting(&self.scripts.cancel, task_id, &[EventType::Cancelled]);
-        cmd.arg(principal).arg(now_ms()).arg(message).arg(plan);
+        cmd.arg(principal).arg(now_ms()).arg(message).arg(&plan);
         let reply: Vec<Value> = parse(self.eval("cancel", cmd).await?)?;
+        self.emitted(&plan);
         let mut reply = reply.into_iter();
         let code: i64 = parse(reply.next().unwrap_or(Value::Nil))?;
         match code {

@@ -50,6 +50,14 @@ impl RedisStore {
         (lua.call_keys(&keys), plan.to_string())
     }
 
+    /// Tells this process's delivery workers that `plan` (from [`Self::emitting`]) may
+    /// have written events.
+    pub(super) fn emitted(&self, plan: &str) {
+        if !plan.is_empty() {
+            self.enqueued.send_modify(|n| *n += 1);
+        }
+    }
+
     fn outbox_keys(&self, subscription: &str) -> Vec<String> {
         ALL_PARTS
             .iter()
@@ -133,6 +141,10 @@ impl RedisStore {
 impl Outbox for RedisStore {
     fn route(&self, plan: OutboxPlan) {
         let _ = self.plan.set(plan);
+    }
+
+    fn enqueued(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.enqueued.subscribe()
     }
 
     async fn claim(

@@ -81,6 +81,7 @@ pub(super) async fn take_over(
         pipe_of([cmd])
     }));
     let replies = store.conn.run("take_over", groups).await?;
+    store.emitted(if store.plan.get().is_some() { "plan" } else { "" });
     let mut adoptions = Vec::with_capacity(task_ids.len());
     let mut not_ours = Vec::new();
     for (task_id, reply) in task_ids.iter().zip(replies.into_iter().skip(1)) {
@@ -119,6 +120,7 @@ pub(super) async fn fail_orphans(
         return Ok(0);
     }
     let error = serde_json::to_string(&ErrorObject::internal(message)).map_err(corrupt)?;
+    let planned = store.plan.get().is_some();
     let now = now_ms();
     let fails = task_ids
         .iter()
@@ -134,6 +136,7 @@ pub(super) async fn fail_orphans(
         })
         .collect();
     let replies = store.conn.run("fail_owned", fails).await?;
+    store.emitted(if planned { "plan" } else { "" });
     let mut failed = 0;
     for reply in replies.into_iter().flatten() {
         if parse::<i64>(reply)? == 1 {
