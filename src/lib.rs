@@ -311,6 +311,10 @@ impl World {
             config.cluster.instance_id.clone(),
             self.store_namespace.clone(),
         )
+        .with_webhooks(admin::AdminWebhooks {
+            outbox: self.store.outbox.clone(),
+            subscriptions: self.webhooks.subscriptions.clone(),
+        })
     }
 
     /// The stop after the listener closed: tasks still running here end now, visibly to

@@ -84,6 +84,8 @@ pub struct Admin {
     instance_id: String,
     /// The Redis store's namespace (`""`: the unprefixed layout); `None` in memory.
     store_namespace: Option<String>,
+    /// The world's webhook subscriptions, if any (`admin/webhooks.rs`).
+    pub(super) webhooks: Option<super::webhooks::AdminWebhooks>,
 }
 
 impl Admin {
@@ -98,7 +100,14 @@ impl Admin {
             tasks,
             instance_id,
             store_namespace,
+            webhooks: None,
         }
+    }
+
+    /// With the world's webhook subscriptions and their outboxes.
+    pub(crate) fn with_webhooks(mut self, webhooks: super::webhooks::AdminWebhooks) -> Self {
+        self.webhooks = Some(webhooks);
+        self
     }
 
     /// One page of at most `limit` tasks that match `filter`, from `cursor`.

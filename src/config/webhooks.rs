@@ -120,7 +120,10 @@ fn table_of(value: &Value) -> Result<WebhookTable, String> {
             .map(|name| {
                 EventType::parse(name).ok_or_else(|| {
                     let known: Vec<&str> = EventType::ALL.iter().map(|e| e.as_str()).collect();
-                    format!("unknown event {name:?} (expected one of {})", known.join(", "))
+                    format!(
+                        "unknown event {name:?} (expected one of {})",
+                        known.join(", ")
+                    )
                 })
             })
             .collect::<Result<_, _>>()?,
@@ -208,7 +211,10 @@ mod tests {
         let tables = tables_from_file(&value).unwrap();
         assert_eq!(tables[0].events, [EventType::Created, EventType::Completed]);
         assert_eq!(tables[0].secret_files.len(), 2);
-        assert_eq!((tables[0].timeout_ms, tables[0].include_result), (2000, true));
+        assert_eq!(
+            (tables[0].timeout_ms, tables[0].include_result),
+            (2000, true)
+        );
         let bad = serde_json::json!([{"url": "https://x/", "events": ["task.done"]}]);
         let err = tables_from_file(&bad).unwrap_err();
         assert!(err.contains("task.done"), "{err}");

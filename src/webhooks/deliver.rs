@@ -54,7 +54,12 @@ impl Sender {
     }
 
     /// POSTs `body` as event `id` to `subscription`, signed now.
-    pub(crate) async fn send(&self, subscription: &Subscription, id: &str, body: Vec<u8>) -> Verdict {
+    pub(crate) async fn send(
+        &self,
+        subscription: &Subscription,
+        id: &str,
+        body: Vec<u8>,
+    ) -> Verdict {
         // reqwest resolves names through `CheckedResolver`; an address literal it
         // connects to directly, so that one is checked here.
         if let Some(host) = subscription.url.host()

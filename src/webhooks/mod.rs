@@ -75,7 +75,7 @@ pub(crate) enum WebhookError {
 
 /// The subscriptions' view of one world, for operators.
 #[derive(Clone)]
-pub struct Webhooks {
+pub(crate) struct Webhooks {
     pub(crate) subscriptions: Arc<Vec<Subscription>>,
 }
 
@@ -133,7 +133,10 @@ impl Webhooks {
 
 /// A URL whose host resolves to a refused address stops the start; one that does not
 /// resolve yet only warns (it is checked again at each delivery).
-async fn check_at_start(subscription: &Subscription, allow_private: bool) -> Result<(), WebhookError> {
+async fn check_at_start(
+    subscription: &Subscription,
+    allow_private: bool,
+) -> Result<(), WebhookError> {
     let host = subscription.url.host().unwrap_or_default();
     match guard::resolve(host, allow_private).await {
         Ok(_) => Ok(()),

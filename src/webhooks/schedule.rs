@@ -18,10 +18,7 @@ impl Schedule {
     /// The delay after the `attempts`-th failed attempt (1 for the first).
     pub(crate) fn delay(&self, attempts: u32, retry_after: Option<Duration>) -> Duration {
         let doublings = attempts.saturating_sub(1).min(30);
-        let base = self
-            .first
-            .saturating_mul(1u32 << doublings)
-            .min(self.max);
+        let base = self.first.saturating_mul(1u32 << doublings).min(self.max);
         let jittered = base.mul_f64(0.8 + 0.4 * unit_random());
         match retry_after {
             Some(asked) if asked > jittered => asked.min(self.max),
@@ -48,9 +45,19 @@ mod tests {
             max: Duration::from_secs(3600),
             window: Duration::from_secs(86_400),
         };
-        for (attempts, base) in [(1, 5.0), (2, 10.0), (3, 20.0), (10, 2560.0), (11, 3600.0), (40, 3600.0)] {
+        for (attempts, base) in [
+            (1, 5.0),
+            (2, 10.0),
+            (3, 20.0),
+            (10, 2560.0),
+            (11, 3600.0),
+            (40, 3600.0),
+        ] {
             let delay = schedule.delay(attempts, None).as_secs_f64();
-            assert!(delay >= base * 0.8 && delay <= base * 1.2, "{attempts}: {delay}");
+            assert!(
+                delay >= base * 0.8 && delay <= base * 1.2,
+                "{attempts}: {delay}"
+            );
         }
         let asked = schedule.delay(1, Some(Duration::from_secs(120)));
         assert_eq!(asked, Duration::from_secs(120));

@@ -30,7 +30,10 @@ pub(crate) enum BadSecret {
 impl Secret {
     /// A secret as a file holds it: `whsec_<base64>`, surrounding whitespace ignored.
     pub(crate) fn parse(text: &str) -> Result<Self, BadSecret> {
-        let encoded = text.trim().strip_prefix("whsec_").ok_or(BadSecret::Prefix)?;
+        let encoded = text
+            .trim()
+            .strip_prefix("whsec_")
+            .ok_or(BadSecret::Prefix)?;
         let key = STANDARD.decode(encoded)?;
         if key.is_empty() {
             return Err(BadSecret::Empty);

@@ -40,7 +40,11 @@ pub(crate) struct Shared {
 }
 
 /// Runs `subscription`'s worker until `closing`.
-pub(crate) async fn run(shared: Arc<Shared>, subscription: Arc<Subscription>, closing: CancellationToken) {
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    subscription: Arc<Subscription>,
+    closing: CancellationToken,
+) {
     let mut enqueued = shared.outbox.enqueued();
     let permits = Arc::new(Semaphore::new(CONCURRENCY));
     let done = Arc::new(tokio::sync::Notify::new());
@@ -109,7 +113,11 @@ async fn deliver(shared: &Shared, subscription: &Subscription, claim: Claimed) {
     let verdict = shared.sender.send(subscription, &event.id, body).await;
     let seconds = started.elapsed().as_secs_f64();
     let outbox = &shared.outbox;
-    let (sub, task, id) = (subscription.id.as_str(), event.task.as_str(), event.id.as_str());
+    let (sub, task, id) = (
+        subscription.id.as_str(),
+        event.task.as_str(),
+        event.id.as_str(),
+    );
     let settled = match verdict {
         Verdict::Delivered => {
             tracing::debug!(attempts = claim.attempts, "webhook delivered");
@@ -119,11 +127,16 @@ async fn deliver(shared: &Shared, subscription: &Subscription, claim: Claimed) {
         Verdict::Retry { error, after } => {
             let delay = shared.schedule.delay(claim.attempts, after);
             let next = mtg_store::now_ms().saturating_add(delay.as_millis() as u64);
-            let window_ends = event.at_ms().saturating_add(shared.schedule.window.as_millis() as u64);
+            let window_ends = event
+                .at_ms()
+                .saturating_add(shared.schedule.window.as_millis() as u64);
             if next > window_ends {
                 let error = format!("gave up after {} attempts: {error}", claim.attempts);
                 tracing::warn!(url = %subscription.url, %error, "webhook event is now a dead letter");
-                shared.meter.webhooks().delivered(sub, "dead_letter", seconds);
+                shared
+                    .meter
+                    .webhooks()
+                    .delivered(sub, "dead_letter", seconds);
                 outbox.give_up(sub, task, id, &error).await
             } else {
                 tracing::info!(url = %subscription.url, %error, attempts = claim.attempts, retry_in_ms = delay.as_millis() as u64, "webhook delivery failed; will retry");
@@ -133,7 +146,10 @@ async fn deliver(shared: &Shared, subscription: &Subscription, claim: Claimed) {
         }
         Verdict::GiveUp(error) => {
             tracing::warn!(url = %subscription.url, %error, "webhook delivery refused; the event is now a dead letter");
-            shared.meter.webhooks().delivered(sub, "dead_letter", seconds);
+            shared
+                .meter
+                .webhooks()
+                .delivered(sub, "dead_letter", seconds);
             outbox.give_up(sub, task, id, &error).await
         }
     };

@@ -9,7 +9,11 @@ use super::Labels;
 pub struct WebhookMetrics<'a>(pub(super) &'a Labels);
 
 impl WebhookMetrics<'_> {
-    fn labels(&self, subscription: &str, extra: Option<(&'static str, &'static str)>) -> Vec<Label> {
+    fn labels(
+        &self,
+        subscription: &str,
+        extra: Option<(&'static str, &'static str)>,
+    ) -> Vec<Label> {
         let mut labels = self.0.with(&[]);
         labels.push(Label::new("subscription", subscription.to_owned()));
         if let Some((key, value)) = extra {

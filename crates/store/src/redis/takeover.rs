@@ -81,7 +81,11 @@ pub(super) async fn take_over(
         pipe_of([cmd])
     }));
     let replies = store.conn.run("take_over", groups).await?;
-    store.emitted(if store.plan.get().is_some() { "plan" } else { "" });
+    store.emitted(if store.plan.get().is_some() {
+        "plan"
+    } else {
+        ""
+    });
     let mut adoptions = Vec::with_capacity(task_ids.len());
     let mut not_ours = Vec::new();
     for (task_id, reply) in task_ids.iter().zip(replies.into_iter().skip(1)) {
