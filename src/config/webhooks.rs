@@ -179,7 +179,7 @@ impl WebhookConfig {
         if self.webhook_secret_file.len() > 2 {
             return bad("--webhook-secret-file: at most two (the new and the old)".into());
         }
-        if !(self.webhook_retry_hours > 0.0) {
+        if self.webhook_retry_hours.is_nan() || self.webhook_retry_hours <= 0.0 {
             return bad("--webhook-retry-hours must be above 0".into());
         }
         if self.webhook_retry_first_ms == 0

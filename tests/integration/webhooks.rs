@@ -336,7 +336,7 @@ fn instance(
     upstream_url: &str,
     redis: &RedisServer,
     id: &str,
-    config: &PathBuf,
+    config: &std::path::Path,
 ) -> (Proc, Client, String) {
     let (mut flags, admin) = admin_flags();
     flags.extend(

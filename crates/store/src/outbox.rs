@@ -171,6 +171,7 @@ pub struct Attempts {
     /// When it may be tried next (Unix ms); only a head has one.
     #[serde(default)]
     pub next: Option<u64>,
+    /// The instance that claimed it last (kept after a retry is scheduled).
     #[serde(default)]
     pub claimer: Option<String>,
     /// When it was given up on (Unix ms), for a dead letter.

@@ -18,7 +18,6 @@ a = a and cjson.decode(a) or {attempts = 0}
 if what == 'retry' then
   a.error = err
   a.next = tonumber(next_try)
-  a.claimer = nil
   redis.call('HSET', attempts, id, cjson.encode(a))
   redis.call('ZADD', due, next_try, t)
   return 1

@@ -199,7 +199,6 @@ impl Outboxes {
         if let Some(attempts) = sub.attempts.get_mut(event_id) {
             attempts.error = Some(error.to_owned());
             attempts.next = Some(next_ms);
-            attempts.claimer = None;
         }
         true
     }
