@@ -104,6 +104,14 @@ pub async fn run(config: Config) -> std::io::Result<()> {
                     )
                 })
                 .collect(),
+            console: admin::console::Console::new(
+                settings::console(&config),
+                token.clone(),
+                worlds
+                    .iter()
+                    .map(|world| world.console_view(&config))
+                    .collect(),
+            ),
             token,
         });
         tracing::info!(%addr, admin = api.is_some(), "serving Prometheus metrics at /metrics");
@@ -250,6 +258,16 @@ impl World {
             config.instance_id.clone(),
             self.store_namespace.clone(),
         )
+    }
+
+    fn console_view(&self, config: &Config) -> admin::console::WorldView {
+        admin::console::WorldView {
+            name: self.name().unwrap_or_default().to_owned(),
+            inspection: self.store.inspection.clone(),
+            tasks: self.tasks.clone(),
+            admin: self.admin(config),
+            ask_upstream: !config.readyz_skip_upstream,
+        }
     }
 
     /// The stop after the listener closed: tasks still running here end now, visibly to

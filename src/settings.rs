@@ -57,6 +57,18 @@ pub fn cluster(config: &Config) -> crate::cluster::ClusterSettings {
     }
 }
 
+/// The operator's console (`/admin/ui`, beside the admin API).
+pub fn console(config: &Config) -> crate::admin::console::ConsoleSettings {
+    crate::admin::console::ConsoleSettings {
+        session_ttl: Duration::from_millis(config.admin_session_ttl_ms),
+        show_results: config.admin_show_results,
+        // The admin listener serves plain HTTP (reached by port-forward): never `Secure`.
+        tls: false,
+        instance_id: config.instance_id.clone(),
+        lease_ttl: Duration::from_millis(config.lease_timeout_ms),
+    }
+}
+
 /// The task service's settings; `running_counts` is shared by every upstream's.
 pub fn tasks(config: &Config, running_counts: &RunningCounts) -> TaskSettings {
     TaskSettings {

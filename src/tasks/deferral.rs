@@ -69,6 +69,11 @@ impl Deferrals {
         self.tasks.meter()
     }
 
+    /// A call was answered with a deferred result (counted, and its runner marked).
+    pub fn call_deferred(&self, task_id: &str) {
+        self.tasks.call_deferred(task_id);
+    }
+
     pub fn new(tasks: Arc<TaskService>) -> Self {
         Self { tasks }
     }

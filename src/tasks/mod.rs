@@ -5,6 +5,7 @@ mod credential;
 pub mod deferral;
 pub mod dialect_2025;
 mod halt;
+pub mod in_flight;
 pub mod limits;
 pub mod listen;
 pub mod mrtr_bridge;

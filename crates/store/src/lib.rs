@@ -16,7 +16,8 @@
 //!   whoever watches it on any instance;
 //! - [`MembershipStore`] (`membership.rs`): instance leases, and taking over or failing
 //!   the unfinished tasks of instances that are gone;
-//! - [`TaskInspection`] (`inspect.rs`): every task and instance, for operators.
+//! - [`TaskInspection`] (`inspect.rs`): every task and instance, for operators, by scope
+//!   or newest first.
 //!
 //! ## Two implementations
 //!
@@ -71,7 +72,7 @@ use std::sync::Arc;
 pub(crate) use changes::LocalChanges;
 pub use changes::{ChangeReceiver, Changes, TaskChange};
 pub use inspect::{
-    BadCursor, InspectError, InstanceInfo, ScanPage, Scanned, Scope, TaskInspection,
+    BadCursor, InspectError, InstanceInfo, Newest, ScanPage, Scanned, Scope, TaskInspection,
 };
 pub use membership::{GoneInstance, INSTANCE_LOST, INSTANCE_STOPPED, Lease, MembershipStore};
 pub use record::{Adoption, Outcome, Takeover, TaskRecord, input_key};

@@ -313,7 +313,7 @@ async fn still_running(
         return answer_of(&task, purpose);
     }
     if purpose == Purpose::Call {
-        tasks.meter().call_deferred();
+        tasks.call_deferred(task_id);
     }
     let caller = Caller {
         capabilities: &session.capabilities,

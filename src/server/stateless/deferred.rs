@@ -161,7 +161,7 @@ async fn answer_of(
         Started::Inline(answer) => serde_json::from_str::<Value>(answer?.get())
             .map_err(|e| ErrorObject::internal(format!("the upstream's result: {e}")))?,
         Started::Task(task) => {
-            deferrals.meter().call_deferred();
+            deferrals.call_deferred(&task.task_id);
             deferrals
                 .still_running(caller, &task, Asked::Call(tool))
                 .await

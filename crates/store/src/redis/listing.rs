@@ -1,5 +1,6 @@
-//! A principal's tasks, newest first, from its sorted set `mtg:<ns>:by-principal:{<principal>}`
-//! (score: createdAt, member: task id). Redis orders equal scores by member, so the
+//! Tasks newest first from a sorted set of ids by createdAt: a principal's
+//! (`mtg:<ns>:by-principal:{<principal>}`, for `tasks/list`) or every task's
+//! (`mtg:<ns>:by-created`, for operators). Redis orders equal scores by member, so the
 //! reverse order is (createdAt, taskId) descending, the order of [`ListCursor`].
 //!
 //! Members may outlive their tasks (a task expires long before the set; a delete's ZREM
@@ -17,27 +18,79 @@ use crate::{ListCursor, StoreError, TaskRecord, now_ms};
 /// Most members read per round, so one page never pipelines an unbounded number of reads.
 const MAX_BATCH: usize = 256;
 
+/// Which sorted set a walk reads.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Index<'a> {
+    /// One principal's tasks; a member whose task is another's is skipped.
+    Principal(&'a str),
+    /// Every task.
+    Created,
+}
+
+/// The creation times a walk keeps, both ends included.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Window {
+    pub(super) at_most: Option<u64>,
+    pub(super) at_least: Option<u64>,
+}
+
 pub(super) async fn list(
     store: &RedisStore,
     principal: &str,
     after: Option<&ListCursor>,
     limit: usize,
 ) -> Result<Vec<Arc<TaskRecord>>, StoreError> {
+    walk(
+        store,
+        Index::Principal(principal),
+        after,
+        Window::default(),
+        limit,
+    )
+    .await
+}
+
+/// Created before this, a task is past any TTL the gateway gives.
+pub(super) fn surely_expired(store: &RedisStore, now: u64) -> u64 {
+    let grace = KEY_GRACE.as_millis() as u64;
+    now.saturating_sub(store.settings.max_ttl.as_millis() as u64 + grace)
+}
+
+/// At most `limit` live tasks of `index`, newest first, after `after`, within `window`.
+pub(super) async fn walk(
+    store: &RedisStore,
+    index: Index<'_>,
+    after: Option<&ListCursor>,
+    window: Window,
+    limit: usize,
+) -> Result<Vec<Arc<TaskRecord>>, StoreError> {
     // The cursor is parsed from client text: one the gateway cannot have made lists nothing.
     if limit == 0 || after.is_some_and(|cursor| !is_task_id(&cursor.task_id)) {
         return Ok(Vec::new());
     }
-    let key = store.keys.by_principal(principal);
+    let key = match index {
+        Index::Principal(principal) => store.keys.by_principal(principal),
+        Index::Created => store.keys.by_created(),
+    };
     let now = now_ms();
     let grace = KEY_GRACE.as_millis() as u64;
-    // Created before this, a task is past any TTL the gateway gives.
-    let surely_expired = now.saturating_sub(store.settings.max_ttl.as_millis() as u64 + grace);
+    let surely_expired = surely_expired(store, now);
     // On a Cluster a create writes the index and the task concurrently, so a young member
     // without a task may be a create under way: skipped, but not removed. (A create takes
     // at most two attempts and a script load, each within the timeout.)
     let settled = now.saturating_sub(grace + 3 * store.settings.timeout.as_millis() as u64);
 
+    // Members at or above `from` were listed (an empty id: every member of that score).
     let mut from = after.map(|cursor| (cursor.created_at_ms, cursor.task_id.clone()));
+    if let Some(most) = window.at_most.and_then(|most| most.checked_add(1)) {
+        let ceiling = (most, String::new());
+        if from.as_ref().is_none_or(|from| *from > ceiling) {
+            from = Some(ceiling);
+        }
+    }
+    let floor = window
+        .at_least
+        .map_or("-inf".to_owned(), |least| least.to_string());
     let mut offset = 0;
     let mut first = true;
     let mut found = Vec::new();
@@ -53,7 +106,7 @@ pub(super) async fn list(
                 from.as_ref()
                     .map_or("+inf".into(), |(score, _)| score.to_string()),
             )
-            .arg("-inf")
+            .arg(&floor)
             .arg("BYSCORE")
             .arg("REV")
             .arg("LIMIT")
@@ -125,8 +178,12 @@ pub(super) async fn list(
                 continue;
             }
             let task = codec::decode(task_id, fields).map_err(corrupt)?;
+            let whose = match index {
+                Index::Principal(principal) => task.principal == principal,
+                Index::Created => true,
+            };
             // Expired ones go with a later trim.
-            if task.principal != principal || task.expires_at_ms() <= now {
+            if !whose || task.expires_at_ms() <= now {
                 dropped += 1;
                 continue;
             }
@@ -140,6 +197,10 @@ pub(super) async fn list(
         }
     }
     if !gone.is_empty() {
+        let principal = match index {
+            Index::Principal(principal) => Some(principal),
+            Index::Created => None,
+        };
         store.unlist(principal, gone);
     }
     Ok(found)

@@ -341,7 +341,7 @@ impl Watcher {
             .tasks
             .start_adopted(reservation, call, exchange)
             .await?;
-        self.tasks.meter().call_deferred();
+        self.tasks.call_deferred(&task.task_id);
         let caller = Caller {
             capabilities: &self.session.capabilities,
             auth: self.session.auth.as_ref(),
