@@ -42,34 +42,13 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     // Two rustls providers are linked (ring, and aws-lc-rs through a dependency), so
     // none is the default until one is named: `rediss://` connections need it.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let admin_token = config
-        .admin_token_file
-        .as_deref()
-        .map(admin::read_token)
-        .transpose()?;
-    let operators = match config.metrics_listen {
-        Some(addr) => {
-            let listener = admin::bind(addr).await?;
-            let metrics = telemetry::install_metrics().map_err(std::io::Error::other)?;
-            Some((listener, metrics))
-        }
-        None => None,
-    };
-    let listener = TcpListener::bind(config.listen).await?;
+    let operators = Operators::open(&config).await?;
+    let listener = TcpListener::bind(config.edge.listen).await?;
     let local = listener.local_addr()?;
     let client = mtg_transport::client();
-    let call_client = mtg_transport::call_client(config.upstream_read_buffer_bytes as usize);
-    let redis = settings::redis(&config)?;
-    if config.request_state_key.is_none() && redis.is_some() {
-        tracing::warn!(
-            "no --request-state-key: held calls can be resumed only on the instance that \
-             holds them; set the same key on every instance"
-        );
-    }
-    // Every upstream's world shares the Redis connection, under its own namespace.
-    let shared_redis = redis
-        .map(|settings| RedisStore::connect(settings).map_err(std::io::Error::other))
-        .transpose()?;
+    let call_client =
+        mtg_transport::call_client(config.upstream.upstream_read_buffer_bytes as usize);
+    let redis = connect_redis(&config)?;
     let closing = tokio_util::sync::CancellationToken::new();
     let edge = Arc::new(server::Edge::start(settings::edge(&config))?);
     let auth = settings::auth(&config)
@@ -77,71 +56,19 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     let shared = Shared {
         call_client: &call_client,
         client: &client,
-        redis: shared_redis.as_ref(),
+        redis: redis.as_ref(),
         edge: &edge,
         auth: auth.as_ref(),
         closing: &closing,
-        namespace_given: config.store_namespace.is_some(),
+        namespace_given: config.store.store_namespace.is_some(),
         running_counts: tasks::limits::RunningCounts::default(),
     };
-    let mut worlds = Vec::new();
-    if config.upstream.is_some() || config.upstream_cmd.is_some() {
-        worlds.push(World::start(None, &config, &shared).await?);
+    let worlds = start_worlds(&config, &shared).await?;
+    if let Some(operators) = operators {
+        operators.serve(&worlds, &config)?;
     }
-    for named in &config.upstreams {
-        let world_config = config.for_upstream(named);
-        worlds.push(World::start(Some(named.name.clone()), &world_config, &shared).await?);
-    }
-    if let Some((listener, metrics)) = operators {
-        let addr = listener.local_addr()?;
-        let api = admin_token.map(|token| admin::AdminApi {
-            admins: worlds
-                .iter()
-                .map(|world| {
-                    (
-                        world.name().unwrap_or_default().to_owned(),
-                        world.admin(&config),
-                    )
-                })
-                .collect(),
-            console: admin::console::Console::new(
-                settings::console(&config),
-                token.clone(),
-                worlds
-                    .iter()
-                    .map(|world| world.console_view(&config))
-                    .collect(),
-            ),
-            token,
-        });
-        tracing::info!(%addr, admin = api.is_some(), "serving Prometheus metrics at /metrics");
-        admin::serve(listener, metrics, api);
-    }
-    let mut default = None;
-    let mut named = std::collections::HashMap::new();
-    for world in &worlds {
-        match world.name() {
-            None => default = Some(world.gateway.clone()),
-            Some(name) => {
-                named.insert(name.to_owned(), world.gateway.clone());
-            }
-        }
-    }
-    let routes = Arc::new(server::Routes::new(edge, default, named));
-    let store_kind = match settings::redis_target(&config) {
-        None => "memory",
-        Some(Target::Server(_)) => "redis",
-        Some(Target::Cluster(_)) => "redis-cluster",
-        Some(Target::Sentinel(_)) => "redis-sentinel",
-    };
-    tracing::info!(listen = %local, upstream = %describe_upstream(&config), named = config.upstreams.len(), instance = %config.instance_id, store = store_kind, "mcp-task-gateway ready");
-    // Tests and scripts read the bound address from this line (the port may be 0).
-    let scheme = if config.tls_cert.is_some() {
-        "https"
-    } else {
-        "http"
-    };
-    println!("listening on {scheme}://{local}/mcp");
+    let routes = Arc::new(routes_to(edge, &worlds));
+    announce_ready(&config, local);
     let stop = async move {
         shutdown_signal().await;
         closing.cancel();
@@ -149,22 +76,140 @@ pub async fn run(config: Config) -> std::io::Result<()> {
     let workers = server::edge::workers::serve(
         listener,
         routes,
-        config.worker_threads(),
-        config.idle_poll(),
+        config.edge.worker_threads(),
+        config.edge.idle_poll(),
         stop,
     )
     .await?;
-    let drain_timeout = Duration::from_millis(config.drain_timeout_ms);
+    let drain_timeout = Duration::from_millis(config.operations.drain_timeout_ms);
     // Each world drains at once: the drain timeout is the whole stop's, not each one's.
     futures_util::future::join_all(
         worlds
             .into_iter()
-            .map(|world| world.stop(drain_timeout, &config.instance_id)),
+            .map(|world| world.stop(drain_timeout, &config.cluster.instance_id)),
     )
     .await;
     workers.stop().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The metrics listener (`--metrics-listen`) and the admin API's token, if any
+/// (`--admin-token-file`): opened before anything else, served once the worlds exist.
+struct Operators {
+    listener: TcpListener,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+    token: Option<String>,
+}
+
+impl Operators {
+    async fn open(config: &Config) -> std::io::Result<Option<Self>> {
+        let token = config
+            .operations
+            .admin_token_file
+            .as_deref()
+            .map(admin::read_token)
+            .transpose()?;
+        let Some(addr) = config.operations.metrics_listen else {
+            return Ok(None);
+        };
+        let listener = admin::bind(addr).await?;
+        let metrics = telemetry::install_metrics().map_err(std::io::Error::other)?;
+        Ok(Some(Self {
+            listener,
+            metrics,
+            token,
+        }))
+    }
+
+    /// Serves `/metrics`, and the admin API over every world's tasks.
+    fn serve(self, worlds: &[World], config: &Config) -> std::io::Result<()> {
+        let addr = self.listener.local_addr()?;
+        let api = self.token.map(|token| admin::AdminApi {
+            admins: worlds
+                .iter()
+                .map(|world| {
+                    (
+                        world.name().unwrap_or_default().to_owned(),
+                        world.admin(config),
+                    )
+                })
+                .collect(),
+            console: admin::console::Console::new(
+                settings::console(config),
+                token.clone(),
+                worlds
+                    .iter()
+                    .map(|world| world.console_view(config))
+                    .collect(),
+            ),
+            token,
+        });
+        tracing::info!(%addr, admin = api.is_some(), "serving Prometheus metrics at /metrics");
+        admin::serve(self.listener, self.metrics, api);
+        Ok(())
+    }
+}
+
+/// The shared store's connection, if one is configured: every upstream's world shares
+/// it, under its own namespace.
+fn connect_redis(config: &Config) -> std::io::Result<Option<Arc<RedisStore>>> {
+    let redis = settings::redis(config)?;
+    if config.bridge.request_state_key.is_none() && redis.is_some() {
+        tracing::warn!(
+            "no --request-state-key: held calls can be resumed only on the instance that \
+             holds them; set the same key on every instance"
+        );
+    }
+    redis
+        .map(|settings| RedisStore::connect(settings).map_err(std::io::Error::other))
+        .transpose()
+}
+
+/// The world of the upstream at `/mcp`, if there is one, then each named upstream's.
+async fn start_worlds(config: &Config, shared: &Shared<'_>) -> std::io::Result<Vec<World>> {
+    let mut worlds = Vec::new();
+    if config.upstream.url.is_some() || config.upstream.upstream_cmd.is_some() {
+        worlds.push(World::start(None, config, shared).await?);
+    }
+    for named in &config.upstream.named {
+        let world_config = config.for_upstream(named);
+        worlds.push(World::start(Some(named.name.clone()), &world_config, shared).await?);
+    }
+    Ok(worlds)
+}
+
+/// Each path to its world's gateway: `/mcp` and `/mcp/NAME`.
+fn routes_to(edge: Arc<server::Edge>, worlds: &[World]) -> server::Routes {
+    let mut default = None;
+    let mut named = std::collections::HashMap::new();
+    for world in worlds {
+        match world.name() {
+            None => default = Some(world.gateway.clone()),
+            Some(name) => {
+                named.insert(name.to_owned(), world.gateway.clone());
+            }
+        }
+    }
+    server::Routes::new(edge, default, named)
+}
+
+/// Logs what serves where, and prints the address tests and scripts wait for.
+fn announce_ready(config: &Config, local: std::net::SocketAddr) {
+    let store_kind = match settings::redis_target(config) {
+        None => "memory",
+        Some(Target::Server(_)) => "redis",
+        Some(Target::Cluster(_)) => "redis-cluster",
+        Some(Target::Sentinel(_)) => "redis-sentinel",
+    };
+    tracing::info!(listen = %local, upstream = %describe_upstream(config), named = config.upstream.named.len(), instance = %config.cluster.instance_id, store = store_kind, "mcp-task-gateway ready");
+    // Tests and scripts read the bound address from this line (the port may be 0).
+    let scheme = if config.edge.tls_cert.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    println!("listening on {scheme}://{local}/mcp");
 }
 
 /// What every upstream's world is built with.
@@ -223,10 +268,12 @@ impl World {
             settings::cluster(config),
         )
         .await;
-        let auth = shared.auth.map(|auth| match &config.auth_jwt_audience {
-            Some(audience) if name.is_some() => Arc::new(auth.for_audience(audience.clone())),
-            _ => auth.clone(),
-        });
+        let auth = shared
+            .auth
+            .map(|auth| match &config.auth.auth_jwt_audience {
+                Some(audience) if name.is_some() => Arc::new(auth.for_audience(audience.clone())),
+                _ => auth.clone(),
+            });
         let gateway = Arc::new(server::Gateway::new(
             settings::gateway(config)?,
             shared.client.clone(),
@@ -255,7 +302,7 @@ impl World {
         admin::Admin::new(
             self.store.inspection.clone(),
             self.tasks.clone(),
-            config.instance_id.clone(),
+            config.cluster.instance_id.clone(),
             self.store_namespace.clone(),
         )
     }
@@ -266,7 +313,7 @@ impl World {
             inspection: self.store.inspection.clone(),
             tasks: self.tasks.clone(),
             admin: self.admin(config),
-            ask_upstream: !config.readyz_skip_upstream,
+            ask_upstream: !config.operations.readyz_skip_upstream,
         }
     }
 
@@ -316,21 +363,22 @@ fn select_upstream(
     client: &mtg_transport::CallClient,
 ) -> Arc<dyn upstream::Upstream> {
     let command = config
+        .upstream
         .upstream_cmd
         .as_ref()
         .and_then(|words| upstream::stdio::StdioCommand::new(&words.0));
-    match (command, &config.upstream) {
+    match (command, &config.upstream.url) {
         (Some(mut command), _) => {
-            command.env = config.upstream_env.clone();
-            command.cwd = config.upstream_cwd.clone();
+            command.env = config.upstream.upstream_env.clone();
+            command.cwd = config.upstream.upstream_cwd.clone();
             upstream::stdio::StdioUpstream::start(
                 command,
-                usize::from(config.upstream_pool),
-                &config.roots,
+                usize::from(config.upstream.upstream_pool),
+                &config.upstream.roots,
             )
         }
         (None, Some(url)) => {
-            upstream::detect::AutoUpstream::new(client.clone(), url.clone(), &config.roots)
+            upstream::detect::AutoUpstream::new(client.clone(), url.clone(), &config.upstream.roots)
         }
         // `World::start` is called only for a world with an upstream.
         (None, None) => unreachable!("a world without an upstream"),
@@ -343,12 +391,12 @@ fn call_client_for(
     config: &Config,
     http1: &mtg_transport::Http1Client,
 ) -> mtg_transport::CallClient {
-    match &config.upstream {
-        Some(url) if config.upstream_http2 => mtg_transport::CallClient::http2(
+    match &config.upstream.url {
+        Some(url) if config.upstream.upstream_http2 => mtg_transport::CallClient::http2(
             url,
             http1.clone(),
             mtg_transport::h2_pool::PoolSettings {
-                max_streams: config.upstream_http2_max_streams as usize,
+                max_streams: config.upstream.upstream_http2_max_streams as usize,
             },
         ),
         _ => mtg_transport::CallClient::Http1(http1.clone()),
@@ -356,7 +404,7 @@ fn call_client_for(
 }
 
 fn describe_upstream(config: &Config) -> String {
-    match (&config.upstream_cmd, &config.upstream) {
+    match (&config.upstream.upstream_cmd, &config.upstream.url) {
         (Some(words), _) => format!("stdio: {}", words.0.join(" ")),
         (None, Some(url)) => url.to_string(),
         (None, None) => String::new(),

@@ -37,9 +37,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let _tracing = mcp_task_gateway::telemetry::traces::init(&config.log_format);
+    let _tracing = mcp_task_gateway::telemetry::traces::init(&config.operations.log_format);
     // The first worker thread; `run` starts the others (`server::edge::workers`).
-    let runtime = match mcp_task_gateway::worker_runtime(config.idle_poll()) {
+    let runtime = match mcp_task_gateway::worker_runtime(config.edge.idle_poll()) {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("mcp-task-gateway: cannot start the runtime: {e}");

@@ -11,8 +11,8 @@ use crate::tasks::policy::Policies;
 use mtg_store::redis::{RedisSettings, StoreNamespace, Target};
 
 /// The edge's settings, shared by every upstream's path.
-pub fn edge(config: &Config) -> crate::server::EdgeSettings {
-    let tls = match (&config.tls_cert, &config.tls_key) {
+pub(crate) fn edge(config: &Config) -> crate::server::EdgeSettings {
+    let tls = match (&config.edge.tls_cert, &config.edge.tls_key) {
         (Some(cert), Some(key)) => Some(crate::server::edge::tls::TlsFiles {
             cert: cert.clone(),
             key: key.clone(),
@@ -21,90 +21,95 @@ pub fn edge(config: &Config) -> crate::server::EdgeSettings {
     };
     crate::server::EdgeSettings {
         tls,
-        max_task_requests_per_second: config.max_task_requests_per_second,
-        allowed_origins: config.allowed_origins.clone(),
-        max_body_bytes: config.max_body_bytes,
-        strict_headers: !config.lenient_headers,
-        identity_header: config.identity_header.clone(),
+        max_task_requests_per_second: config.limits.max_task_requests_per_second,
+        allowed_origins: config.edge.allowed_origins.clone(),
+        max_body_bytes: config.limits.max_body_bytes,
+        strict_headers: !config.edge.lenient_headers,
+        identity_header: config.auth.identity_header.clone(),
     }
 }
 
 /// The settings of one upstream's services behind the edge (reads
 /// `--upstream-credential-file`).
-pub fn gateway(config: &Config) -> std::io::Result<crate::server::GatewaySettings> {
+pub(crate) fn gateway(config: &Config) -> std::io::Result<crate::server::GatewaySettings> {
     Ok(crate::server::GatewaySettings {
-        name: config.upstream_name.clone(),
+        name: config.upstream.name.clone(),
         upstream_credential: upstream_credential(config)?,
         policies: policies(config),
-        upstream_timeout: config.upstream_timeout(),
-        check_upstream_readiness: !config.readyz_skip_upstream,
+        upstream_timeout: config.upstream.upstream_timeout(),
+        check_upstream_readiness: !config.operations.readyz_skip_upstream,
         session_limits: crate::server::session::served::SessionLimits {
-            idle_timeout: Duration::from_millis(config.session_idle_timeout_ms),
-            max_sessions: usize::try_from(config.max_sessions).unwrap_or(usize::MAX),
+            idle_timeout: Duration::from_millis(config.limits.session_idle_timeout_ms),
+            max_sessions: usize::try_from(config.limits.max_sessions).unwrap_or(usize::MAX),
         },
-        progress_keepalive: (config.progress_keepalive_ms > 0)
-            .then(|| Duration::from_millis(config.progress_keepalive_ms)),
+        progress_keepalive: (config.tasks.progress_keepalive_ms > 0)
+            .then(|| Duration::from_millis(config.tasks.progress_keepalive_ms)),
     })
 }
 
 /// This instance's part in the cluster: its lease and how others reach it.
-pub fn cluster(config: &Config) -> crate::cluster::ClusterSettings {
+pub(crate) fn cluster(config: &Config) -> crate::cluster::ClusterSettings {
     crate::cluster::ClusterSettings {
-        instance_id: config.instance_id.clone(),
-        advertise_url: config.advertise_url.as_ref().map(ToString::to_string),
-        lease_timeout: Duration::from_millis(config.lease_timeout_ms),
-        meter: crate::telemetry::Meter::new(config.upstream_name.as_deref()),
+        instance_id: config.cluster.instance_id.clone(),
+        advertise_url: config
+            .cluster
+            .advertise_url
+            .as_ref()
+            .map(ToString::to_string),
+        lease_timeout: Duration::from_millis(config.cluster.lease_timeout_ms),
+        meter: crate::telemetry::Meter::new(config.upstream.name.as_deref()),
     }
 }
 
 /// The operator's console (`/admin/ui`, beside the admin API).
-pub fn console(config: &Config) -> crate::admin::console::ConsoleSettings {
+pub(crate) fn console(config: &Config) -> crate::admin::console::ConsoleSettings {
     crate::admin::console::ConsoleSettings {
-        session_ttl: Duration::from_millis(config.admin_session_ttl_ms),
-        show_results: config.admin_show_results,
+        session_ttl: Duration::from_millis(config.operations.admin_session_ttl_ms),
+        show_results: config.operations.admin_show_results,
         // The admin listener serves plain HTTP (reached by port-forward): never `Secure`.
         tls: false,
-        instance_id: config.instance_id.clone(),
-        lease_ttl: Duration::from_millis(config.lease_timeout_ms),
+        instance_id: config.cluster.instance_id.clone(),
+        lease_ttl: Duration::from_millis(config.cluster.lease_timeout_ms),
     }
 }
 
 /// The task service's settings; `running_counts` is shared by every upstream's.
-pub fn tasks(config: &Config, running_counts: &RunningCounts) -> TaskSettings {
+pub(crate) fn tasks(config: &Config, running_counts: &RunningCounts) -> TaskSettings {
     TaskSettings {
-        instance_id: config.instance_id.clone(),
-        ttl_ms: config.task_ttl_ms(),
-        max_ttl_ms: config.max_ttl_ms,
+        instance_id: config.cluster.instance_id.clone(),
+        ttl_ms: config.tasks.task_ttl_ms(),
+        max_ttl_ms: config.tasks.max_ttl_ms,
         min_ttl_ms: crate::config::MIN_TTL_MS,
-        poll_interval_ms: config.poll_interval_ms,
-        upstream_timeout: config.upstream_timeout(),
-        promote_after: Duration::from_millis(config.promote_after_ms),
-        defer_after: (config.defer_after_ms > 0)
-            .then(|| Duration::from_millis(config.defer_after_ms)),
-        deferred_max_wait: Duration::from_millis(config.deferred_max_wait_ms),
-        max_running_per_principal: config.max_running_tasks_per_principal,
+        poll_interval_ms: config.tasks.poll_interval_ms,
+        upstream_timeout: config.upstream.upstream_timeout(),
+        promote_after: Duration::from_millis(config.tasks.promote_after_ms),
+        defer_after: (config.tasks.defer_after_ms > 0)
+            .then(|| Duration::from_millis(config.tasks.defer_after_ms)),
+        deferred_max_wait: Duration::from_millis(config.tasks.deferred_max_wait_ms),
+        max_running_per_principal: config.limits.max_running_tasks_per_principal,
         running_counts: running_counts.clone(),
-        input_wait: Duration::from_millis(config.input_wait_timeout_ms),
+        input_wait: Duration::from_millis(config.bridge.input_wait_timeout_ms),
         state_keys: state_keys(config),
         takeover: takeover(config),
-        meter: crate::telemetry::Meter::new(config.upstream_name.as_deref()),
+        meter: crate::telemetry::Meter::new(config.upstream.name.as_deref()),
     }
 }
 
 /// The shared store's settings, if one is configured (reads `--redis-ca-file`).
-pub fn redis(config: &Config) -> std::io::Result<Option<RedisSettings>> {
+pub(crate) fn redis(config: &Config) -> std::io::Result<Option<RedisSettings>> {
     let Some(target) = redis_target(config) else {
         return Ok(None);
     };
     Ok(Some(RedisSettings {
         namespace: store_namespace(config),
         target,
-        instance_id: config.instance_id.clone(),
-        wait_replicas: config.redis_wait_replicas,
-        timeout: Duration::from_millis(config.redis_timeout_ms),
-        max_ttl: Duration::from_millis(config.max_ttl_ms),
-        terminal_cache_bytes: config.terminal_cache_bytes,
+        instance_id: config.cluster.instance_id.clone(),
+        wait_replicas: config.store.redis_wait_replicas,
+        timeout: Duration::from_millis(config.store.redis_timeout_ms),
+        max_ttl: Duration::from_millis(config.tasks.max_ttl_ms),
+        terminal_cache_bytes: config.store.terminal_cache_bytes,
         ca_cert: config
+            .store
             .redis_ca_file
             .as_ref()
             .map(std::fs::read)
@@ -113,32 +118,34 @@ pub fn redis(config: &Config) -> std::io::Result<Option<RedisSettings>> {
 }
 
 /// JWT validation, when `--auth-jwt-issuer` is set.
-pub fn auth(config: &Config) -> Option<crate::auth::AuthSettings> {
-    let issuer = config.auth_jwt_issuer.clone()?;
-    let keys = match &config.auth_jwt_jwks_url {
+pub(crate) fn auth(config: &Config) -> Option<crate::auth::AuthSettings> {
+    let issuer = config.auth.auth_jwt_issuer.clone()?;
+    let keys = match &config.auth.auth_jwt_jwks_url {
         Some(url) => crate::auth::jwks::KeySource::Url(url.clone()),
         None => crate::auth::jwks::KeySource::Discovery {
             issuer: issuer.clone(),
         },
     };
     Some(crate::auth::AuthSettings {
-        audience: config.auth_jwt_audience.clone().unwrap_or_default(),
+        audience: config.auth.auth_jwt_audience.clone().unwrap_or_default(),
         issuer,
         keys,
-        algorithms: config.auth_jwt_algorithms.clone(),
-        leeway: Duration::from_secs(config.auth_jwt_leeway_s),
-        tools_call_scopes: config.auth_scopes_tools_call.clone(),
-        tasks_scopes: config.auth_scopes_tasks.clone(),
+        algorithms: config.auth.auth_jwt_algorithms.clone(),
+        leeway: Duration::from_secs(config.auth.auth_jwt_leeway_s),
+        tools_call_scopes: config.auth.auth_scopes_tools_call.clone(),
+        tasks_scopes: config.auth.auth_scopes_tasks.clone(),
     })
 }
 
 /// What goes upstream as `Authorization` (reads `--upstream-credential-file`).
-pub fn upstream_credential(config: &Config) -> std::io::Result<crate::auth::UpstreamCredential> {
+pub(crate) fn upstream_credential(
+    config: &Config,
+) -> std::io::Result<crate::auth::UpstreamCredential> {
     use crate::auth::UpstreamCredential;
     Ok(
         match (
-            config.upstream_credential.as_str(),
-            &config.upstream_credential_file,
+            config.auth.upstream_credential.as_str(),
+            &config.auth.upstream_credential_file,
         ) {
             ("none", _) => UpstreamCredential::None,
             ("static", Some(path)) => {
@@ -159,25 +166,27 @@ pub fn upstream_credential(config: &Config) -> std::io::Result<crate::auth::Upst
 fn takeover(config: &Config) -> crate::tasks::TakeoverSettings {
     crate::tasks::TakeoverSettings {
         retry_tools: config
+            .cluster
             .retry_on_owner_loss
             .iter()
             .filter(|tool| !tool.is_empty())
             .cloned()
             .collect(),
-        max_takeovers: config.max_takeovers,
+        max_takeovers: config.cluster.max_takeovers,
     }
 }
 
-pub fn policies(config: &Config) -> Policies {
-    Policies::new(config.tool_policies.iter().cloned().collect())
+pub(crate) fn policies(config: &Config) -> Policies {
+    Policies::new(config.tasks.tool_policies.iter().cloned().collect())
 }
 
 /// The keys that seal held calls' `requestState`.
 fn state_keys(config: &Config) -> crate::tasks::mrtr_bridge::StateKeys {
-    match &config.request_state_key {
+    match &config.bridge.request_state_key {
         Some(key) => crate::tasks::mrtr_bridge::StateKeys::new(
             key.as_bytes().to_vec(),
             config
+                .bridge
                 .request_state_previous_key
                 .as_ref()
                 .map(|k| k.as_bytes().to_vec()),
@@ -188,14 +197,14 @@ fn state_keys(config: &Config) -> crate::tasks::mrtr_bridge::StateKeys {
 
 /// `--store-namespace`, else the one derived from the upstream; a named upstream's
 /// own (`named_store_namespace`).
-pub fn store_namespace(config: &Config) -> StoreNamespace {
-    if let Some(name) = &config.upstream_name {
+pub(crate) fn store_namespace(config: &Config) -> StoreNamespace {
+    if let Some(name) = &config.upstream.name {
         return named_store_namespace(config, name);
     }
-    config.store_namespace.clone().unwrap_or_else(|| {
+    config.store.store_namespace.clone().unwrap_or_else(|| {
         StoreNamespace::derived_from(&canonical_upstream(
-            config.upstream.as_ref(),
-            config.upstream_cmd.as_ref(),
+            config.upstream.url.as_ref(),
+            config.upstream.upstream_cmd.as_ref(),
         ))
     })
 }
@@ -204,10 +213,13 @@ pub fn store_namespace(config: &Config) -> StoreNamespace {
 /// `--store-namespace` with `.NAME` appended, else one derived from the name and the
 /// upstream, so two names never share tasks, even in front of one server.
 fn named_store_namespace(world: &Config, name: &str) -> StoreNamespace {
-    if let Some(StoreNamespace::Named(base)) = &world.store_namespace {
+    if let Some(StoreNamespace::Named(base)) = &world.store.store_namespace {
         return StoreNamespace::Named(format!("{base}.{name}"));
     }
-    let canonical = canonical_upstream(world.upstream.as_ref(), world.upstream_cmd.as_ref());
+    let canonical = canonical_upstream(
+        world.upstream.url.as_ref(),
+        world.upstream.upstream_cmd.as_ref(),
+    );
     StoreNamespace::derived_from(&format!("name {name}\0{canonical}"))
 }
 
@@ -231,13 +243,13 @@ fn canonical_upstream(url: Option<&http::Uri>, command: Option<&CommandLine>) ->
 }
 
 /// The shared store, if one is configured.
-pub fn redis_target(config: &Config) -> Option<Target> {
-    match (&config.redis, config.redis_cluster.is_empty()) {
+pub(crate) fn redis_target(config: &Config) -> Option<Target> {
+    match (&config.store.redis, config.store.redis_cluster.is_empty()) {
         // Checked when parsed; were it not, Redis would refuse it as an address.
         (Some(url), _) => {
             Some(Target::from_url(url).unwrap_or_else(|_| Target::Server(url.clone())))
         }
-        (None, false) => Some(Target::Cluster(config.redis_cluster.clone())),
+        (None, false) => Some(Target::Cluster(config.store.redis_cluster.clone())),
         (None, true) => None,
     }
 }
@@ -337,7 +349,7 @@ mod tests {
             let base = ["mcp-task-gateway", "--upstream", "a=http://h/mcp"];
             let args = [&base[..], &["--upstream", "b=http://h/mcp"], extra].concat();
             let config = Config::from_args(args).unwrap();
-            let of = |i: usize| store_namespace(&config.for_upstream(&config.upstreams[i]));
+            let of = |i: usize| store_namespace(&config.for_upstream(&config.upstream.named[i]));
             (of(0), of(1))
         };
         // One server behind two names: still two namespaces, the same on every replica.
@@ -362,7 +374,7 @@ mod tests {
         let base = ["mcp-task-gateway", "--upstream", "http://127.0.0.1:9/mcp"];
         let memory = Config::from_args(base).unwrap();
         assert!(redis_target(&memory).is_none());
-        assert_eq!(memory.lease_timeout_ms, 15_000);
+        assert_eq!(memory.cluster.lease_timeout_ms, 15_000);
 
         let single =
             Config::from_args([&base[..], &["--redis", "rediss://cache:6380/0"]].concat()).unwrap();

@@ -19,8 +19,8 @@ use mtg_store::{
 };
 
 /// Most tasks one listing call returns.
-pub const MAX_LIMIT: usize = 1000;
-pub const DEFAULT_LIMIT: usize = 100;
+pub(super) const MAX_LIMIT: usize = 1000;
+pub(super) const DEFAULT_LIMIT: usize = 100;
 /// Most entries one listing call examines, whatever its filters: a sparse filter over a
 /// large store answers with a cursor instead of walking everything.
 const MAX_EXAMINED: usize = 10_000;
@@ -82,7 +82,7 @@ pub struct Admin {
     inspection: Arc<dyn TaskInspection>,
     tasks: Arc<TaskService>,
     instance_id: String,
-    /// The Redis store's namespace (`""`: the legacy layout); `None` in memory.
+    /// The Redis store's namespace (`""`: the unprefixed layout); `None` in memory.
     store_namespace: Option<String>,
 }
 
@@ -283,34 +283,22 @@ mod tests {
     use super::*;
     use mtg_store::memory::MemoryStore;
     use mtg_store::redis::{RedisSettings, RedisStore, StoreNamespace, Target};
-    use mtg_store::{Lease, Outcome, Store};
+    use mtg_store::{Lease, NewTask, Outcome, Store};
 
     const OWNERS: [&str; 2] = ["gw-a", "gw-b"];
 
     /// A new working task of `alice`, run by `owner`, with a fresh UUID and a 60 s TTL
     /// (as the store's contract tests make them; those are private to mtg-store).
     fn record(owner: &str) -> TaskRecord {
-        let now = now_ms();
-        TaskRecord {
+        let new = NewTask {
             task_id: uuid::Uuid::new_v4().to_string(),
             principal: "alice".into(),
             owner: owner.into(),
-            status: TaskStatus::Working,
-            status_message: None,
-            created_at_ms: now,
-            last_updated_at_ms: now,
+            request: raw(r#"{"name":"echo"}"#),
             ttl_ms: 60_000,
             poll_interval_ms: 1000,
-            input_requests: Default::default(),
-            answers: Default::default(),
-            next_input_key: 0,
-            result: None,
-            error: None,
-            request: raw(r#"{"name":"echo"}"#),
-            upstream_state: None,
-            resume: None,
-            takeovers: 0,
-        }
+        };
+        TaskRecord::working(new, now_ms())
     }
 
     fn raw(json: &str) -> Box<RawValue> {

@@ -100,7 +100,7 @@ pub struct InstanceView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Instances {
-    /// The namespace of the shared store these instances are in (`""`: the legacy
+    /// The namespace of the shared store these instances are in (`""`: the unprefixed
     /// layout); absent with the in-memory store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store_namespace: Option<String>,

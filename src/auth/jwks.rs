@@ -21,7 +21,7 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_DOCUMENT_BYTES: usize = 1024 * 1024;
 
 #[derive(Debug, thiserror::Error)]
-pub enum JwksError {
+pub(crate) enum JwksError {
     #[error("cannot fetch {url}: {detail}")]
     Fetch { url: String, detail: String },
     #[error("{url} is not a JSON Web Key Set: {detail}")]
@@ -30,7 +30,7 @@ pub enum JwksError {
 
 /// Where the keys come from.
 #[derive(Debug, Clone)]
-pub enum KeySource {
+pub(crate) enum KeySource {
     /// A JWKS URL.
     Url(String),
     /// The issuer's metadata (`/.well-known/oauth-authorization-server`, then
@@ -38,7 +38,7 @@ pub enum KeySource {
     Discovery { issuer: String },
 }
 
-pub struct Jwks {
+pub(crate) struct Jwks {
     client: HttpClient,
     source: KeySource,
     state: Mutex<State>,
@@ -52,7 +52,7 @@ struct State {
 }
 
 impl Jwks {
-    pub fn new(client: HttpClient, source: KeySource) -> Self {
+    pub(crate) fn new(client: HttpClient, source: KeySource) -> Self {
         Self {
             client,
             source,
@@ -62,7 +62,7 @@ impl Jwks {
 
     /// The key to check a token signed with `alg` under `kid` (or, without a key id,
     /// the one key of the set that fits `alg`); `Ok(None)` when the issuer has none.
-    pub async fn key_for(
+    pub(crate) async fn key_for(
         &self,
         kid: Option<&str>,
         alg: Algorithm,

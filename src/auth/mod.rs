@@ -7,7 +7,7 @@
 //! at the RFC 9728 metadata the gateway serves (`/.well-known/oauth-protected-resource`),
 //! or 403 `insufficient_scope` when a method's required scopes are missing.
 
-pub mod jwks;
+pub(crate) mod jwks;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -23,7 +23,7 @@ use jwks::{Jwks, KeySource};
 
 /// What the config says about tokens.
 #[derive(Debug, Clone)]
-pub struct AuthSettings {
+pub(crate) struct AuthSettings {
     pub issuer: String,
     /// The gateway's resource URI (RFC 8707): tokens must name it in `aud`.
     pub audience: String,
@@ -38,7 +38,7 @@ pub struct AuthSettings {
 
 /// What the gateway sends upstream as `Authorization`.
 #[derive(Debug, Clone)]
-pub enum UpstreamCredential {
+pub(crate) enum UpstreamCredential {
     /// The caller's own header, unchanged.
     Client,
     /// Nothing: the upstream trusts the gateway's network position.
@@ -49,7 +49,7 @@ pub enum UpstreamCredential {
 
 impl UpstreamCredential {
     /// Puts this credential in place of the caller's.
-    pub fn apply(&self, headers: &mut HeaderMap) {
+    pub(crate) fn apply(&self, headers: &mut HeaderMap) {
         match self {
             Self::Client => {}
             Self::None => {
@@ -64,7 +64,7 @@ impl UpstreamCredential {
 
 /// Who a valid token says the caller is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
+pub(crate) struct Identity {
     pub issuer: String,
     pub subject: String,
     pub scopes: HashSet<String>,
@@ -72,7 +72,7 @@ pub struct Identity {
 
 impl Identity {
     /// The key tasks are bound to: the same for every token of this subject.
-    pub fn principal(&self) -> String {
+    pub(crate) fn principal(&self) -> String {
         let mut hash = Sha256::new();
         hash.update(b"jwt\0");
         hash.update(self.issuer.as_bytes());
@@ -84,7 +84,7 @@ impl Identity {
 
 /// Why a request was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum AuthFailure {
+pub(crate) enum AuthFailure {
     #[error("this MCP server needs a bearer token (Authorization: Bearer <token>)")]
     Missing,
     #[error("invalid token: {0}")]
@@ -98,7 +98,7 @@ pub enum AuthFailure {
 impl AuthFailure {
     /// The HTTP status: 401, 403 for a missing scope, 503 when the issuer's keys cannot
     /// be had (the client's token may well be good).
-    pub fn status(&self) -> http::StatusCode {
+    pub(crate) fn status(&self) -> http::StatusCode {
         match self {
             Self::Missing | Self::Invalid(_) => http::StatusCode::UNAUTHORIZED,
             Self::InsufficientScope(_) => http::StatusCode::FORBIDDEN,
@@ -124,7 +124,7 @@ struct Claims {
 /// many times, and a signature check costs tens of microseconds.
 const CACHE_LIMIT: usize = 10_000;
 
-pub struct Authenticator {
+pub(crate) struct Authenticator {
     settings: AuthSettings,
     /// Shared by every path's authenticator: one issuer, one key fetch.
     jwks: Arc<Jwks>,
@@ -134,7 +134,7 @@ pub struct Authenticator {
 }
 
 impl Authenticator {
-    pub fn new(settings: AuthSettings, client: mtg_transport::HttpClient) -> Self {
+    pub(crate) fn new(settings: AuthSettings, client: mtg_transport::HttpClient) -> Self {
         let metadata_url = metadata_url(&settings.audience);
         Self {
             jwks: Arc::new(Jwks::new(client, settings.keys.clone())),
@@ -146,7 +146,7 @@ impl Authenticator {
 
     /// The same checks for another resource (a named upstream's path): tokens must name
     /// `audience`; the issuer's keys are shared.
-    pub fn for_audience(&self, audience: String) -> Self {
+    pub(crate) fn for_audience(&self, audience: String) -> Self {
         Self {
             metadata_url: metadata_url(&audience),
             settings: AuthSettings {
@@ -159,7 +159,7 @@ impl Authenticator {
     }
 
     /// The caller a request's bearer token names.
-    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Identity, AuthFailure> {
+    pub(crate) async fn authenticate(&self, headers: &HeaderMap) -> Result<Identity, AuthFailure> {
         let token = bearer(headers).ok_or(AuthFailure::Missing)?;
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let now = unix_now();
@@ -218,7 +218,11 @@ impl Authenticator {
     }
 
     /// The scopes `method` needs that `identity` lacks, if any.
-    pub fn check_scopes(&self, identity: &Identity, method: &str) -> Result<(), AuthFailure> {
+    pub(crate) fn check_scopes(
+        &self,
+        identity: &Identity,
+        method: &str,
+    ) -> Result<(), AuthFailure> {
         let needed = if method == mtg_protocol::names::method::TOOLS_CALL {
             &self.settings.tools_call_scopes
         } else if method.starts_with("tasks/") {
@@ -239,12 +243,12 @@ impl Authenticator {
     }
 
     /// Whether any method needs scopes (then the gateway reads each request's method).
-    pub fn checks_scopes(&self) -> bool {
+    pub(crate) fn checks_scopes(&self) -> bool {
         !self.settings.tools_call_scopes.is_empty() || !self.settings.tasks_scopes.is_empty()
     }
 
     /// The `WWW-Authenticate` value for `failure` (RFC 6750 §3, RFC 9728 §5.1).
-    pub fn challenge(&self, failure: &AuthFailure) -> String {
+    pub(crate) fn challenge(&self, failure: &AuthFailure) -> String {
         let metadata = format!("resource_metadata=\"{}\"", self.metadata_url);
         match failure {
             AuthFailure::Missing | AuthFailure::KeysUnavailable(_) => format!("Bearer {metadata}"),
@@ -260,7 +264,7 @@ impl Authenticator {
     }
 
     /// RFC 9728 protected resource metadata.
-    pub fn metadata(&self) -> Value {
+    pub(crate) fn metadata(&self) -> Value {
         let mut scopes: Vec<&String> = self
             .settings
             .tools_call_scopes
@@ -285,7 +289,7 @@ impl Authenticator {
 
 /// Where the metadata of `resource` lives (RFC 9728 §3.1): the well-known path is put
 /// between the host and the resource's path.
-pub fn metadata_url(resource: &str) -> String {
+pub(crate) fn metadata_url(resource: &str) -> String {
     match resource.parse::<http::Uri>() {
         Ok(uri) if uri.scheme().is_some() && uri.authority().is_some() => {
             let path = uri.path().trim_end_matches('/');
@@ -355,7 +359,7 @@ fn unix_now() -> u64 {
 }
 
 /// Parses `--auth-jwt-algorithms`: asymmetric algorithms only.
-pub fn parse_algorithm(text: &str) -> Result<Algorithm, String> {
+pub(crate) fn parse_algorithm(text: &str) -> Result<Algorithm, String> {
     let alg: Algorithm = text
         .trim()
         .parse()

@@ -21,24 +21,24 @@ use mtg_store::{GoneInstance, Lease, MembershipStore, StoreError};
 /// What becomes of a gone instance's tasks: decided per task by the task service, which
 /// knows which calls can run again.
 #[async_trait]
-pub trait Sweeper: Send + Sync + 'static {
+pub(crate) trait Sweeper: Send + Sync + 'static {
     /// Takes over or fails the unfinished tasks of `gone`.
     async fn sweep(self: Arc<Self>, gone: GoneInstance) -> Result<SweepCounts, StoreError>;
 
-    /// This instance's lease had lapsed and is held again: others may have taken over
+    /// This instance's lease had lapsed and is ours again: others may have taken over
     /// its tasks meanwhile.
     async fn lease_regained(self: Arc<Self>);
 }
 
 /// What one sweep of one gone instance did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct SweepCounts {
+pub(crate) struct SweepCounts {
     pub taken_over: usize,
     pub failed: usize,
 }
 
 #[derive(Debug, Clone)]
-pub struct ClusterSettings {
+pub(crate) struct ClusterSettings {
     pub instance_id: String,
     /// How other instances reach this one; kept in the lease for forwarding.
     pub advertise_url: Option<String>,
@@ -59,7 +59,7 @@ impl ClusterSettings {
 }
 
 /// This instance's membership; ends with [`Membership::shutdown`].
-pub struct Membership {
+pub(crate) struct Membership {
     store: Arc<dyn MembershipStore>,
     settings: ClusterSettings,
     stop: watch::Sender<bool>,
@@ -69,7 +69,7 @@ pub struct Membership {
 impl Membership {
     /// Takes the lease (or keeps trying in the background) and starts renewing and
     /// sweeping.
-    pub async fn start(
+    pub(crate) async fn start(
         store: Arc<dyn MembershipStore>,
         sweeper: Arc<dyn Sweeper>,
         settings: ClusterSettings,
@@ -105,7 +105,7 @@ impl Membership {
     /// Stops renewing and gives the lease up. With `hand_over`, the tasks left here wait
     /// for live instances to take them over; otherwise the ones still running are failed
     /// at once, so other instances report them without waiting for the lease to lapse.
-    pub async fn shutdown(self, hand_over: bool) {
+    pub(crate) async fn shutdown(self, hand_over: bool) {
         let _ = self.stop.send(true);
         let _ = self.handle.await;
         let released = self
@@ -160,12 +160,12 @@ async fn run(
         }
         let idle = background.as_ref().is_none_or(JoinHandle::is_finished);
         match store.renew_lease(&lease).await {
-            Ok(held) => {
-                settings.meter.lease_held(true);
+            Ok(still_ours) => {
+                settings.meter.cluster().lease_held(true);
                 if connected_since.is_none() && !first {
                     tracing::info!("task store reachable again; lease renewed");
                 }
-                if !held && !first {
+                if !still_ours && !first {
                     tracing::warn!(
                         "this instance's lease had lapsed; other instances may have taken over or failed its tasks"
                     );
@@ -177,7 +177,7 @@ async fn run(
                 connected_since.get_or_insert_with(Instant::now);
             }
             Err(e) => {
-                settings.meter.lease_held(false);
+                settings.meter.cluster().lease_held(false);
                 if connected_since.is_some() || first {
                     tracing::warn!(error = %e, "could not renew the lease");
                 }

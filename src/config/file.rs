@@ -211,14 +211,14 @@ mod tests {
             slow = "required"
         "#;
         let config = parse_with(file, "toml", &["--poll-interval-ms", "500"]).unwrap();
-        assert_eq!(config.poll_interval_ms, 500);
-        assert!(config.lenient_headers);
+        assert_eq!(config.tasks.poll_interval_ms, 500);
+        assert!(config.edge.lenient_headers);
         assert_eq!(
-            config.upstream.as_ref().unwrap().to_string(),
+            config.upstream.url.as_ref().unwrap().to_string(),
             "http://127.0.0.1:9/mcp"
         );
         assert_eq!(
-            config.tool_policies,
+            config.tasks.tool_policies,
             [(
                 "slow".to_owned(),
                 mtg_protocol::task_support::TaskSupport::Required
@@ -230,9 +230,9 @@ mod tests {
     fn yaml_settings_apply() {
         let file = "upstream: http://127.0.0.1:9/mcp\ntool-policy:\n  - fast=forbidden\nmax-ttl-ms: 1000\n";
         let config = parse_with(file, "yaml", &[]).unwrap();
-        assert_eq!(config.max_ttl_ms, 1000);
+        assert_eq!(config.tasks.max_ttl_ms, 1000);
         assert_eq!(
-            config.tool_policies,
+            config.tasks.tool_policies,
             [(
                 "fast".to_owned(),
                 mtg_protocol::task_support::TaskSupport::Forbidden

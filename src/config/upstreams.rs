@@ -121,83 +121,10 @@ fn from_entry(name: &str, entry: &Value) -> Result<NamedUpstream, String> {
     if !valid_name(name) {
         return Err(InvalidValue::BadUpstreamName(name.to_owned()).to_string());
     }
-    let entry: Entry = serde_json::from_value(entry.clone()).map_err(|e| e.to_string())?;
-    let source = match (entry.url, entry.cmd) {
-        (Some(_), Some(_)) => return Err("has both url and cmd; give one".into()),
-        (None, None) => return Err("needs url or cmd".into()),
-        (Some(url), None) => {
-            if entry.env.is_some() || entry.cwd.is_some() || entry.pool.is_some() {
-                return Err("env, cwd and pool are for a cmd upstream, not a url".into());
-            }
-            if let Some(streams) = entry.upstream_http2_max_streams
-                && !(1..=10_000).contains(&streams)
-            {
-                return Err(format!(
-                    "upstream-http2-max-streams: expected 1 to 10000, got {streams}"
-                ));
-            }
-            Source::Url(super::parse_upstream_url(&url).map_err(|e| format!("url: {e}"))?)
-        }
-        (None, Some(_))
-            if entry.upstream_http2.is_some() || entry.upstream_http2_max_streams.is_some() =>
-        {
-            return Err(
-                "upstream-http2 and upstream-http2-max-streams are for a url upstream, not a cmd"
-                    .into(),
-            );
-        }
-        (None, Some(cmd)) => Source::Cmd {
-            command: super::parse_upstream_cmd(&cmd).map_err(|e| format!("cmd: {e}"))?,
-            env: match entry.env {
-                None => Vec::new(),
-                Some(EnvSetting::Table(table)) => table.into_iter().collect(),
-                Some(EnvSetting::Pairs(pairs)) => pairs
-                    .iter()
-                    .map(|pair| super::parse_env_pair(pair).map_err(|e| format!("env: {e}")))
-                    .collect::<Result<_, _>>()?,
-            },
-            cwd: entry.cwd,
-            pool: match entry.pool {
-                Some(pool) if !(1..=64).contains(&pool) => {
-                    return Err(format!("pool: expected 1 to 64, got {pool}"));
-                }
-                pool => pool,
-            },
-        },
-    };
-    let tool_policies = entry
-        .tool_policy
-        .map(|table| {
-            table
-                .into_iter()
-                .map(|(tool, policy)| {
-                    let policy = policy
-                        .parse()
-                        .map_err(|e| format!("tool-policy.{tool}: {e}"))?;
-                    Ok((tool, policy))
-                })
-                .collect::<Result<Vec<_>, String>>()
-        })
-        .transpose()?;
-    match (
-        entry.upstream_credential.as_deref(),
-        &entry.upstream_credential_file,
-    ) {
-        (Some("static"), None) => {
-            return Err("upstream-credential static needs upstream-credential-file".into());
-        }
-        (Some("static"), Some(_)) | (Some("client" | "none") | None, None) => {}
-        (Some("client" | "none") | None, Some(_)) => {
-            return Err(
-                "upstream-credential-file is only read with upstream-credential static".into(),
-            );
-        }
-        (Some(other), _) => {
-            return Err(format!(
-                "upstream-credential: expected client, none or static, got {other:?}"
-            ));
-        }
-    }
+    let mut entry: Entry = serde_json::from_value(entry.clone()).map_err(|e| e.to_string())?;
+    let source = source_of(&mut entry)?;
+    let tool_policies = entry.tool_policy.take().map(policies_of).transpose()?;
+    check_credential(&entry)?;
     Ok(NamedUpstream {
         name: name.to_owned(),
         source,
@@ -213,6 +140,90 @@ fn from_entry(name: &str, entry: &Value) -> Result<NamedUpstream, String> {
         upstream_credential_file: entry.upstream_credential_file,
         auth_jwt_audience: entry.auth_jwt_audience,
     })
+}
+
+/// The entry's `url` or `cmd` (exactly one), with the settings that go with it.
+fn source_of(entry: &mut Entry) -> Result<Source, String> {
+    match (entry.url.take(), entry.cmd.take()) {
+        (Some(_), Some(_)) => Err("has both url and cmd; give one".into()),
+        (None, None) => Err("needs url or cmd".into()),
+        (Some(url), None) => url_source(entry, &url),
+        (None, Some(cmd)) => cmd_source(entry, &cmd),
+    }
+}
+
+fn url_source(entry: &Entry, url: &str) -> Result<Source, String> {
+    if entry.env.is_some() || entry.cwd.is_some() || entry.pool.is_some() {
+        return Err("env, cwd and pool are for a cmd upstream, not a url".into());
+    }
+    if let Some(streams) = entry.upstream_http2_max_streams
+        && !(1..=10_000).contains(&streams)
+    {
+        return Err(format!(
+            "upstream-http2-max-streams: expected 1 to 10000, got {streams}"
+        ));
+    }
+    let url = super::parse_upstream_url(url).map_err(|e| format!("url: {e}"))?;
+    Ok(Source::Url(url))
+}
+
+fn cmd_source(entry: &mut Entry, cmd: &str) -> Result<Source, String> {
+    if entry.upstream_http2.is_some() || entry.upstream_http2_max_streams.is_some() {
+        return Err(
+            "upstream-http2 and upstream-http2-max-streams are for a url upstream, not a cmd"
+                .into(),
+        );
+    }
+    Ok(Source::Cmd {
+        command: super::parse_upstream_cmd(cmd).map_err(|e| format!("cmd: {e}"))?,
+        env: match entry.env.take() {
+            None => Vec::new(),
+            Some(EnvSetting::Table(table)) => table.into_iter().collect(),
+            Some(EnvSetting::Pairs(pairs)) => pairs
+                .iter()
+                .map(|pair| super::parse_env_pair(pair).map_err(|e| format!("env: {e}")))
+                .collect::<Result<_, _>>()?,
+        },
+        cwd: entry.cwd.take(),
+        pool: match entry.pool {
+            Some(pool) if !(1..=64).contains(&pool) => {
+                return Err(format!("pool: expected 1 to 64, got {pool}"));
+            }
+            pool => pool,
+        },
+    })
+}
+
+/// `[upstreams.NAME.tool-policy]`: each tool's policy, checked.
+fn policies_of(table: BTreeMap<String, String>) -> Result<Vec<(String, TaskSupport)>, String> {
+    table
+        .into_iter()
+        .map(|(tool, policy)| {
+            let policy = policy
+                .parse()
+                .map_err(|e| format!("tool-policy.{tool}: {e}"))?;
+            Ok((tool, policy))
+        })
+        .collect()
+}
+
+/// `upstream-credential-file` goes with `upstream-credential static`, and only with it.
+fn check_credential(entry: &Entry) -> Result<(), String> {
+    match (
+        entry.upstream_credential.as_deref(),
+        &entry.upstream_credential_file,
+    ) {
+        (Some("static"), None) => {
+            Err("upstream-credential static needs upstream-credential-file".into())
+        }
+        (Some("static"), Some(_)) | (Some("client" | "none") | None, None) => Ok(()),
+        (Some("client" | "none") | None, Some(_)) => {
+            Err("upstream-credential-file is only read with upstream-credential static".into())
+        }
+        (Some(other), _) => Err(format!(
+            "upstream-credential: expected client, none or static, got {other:?}"
+        )),
+    }
 }
 
 /// A named upstream from the command line: only its URL.

@@ -8,16 +8,16 @@ use serde_json::Value;
 
 use mtg_protocol::jsonrpc::{self, ErrorObject, code};
 
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-pub type Body = BoxBody<Bytes, BoxError>;
+pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(super) type Body = BoxBody<Bytes, BoxError>;
 
-pub fn full(bytes: impl Into<Bytes>) -> Body {
+pub(super) fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into())
         .map_err(|never| match never {})
         .boxed()
 }
 
-pub fn json(status: StatusCode, body: Vec<u8>) -> Response<Body> {
+pub(super) fn json(status: StatusCode, body: Vec<u8>) -> Response<Body> {
     let mut response = Response::new(full(body));
     *response.status_mut() = status;
     response.headers_mut().insert(
@@ -28,17 +28,17 @@ pub fn json(status: StatusCode, body: Vec<u8>) -> Response<Body> {
 }
 
 /// A JSON-RPC error with the HTTP status the spec gives its code.
-pub fn error(id: Option<&Value>, error: &ErrorObject) -> Response<Body> {
+pub(super) fn error(id: Option<&Value>, error: &ErrorObject) -> Response<Body> {
     json(status_for(error.code), jsonrpc::error_body(id, error))
 }
 
 /// An error with a status chosen by the caller (413, 403, ...).
-pub fn error_with_status(status: StatusCode, error: &ErrorObject) -> Response<Body> {
+pub(super) fn error_with_status(status: StatusCode, error: &ErrorObject) -> Response<Body> {
     json(status, jsonrpc::error_body(None, error))
 }
 
 /// A malformed request: HTTP 400 whatever the code (e.g. -32602 for missing `_meta`).
-pub fn bad_request(id: Option<&Value>, error: &ErrorObject) -> Response<Body> {
+pub(super) fn bad_request(id: Option<&Value>, error: &ErrorObject) -> Response<Body> {
     json(StatusCode::BAD_REQUEST, jsonrpc::error_body(id, error))
 }
 
@@ -54,11 +54,11 @@ fn status_for(error_code: i64) -> StatusCode {
     }
 }
 
-pub fn plain(status: StatusCode, message: &'static str) -> Response<Body> {
+pub(super) fn plain(status: StatusCode, message: &'static str) -> Response<Body> {
     text(status, message)
 }
 
-pub fn text(status: StatusCode, text: impl Into<Bytes>) -> Response<Body> {
+pub(super) fn text(status: StatusCode, text: impl Into<Bytes>) -> Response<Body> {
     let mut response = Response::new(full(text));
     *response.status_mut() = status;
     response.headers_mut().insert(
@@ -68,7 +68,7 @@ pub fn text(status: StatusCode, text: impl Into<Bytes>) -> Response<Body> {
     response
 }
 
-pub fn accepted() -> Response<Body> {
+pub(super) fn accepted() -> Response<Body> {
     let mut response = Response::new(full(Bytes::new()));
     *response.status_mut() = StatusCode::ACCEPTED;
     response

@@ -29,7 +29,7 @@ fn key_from(secret: &[u8]) -> LessSafeKey {
 
 /// Seals `credential` for the task `task_id`; `None` only if the system has no
 /// randomness to give.
-pub fn seal(keys: &StateKeys, task_id: &str, credential: &[u8]) -> Option<String> {
+pub(super) fn seal(keys: &StateKeys, task_id: &str, credential: &[u8]) -> Option<String> {
     let secret = keys.secrets().next()?;
     let mut nonce = [0u8; NONCE_LEN];
     SystemRandom::new().fill(&mut nonce).ok()?;
@@ -47,7 +47,7 @@ pub fn seal(keys: &StateKeys, task_id: &str, credential: &[u8]) -> Option<String
 }
 
 /// The credential sealed for `task_id`, if one of `keys` opens it.
-pub fn open(keys: &StateKeys, task_id: &str, sealed: &str) -> Option<Vec<u8>> {
+pub(super) fn open(keys: &StateKeys, task_id: &str, sealed: &str) -> Option<Vec<u8>> {
     let bytes = URL_SAFE_NO_PAD.decode(sealed.strip_prefix(PREFIX)?).ok()?;
     if bytes.len() < NONCE_LEN {
         return None;

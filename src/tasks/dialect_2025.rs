@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::TaskService;
-use crate::upstream::SessionRef;
+use crate::upstream::PassThroughSession;
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_protocol::wire::InputRequest;
 use mtg_store::{CANCELLED_BY_CLIENT, CancelOutcome, ListCursor, TaskRecord, UpdateOutcome};
@@ -19,7 +19,7 @@ use mtg_store::{CANCELLED_BY_CLIENT, CancelOutcome, ListCursor, TaskRecord, Upda
 #[derive(Debug, Clone)]
 pub struct SessionLink {
     pub client_session: String,
-    pub upstream: Option<SessionRef>,
+    pub upstream: Option<PassThroughSession>,
     /// SEP-1905 `immediate`: a call that ends within the promotion budget is answered
     /// inline. Otherwise a session client always gets a task (its mode says so).
     pub immediate: bool,
@@ -56,11 +56,11 @@ const LOOK_MAX: Duration = Duration::from_secs(1);
 
 /// The 2025-11-25 task dialect's operations for session clients.
 #[derive(Clone)]
-pub struct SessionDialect {
+pub struct Dialect2025 {
     tasks: Arc<TaskService>,
 }
 
-impl SessionDialect {
+impl Dialect2025 {
     pub fn new(tasks: Arc<TaskService>) -> Self {
         Self { tasks }
     }
@@ -93,11 +93,11 @@ impl SessionDialect {
         principal: &str,
         mut deliver: impl FnMut(&str, &InputRequest) -> bool,
     ) -> Result<Option<Arc<TaskRecord>>, ErrorObject> {
-        let watch = self.tasks.watchers.watch_task(task_id);
+        let waiter = self.tasks.waiters.wait_on(task_id);
         let mut delivered = std::collections::HashSet::new();
         let mut look_again = LOOK_FIRST;
         loop {
-            let changed = watch.changed();
+            let changed = waiter.changed();
             let mut local = Box::pin(self.tasks.runners.moved_on.notified());
             local.as_mut().enable();
             let task = self.tasks.get(task_id, principal).await?;
@@ -139,7 +139,10 @@ impl SessionDialect {
             UpdateOutcome::NotFound => Err(super::not_found(task_id)),
             UpdateOutcome::Accepted { keys, .. } if keys.is_empty() => Ok(false),
             UpdateOutcome::Accepted { keys, owner } => {
-                self.tasks.meter().input_requests_answered(keys.len());
+                self.tasks
+                    .meter()
+                    .tasks()
+                    .input_requests_answered(keys.len());
                 self.tasks.wakeups.wake(&owner, task_id).await?;
                 self.tasks.announce(task_id, session).await;
                 Ok(true)

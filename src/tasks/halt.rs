@@ -1,11 +1,13 @@
-//! Why a task's call stopped before the upstream's final answer, and the outcomes of
-//! the stops every part of a run shares (time limit, upstream failure).
+//! Why a task's call stopped before the upstream's final answer, and what the task
+//! records for it: each stop's reason (`upstream::StopReason`, the one list of them)
+//! as an outcome, and the outcomes every part of a run shares (time limit, upstream
+//! failure).
 
 use tokio::time::Instant;
 
 use super::TaskService;
 use crate::telemetry;
-use crate::upstream::UpstreamError;
+use crate::upstream::{StopReason, UpstreamError};
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_store::Outcome;
 
@@ -16,6 +18,41 @@ pub(super) enum Halt {
     /// The task ended elsewhere (cancelled, expired), or its input went to the client
     /// within the promotion budget: nothing more to record.
     Ended,
+}
+
+/// What the task records when the runner stops its call for `reason`; `input_wait` is
+/// how long a held call waits for its client's answers.
+pub(super) fn halt_for(
+    service: &TaskService,
+    reason: StopReason,
+    input_wait: Option<std::time::Duration>,
+) -> Halt {
+    match reason {
+        StopReason::TimedOut => Halt::Finish(timed_out(service)),
+        StopReason::Unanswered => Halt::Finish(abandoned(input_wait.unwrap_or_default())),
+        // Ended elsewhere (cancelled, expired) or another instance's now: nothing to
+        // record. The rest are not the runner's stops.
+        StopReason::Cancelled
+        | StopReason::Expired
+        | StopReason::Moved
+        | StopReason::ClientLeft
+        | StopReason::ShuttingDown
+        | StopReason::ClientCancelled
+        | StopReason::Refused
+        | StopReason::Abandoned => Halt::Ended,
+    }
+}
+
+/// A held call whose client did not come back with its answers.
+fn abandoned(wait: std::time::Duration) -> Outcome {
+    let message = format!(
+        "the client did not answer within {} ms; the call was cancelled upstream",
+        wait.as_millis()
+    );
+    Outcome::Failed {
+        error: ErrorObject::invalid_params(message.clone()),
+        message,
+    }
 }
 
 pub(super) fn timed_out(service: &TaskService) -> Outcome {

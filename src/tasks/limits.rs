@@ -50,7 +50,7 @@ impl RunningLimit {
         let mut running = lock(&self.running);
         let count = running.entry(principal.to_owned()).or_default();
         if *count >= limit.get() {
-            self.meter.task_refused_at_limit();
+            self.meter.tasks().refused_at_limit();
             return Err(ErrorObject::new(
                 code::TOO_MANY_RUNNING_TASKS,
                 format!(

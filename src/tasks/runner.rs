@@ -12,11 +12,11 @@ use tokio_util::sync::CancellationToken;
 
 use async_trait::async_trait;
 
-use super::halt::{Halt, sleep_until, timed_out, upstream_failure};
-use super::start::{Held, Start};
+use super::halt::{Halt, halt_for, sleep_until, upstream_failure};
+use super::start::{Adopted, Start};
 use super::{TaskService, ToolCall, upstream_mrtr};
 use crate::tasks::upstream_mrtr::driver::{self, Reply, RoundTrip};
-use crate::upstream::{Caller, Exchange, UpstreamError, UpstreamEvent};
+use crate::upstream::{Caller, Exchange, StopReason, UpstreamError, UpstreamEvent};
 use mtg_protocol::jsonrpc::{ErrorObject, code};
 use mtg_protocol::wire::InputRequest;
 use mtg_store::{Outcome, now_ms};
@@ -59,9 +59,9 @@ pub(super) async fn run(
         .await
         {
             Ok(true) => {
-                service.meter().task_finished(label, started.elapsed());
+                service.meter().tasks().finished(label, started.elapsed());
                 if taken_over {
-                    service.meter().taken_over_task_finished(label);
+                    service.meter().cluster().taken_over_task_finished(label);
                 }
                 tracing::info!(outcome = label, "task finished");
             }
@@ -101,11 +101,11 @@ async fn drive(
     if let Ok(raw) = serde_json::value::to_raw_value(&params) {
         call.params = raw;
     }
-    let (held, round, expires_at) = match *start {
+    let (adopted, round, expires_at) = match *start {
         // Created just before the runner started: this is at most a little late.
-        Start::New(held) => {
+        Start::New(adopted) => {
             let ttl = std::time::Duration::from_millis(service.ttl_of(call));
-            (held, None, Instant::now() + ttl)
+            (adopted, None, Instant::now() + ttl)
         }
         Start::TakenOver {
             round,
@@ -119,7 +119,7 @@ async fn drive(
             )
         }
     };
-    let input_wait = held.as_ref().and_then(|h| h.input_wait);
+    let input_wait = adopted.as_ref().and_then(|h| h.input_wait);
     let mut trip = TaskTrip {
         service,
         task_id,
@@ -128,7 +128,7 @@ async fn drive(
         stop: &signals.stop,
         deadline,
         expires_at,
-        held,
+        adopted,
         input_wait,
     };
     let mut answers = upstream_mrtr::TaskAnswers {
@@ -165,18 +165,17 @@ struct TaskTrip<'a> {
     deadline: Option<Instant>,
     /// When the task expires: nobody can read its outcome after that.
     expires_at: Instant,
-    /// The call to take over instead of opening one, for the first round.
-    held: Option<Held>,
-    /// For held calls: how long outstanding input may wait for the client.
+    /// The adopted call to carry on instead of opening one, for the first round.
+    adopted: Option<Adopted>,
+    /// For a held call: how long outstanding input may wait for the client.
     input_wait: Option<std::time::Duration>,
 }
 
-/// Everything that ends a task's call, for the waits before an exchange exists (the
-/// upstream's response head, which a JSON-response server sends only when the call
-/// ends). Such a wait is dropped when one fires; dropping an unanswered request is how
-/// each transport cancels it upstream (`notifications/cancelled` on a session or stdio,
-/// a closed stream on 2026-07-28 HTTP). Once the exchange exists, the runner's loop
-/// watches the same signals and cancels through it.
+/// What stops a task's call before its answer: a wake-up that finds the task ended
+/// (cancelled), the stop token (the task moved), the upstream timeout, the task's expiry,
+/// and a held call's unanswered input. Each is a [`StopReason`]; the runner stops the
+/// call upstream through its exchange (`Call::stop`), the one way for every transport
+/// (`upstream::stop`), and records what the reason says (`halt::halt_for`).
 struct Stops<'a> {
     service: &'a Arc<TaskService>,
     task_id: &'a str,
@@ -188,8 +187,10 @@ struct Stops<'a> {
 }
 
 impl Stops<'_> {
-    /// `work`'s output, unless the task ends first.
-    async fn race<T>(&self, work: impl std::future::Future<Output = T>) -> Result<T, Halt> {
+    /// `work`'s output, unless the call must stop first: then why. For the steps before
+    /// a request is sent upstream (an upstream session opening, a stdio process
+    /// leased), where a stop has nothing to reach and the step is dropped.
+    async fn race<T>(&self, work: impl std::future::Future<Output = T>) -> Result<T, StopReason> {
         tokio::pin!(work);
         let mut recheck = None;
         loop {
@@ -200,20 +201,23 @@ impl Stops<'_> {
                     // can only mean the task ended (cancelled, expired).
                     match Box::pin(still_running(self.service, self.task_id, self.principal)).await {
                         Some(true) => recheck = None,
-                        Some(false) => {
-                            tracing::info!("task ended before the upstream answered; request dropped");
-                            return Err(Halt::Ended);
-                        }
+                        Some(false) => return Err(StopReason::Cancelled),
                         None => recheck = recheck_after_failure(),
                     }
                 }
-                () = self.stop.cancelled() => return Err(Halt::Ended),
-                () = sleep_until(self.deadline) => return Err(Halt::Finish(timed_out(self.service))),
-                () = tokio::time::sleep_until(self.expires_at) => {
-                    tracing::info!("task expired before the upstream answered; request dropped");
-                    return Err(Halt::Ended);
-                }
+                reason = self.timed(None) => return Err(reason),
             }
+        }
+    }
+
+    /// The stops that come by the token or the clock, not by a wake-up; `unanswered_at`
+    /// is when a held call's outstanding input has waited too long.
+    async fn timed(&self, unanswered_at: Option<Instant>) -> StopReason {
+        tokio::select! {
+            () = self.stop.cancelled() => StopReason::Moved,
+            () = sleep_until(self.deadline) => StopReason::TimedOut,
+            () = tokio::time::sleep_until(self.expires_at) => StopReason::Expired,
+            () = sleep_until(unanswered_at) => StopReason::Unanswered,
         }
     }
 }
@@ -226,7 +230,8 @@ async fn still_running(service: &TaskService, task_id: &str, principal: &str) ->
             let age = now_ms().saturating_sub(task.created_at_ms);
             service
                 .meter()
-                .task_finished(task.status.as_str(), std::time::Duration::from_millis(age));
+                .tasks()
+                .finished(task.status.as_str(), std::time::Duration::from_millis(age));
             Some(false)
         }
         Ok(Some(_)) => Some(true),
@@ -253,24 +258,77 @@ impl RoundTrip for TaskTrip<'_> {
     type Stop = Halt;
 
     async fn send(&mut self, params: Value) -> Result<Reply<Outcome>, Halt> {
+        let stops = self.stops();
+        let (mut call, later) = match self.open(params, &stops).await {
+            Ok(opened) => opened,
+            // Nothing was sent upstream: there is nothing to stop there.
+            Err(Ok(reason)) => return Err(self.halt(reason)),
+            Err(Err(failed)) => return Err(failed),
+        };
+        for event in later {
+            if let Some(reply) = Box::pin(call.on_event(Some(Ok(event)))).await {
+                return Ok(reply);
+            }
+        }
+        let reason = match self.carry(&mut call, &stops).await {
+            Ok(reply) => return Ok(reply),
+            Err(Ok(reason)) => reason,
+            Err(Err(failed)) => return Err(failed),
+        };
+        tracing::info!(reason = reason.words(), "stopping the task's call upstream");
+        Box::pin(call.stop(reason)).await;
+        Err(self.halt(reason))
+    }
+}
+
+/// Why a step ends the call early: a reason to stop it, or an outcome it already has.
+type EarlyEnd = Result<StopReason, Halt>;
+
+impl<'a> TaskTrip<'a> {
+    fn stops(&self) -> Stops<'a> {
+        let call: &'a ToolCall = self.call;
+        Stops {
+            service: self.service,
+            task_id: self.task_id,
+            principal: &call.principal,
+            wake: self.wake,
+            stop: self.stop,
+            deadline: self.deadline,
+            expires_at: self.expires_at,
+        }
+    }
+
+    /// What the task records when its call stops for `reason`.
+    fn halt(&self, reason: StopReason) -> Halt {
+        halt_for(self.service, reason, self.input_wait)
+    }
+
+    /// The call in flight: the adopted one, or a request sent now (as a task of the
+    /// upstream's own for a tool it runs only as one); and what the adopted call's
+    /// upstream sent that nobody has read yet.
+    async fn open(
+        &mut self,
+        mut params: Value,
+        stops: &Stops<'a>,
+    ) -> Result<(Call<'a>, Vec<UpstreamEvent>), EarlyEnd> {
+        let call: &'a ToolCall = self.call;
         let caller = Caller {
-            capabilities: &self.call.capabilities,
-            auth: self.call.auth.as_ref(),
-            session: self.call.session.as_ref().and_then(|s| s.upstream.as_ref()),
+            capabilities: &call.capabilities,
+            auth: call.auth.as_ref(),
+            session: call.session.as_ref().and_then(|s| s.upstream.as_ref()),
         };
         let digest = super::mrtr_bridge::request_digest(method::TOOLS_CALL, Some(&params));
-        let mut params = params;
-        let held = self.held.take();
-        let stops = self.stops();
-        let upstream_task = held.is_none()
+        let adopted = self.adopted.take();
+        let upstream_task = adopted.is_none()
             && stops
                 .race(Box::pin(self.own_task_only(&caller, &params)))
-                .await?;
+                .await
+                .map_err(Ok)?;
         if upstream_task && let Some(object) = params.as_object_mut() {
             object.insert("task".into(), json!({}));
         }
-        let (exchange, pending, later) = match held {
-            Some(held) => (held.exchange, held.pending, held.later),
+        let (exchange, pending, later) = match adopted {
+            Some(adopted) => (adopted.exchange, adopted.pending, adopted.later),
             None => {
                 let opening =
                     self.service
@@ -278,20 +336,17 @@ impl RoundTrip for TaskTrip<'_> {
                         .open_call(&caller, method::TOOLS_CALL, Some(params));
                 let exchange = stops
                     .race(opening)
-                    .await?
-                    .map_err(|e| Halt::Finish(upstream_failure(&e)))?;
+                    .await
+                    .map_err(Ok)?
+                    .map_err(|e| Err(Halt::Finish(upstream_failure(&e))))?;
                 (exchange, HashMap::new(), Vec::new())
             }
         };
-        let mut attempt = Call {
+        let call = Call {
             service: self.service,
             task_id: self.task_id,
-            session: self
-                .call
-                .session
-                .as_ref()
-                .map(|s| s.client_session.as_str()),
-            principal: &self.call.principal,
+            session: call.session.as_ref().map(|s| s.client_session.as_str()),
+            principal: &call.principal,
             digest,
             exchange,
             pending,
@@ -299,64 +354,36 @@ impl RoundTrip for TaskTrip<'_> {
             own_task: upstream_task.then(UpstreamTask::default),
             caller,
             recheck_at: None,
-            relay: self.call.relay.as_ref(),
+            relay: call.relay.as_ref(),
         };
-        for event in later {
-            if let Some(reply) = Box::pin(attempt.on_event(Some(Ok(event)))).await {
-                return Ok(reply);
-            }
-        }
+        Ok((call, later))
+    }
+
+    /// Carries the call to the upstream's reply, or to the first reason to stop it.
+    async fn carry(
+        &self,
+        call: &mut Call<'_>,
+        stops: &Stops<'_>,
+    ) -> Result<Reply<Outcome>, EarlyEnd> {
         loop {
-            let abandoned_at = self
+            let unanswered_at = self
                 .input_wait
-                .filter(|_| !attempt.pending.is_empty())
-                .map(|wait| attempt.waiting_since + wait);
+                .filter(|_| !call.pending.is_empty())
+                .map(|wait| call.waiting_since + wait);
             tokio::select! {
-                event = attempt.exchange.next() => {
-                    if let Some(reply) = Box::pin(attempt.on_event(event)).await {
+                event = call.exchange.next() => {
+                    if let Some(reply) = Box::pin(call.on_event(event)).await {
                         return Ok(reply);
                     }
-                    Box::pin(attempt.follow_upstream_task(&stops)).await?;
+                    Box::pin(call.follow_upstream_task(stops)).await?;
                 }
-                () = wake_or_recheck(self.wake, attempt.recheck_at) => {
-                    if !Box::pin(attempt.on_wake()).await {
-                        Box::pin(attempt.cancel_upstream("the task was cancelled")).await;
-                        return Err(Halt::Ended);
+                () = wake_or_recheck(self.wake, call.recheck_at) => {
+                    if !Box::pin(call.on_wake()).await {
+                        return Err(Ok(StopReason::Cancelled));
                     }
                 }
-                () = self.stop.cancelled() => {
-                    Box::pin(attempt.cancel_upstream("the task moved to another gateway instance")).await;
-                    return Err(Halt::Ended);
-                }
-                () = sleep_until(self.deadline) => {
-                    Box::pin(attempt.cancel_upstream("the gateway's upstream timeout passed")).await;
-                    return Err(Halt::Finish(timed_out(self.service)));
-                }
-                () = tokio::time::sleep_until(self.expires_at) => {
-                    tracing::info!("task expired while its call ran; cancelling it upstream");
-                    Box::pin(attempt.cancel_upstream("the task expired")).await;
-                    return Err(Halt::Ended);
-                }
-                () = sleep_until(abandoned_at) => {
-                    let wait = self.input_wait.unwrap_or_default();
-                    Box::pin(attempt.cancel_upstream("the client did not answer in time")).await;
-                    return Err(Halt::Finish(abandoned(wait)));
-                }
+                reason = stops.timed(unanswered_at) => return Err(Ok(reason)),
             }
-        }
-    }
-}
-
-impl TaskTrip<'_> {
-    fn stops(&self) -> Stops<'_> {
-        Stops {
-            service: self.service,
-            task_id: self.task_id,
-            principal: &self.call.principal,
-            wake: self.wake,
-            stop: self.stop,
-            deadline: self.deadline,
-            expires_at: self.expires_at,
         }
     }
 
@@ -384,7 +411,7 @@ struct UpstreamTask {
 struct Call<'a> {
     service: &'a Arc<TaskService>,
     task_id: &'a str,
-    /// The session client whose task this is: its watchers hear of each change.
+    /// The session client whose task this is: its waiters hear of each change.
     session: Option<&'a str>,
     principal: &'a str,
     exchange: Box<dyn Exchange>,
@@ -525,7 +552,7 @@ impl Call<'_> {
             .await
         {
             Ok(Some(key)) => {
-                self.service.meter().input_request_issued();
+                self.service.meter().tasks().input_request_issued();
                 tracing::info!(%key, "task needs input");
                 if self.pending.is_empty() {
                     self.waiting_since = Instant::now();
@@ -603,13 +630,15 @@ impl Call<'_> {
         }
     }
 
-    async fn cancel_upstream(&self, reason: &str) {
-        if let Err(e) = self.exchange.cancel(reason).await {
-            tracing::warn!(error = %e, "could not send notifications/cancelled upstream");
+    /// Stops the call upstream for `reason` (`upstream::stop`), and the upstream's own
+    /// task behind it, if there is one.
+    async fn stop(&mut self, reason: StopReason) {
+        if let Err(e) = self.exchange.stop(reason).await {
+            tracing::warn!(error = %e, "could not stop the call upstream");
         }
         if let Some(upstream_task) = self.own_task.as_ref().and_then(|n| n.created.as_deref()) {
             let params = json!({ "taskId": upstream_task });
-            let cancelled = crate::upstream::forward::forward(
+            let cancelled = crate::upstream::forward::request(
                 self.service.upstream.as_ref(),
                 &self.caller,
                 method::TASKS_CANCEL,
@@ -625,7 +654,7 @@ impl Call<'_> {
 
     /// Once the upstream answered with its own task, the call goes on as that task's
     /// `tasks/result`, which delivers its input requests and ends with the result.
-    async fn follow_upstream_task(&mut self, stops: &Stops<'_>) -> Result<(), Halt> {
+    async fn follow_upstream_task(&mut self, stops: &Stops<'_>) -> Result<(), EarlyEnd> {
         let Some(own) = self.own_task.as_mut() else {
             return Ok(());
         };
@@ -639,15 +668,10 @@ impl Call<'_> {
             method::TASKS_RESULT,
             Some(json!({ "taskId": upstream_task })),
         );
-        let opened = match stops.race(opening).await {
-            Ok(opened) => opened,
-            Err(halt) => {
-                // The upstream's task runs on without its result being read.
-                Box::pin(self.cancel_upstream("the task ended")).await;
-                return Err(halt);
-            }
-        };
-        self.exchange = opened.map_err(|e| Halt::Finish(upstream_failure(&e)))?;
+        // A stop here reaches the upstream's task too (`stop`), which would otherwise
+        // run on without its result being read.
+        let opened = stops.race(opening).await.map_err(Ok)?;
+        self.exchange = opened.map_err(|e| Err(Halt::Finish(upstream_failure(&e))))?;
         Ok(())
     }
 }
@@ -661,18 +685,6 @@ fn completed(mut result: Value, for_2026: bool) -> Outcome {
     match serde_json::value::to_raw_value(&result) {
         Ok(raw) => Outcome::Completed(raw),
         Err(e) => upstream_failure(&UpstreamError::Protocol(e.to_string())),
-    }
-}
-
-/// A held call whose client did not come back with its answers.
-fn abandoned(wait: std::time::Duration) -> Outcome {
-    let message = format!(
-        "the client did not answer within {} ms; the call was cancelled upstream",
-        wait.as_millis()
-    );
-    Outcome::Failed {
-        error: ErrorObject::invalid_params(message.clone()),
-        message,
     }
 }
 

@@ -39,23 +39,23 @@ pub(super) struct Runners {
 }
 
 impl Runners {
-    pub fn insert(&self, task_id: &str, handle: RunnerHandle) {
+    pub(super) fn insert(&self, task_id: &str, handle: RunnerHandle) {
         self.lock().insert(task_id.to_owned(), handle);
     }
 
     /// The runner of `task_id` ended.
-    pub fn remove(&self, task_id: &str) {
+    pub(super) fn remove(&self, task_id: &str) {
         self.lock().remove(task_id);
         self.lock_deferred().remove(task_id);
         self.ended.notify_waiters();
     }
 
-    pub fn count(&self) -> usize {
+    pub(super) fn count(&self) -> usize {
         self.lock().len()
     }
 
     /// The caller of `task_id`'s call, still running here, got a deferred result.
-    pub fn mark_deferred(&self, task_id: &str) {
+    pub(super) fn mark_deferred(&self, task_id: &str) {
         if self.lock().contains_key(task_id) {
             self.lock_deferred().insert(task_id.to_owned());
         }
@@ -63,7 +63,7 @@ impl Runners {
 
     /// The runners here: all, those of principals `held` says are held calls', and
     /// those of deferred calls.
-    pub fn counts(&self, held: impl Fn(&str) -> bool) -> (usize, usize, usize) {
+    pub(super) fn counts(&self, held: impl Fn(&str) -> bool) -> (usize, usize, usize) {
         let running = self.lock();
         let held = running.values().filter(|r| held(&r.principal)).count();
         let total = running.len();
@@ -72,7 +72,7 @@ impl Runners {
     }
 
     /// The task ids and principals of the runners here.
-    pub fn tasks(&self) -> Vec<(String, String)> {
+    pub(super) fn tasks(&self) -> Vec<(String, String)> {
         self.lock()
             .iter()
             .map(|(id, runner)| (id.clone(), runner.principal.clone()))
@@ -80,7 +80,7 @@ impl Runners {
     }
 
     /// Wakes the runner of `task_id` (every runner for `WAKE_ALL`) to look at its task.
-    pub fn wake(&self, task_id: &str) {
+    pub(super) fn wake(&self, task_id: &str) {
         let running = self.lock();
         if task_id == WAKE_ALL {
             running.values().for_each(|runner| runner.wake.notify_one());
@@ -91,7 +91,7 @@ impl Runners {
 
     /// Stops the runners `which` picks, without recording anything, and waits (briefly)
     /// for them to end: their tasks are, or are about to be, another instance's.
-    pub async fn stop(&self, which: impl Fn(&str) -> bool) {
+    pub(super) async fn stop(&self, which: impl Fn(&str) -> bool) {
         let stopped: Vec<String> = self
             .lock()
             .iter()
@@ -119,27 +119,27 @@ impl Runners {
 
     /// Registers a caller waiting within the promotion budget for `task_id`'s first
     /// question; set up before the runner starts, so that its first question finds it.
-    pub fn expect_early_input(&self, task_id: &str) -> oneshot::Receiver<Value> {
+    pub(super) fn expect_early_input(&self, task_id: &str) -> oneshot::Receiver<Value> {
         let (tx, rx) = oneshot::channel();
         self.lock_early_input().insert(task_id.to_owned(), tx);
         rx
     }
 
     /// The waiting caller gave up (or got its answer); `true` if it was still there.
-    pub fn withdraw_early_input(&self, task_id: &str) -> bool {
+    pub(super) fn withdraw_early_input(&self, task_id: &str) -> bool {
         self.lock_early_input().remove(task_id).is_some()
     }
 
     /// Gives an `InputRequiredResult` to the caller still waiting within the promotion
     /// budget; `false` when nobody waits any more (the task was promoted).
-    pub fn hand_over_early_input(&self, task_id: &str, result: &Value) -> bool {
+    pub(super) fn hand_over_early_input(&self, task_id: &str, result: &Value) -> bool {
         self.lock_early_input()
             .remove(task_id)
             .is_some_and(|waiting| waiting.send(result.clone()).is_ok())
     }
 
     /// Whether the task's creator still waits within the promotion budget.
-    pub fn early_input_waiting(&self, task_id: &str) -> bool {
+    pub(super) fn early_input_waiting(&self, task_id: &str) -> bool {
         self.lock_early_input().contains_key(task_id)
     }
 

@@ -1,5 +1,6 @@
-//! Where a runner starts a task's call: fresh, from a call already open upstream that a
-//! held call hands over (`mrtr_bridge`), or where a lost instance left it (`takeover`).
+//! Where a runner starts a task's call: fresh, from a call already open upstream that it
+//! adopts (an MRTR held call, `mrtr_bridge`; a deferred pass-through call), or where a
+//! lost instance left it (`takeover`).
 
 use std::collections::HashMap;
 
@@ -8,10 +9,11 @@ use serde_json::Value;
 use super::upstream_mrtr;
 use crate::upstream::{Exchange, UpstreamEvent};
 
-/// A call already open upstream that a task takes over: a bridged call held for a
-/// 2026-07-28 client's answers (`mrtr_bridge`), or a pass-through client's call past
-/// `--defer-after-ms` ([`super::TaskService::start_adopted`]).
-pub(super) struct Held {
+/// An adopted call: one already open upstream that a task's runner carries on, rather
+/// than open its own: a bridged call held for a 2026-07-28 client's answers (a held
+/// call, `mrtr_bridge`), or a pass-through client's call past `--defer-after-ms`
+/// ([`super::TaskService::start_adopted`]).
+pub(super) struct Adopted {
     pub exchange: Box<dyn Exchange>,
     /// The upstream's requests already shown to the client, by key.
     pub pending: HashMap<String, Value>,
@@ -24,8 +26,8 @@ pub(super) struct Held {
 
 /// Where a runner starts the task's call.
 pub(super) enum Start {
-    /// A new task: the call as its client made it, or a call already open (`mrtr_bridge`).
-    New(Option<Held>),
+    /// A new task: the call as its client made it, or an adopted call.
+    New(Option<Adopted>),
     /// A task taken over from an instance that is gone (`takeover`): from the round
     /// it was in on a 2026-07-28 upstream, else from the start.
     TakenOver {

@@ -134,7 +134,10 @@ impl Takeovers {
             let outcome = mtg_store::Outcome::gateway_failure(mtg_store::INSTANCE_STOPPED);
             match self.tasks.store.finish(&task_id, outcome).await {
                 Ok(true) => {
-                    self.tasks.meter().task_finished("failed", Duration::ZERO);
+                    self.tasks
+                        .meter()
+                        .tasks()
+                        .finished("failed", Duration::ZERO);
                     self.tasks.announce(&task_id, None).await;
                 }
                 Ok(false) => {}
@@ -276,8 +279,7 @@ impl Takeovers {
 
     async fn sweep_gone(self: &Arc<Self>, gone: &GoneInstance) -> Result<SweepCounts, StoreError> {
         let started = std::time::Instant::now();
-        let membership = self.tasks.membership.clone();
-        let orphans = membership.orphans(&gone.instance).await?;
+        let orphans = self.tasks.membership.orphans(&gone.instance).await?;
         let mut counts = SweepCounts::default();
         if orphans.is_empty() {
             return Ok(counts);
@@ -292,61 +294,16 @@ impl Takeovers {
                 Plan::Fail => fail.push(task.task_id),
             }
         }
-        let (reason, message) = if gone.handed_over {
-            ("stopped", RESUMED_AFTER_STOP)
-        } else {
-            ("lost", RESUMED_AFTER_LOSS)
-        };
-        let max = self.tasks.settings.takeover.max_takeovers;
-        let exhausted = Outcome::gateway_failure(&format!(
-            "{INSTANCE_LOST}: the task was taken over {max} times already, and its call lost \
-             each instance that ran it"
-        ));
+        let reason = if gone.handed_over { "stopped" } else { "lost" };
         for (task_ids, keep_round) in [(keep_round, true), (run_again, false)] {
-            let takeover = Takeover {
-                from: &gone.instance,
-                to: &self.tasks.settings.instance_id,
-                message,
-                counts: !gone.handed_over,
-                max_takeovers: max,
-                keep_round,
-                exhausted: exhausted.clone(),
-            };
-            let adoptions = membership.take_over(&task_ids, &takeover).await?;
-            for (task_id, adoption) in task_ids.iter().zip(adoptions) {
-                match adoption {
-                    Adoption::Adopted(task) => {
-                        counts.taken_over += 1;
-                        self.adopt(*task);
-                    }
-                    Adoption::Exhausted => {
-                        counts.failed += 1;
-                        self.tasks
-                            .meter()
-                            .lost_owner_tasks_failed("max_takeovers", 1);
-                        tracing::warn!(task_id, max, "task taken over too often; failed");
-                    }
-                    Adoption::NotOwned => {}
-                }
-            }
+            self.take_over(gone, &task_ids, keep_round, &mut counts)
+                .await?;
         }
         self.tasks
             .meter()
+            .cluster()
             .tasks_taken_over(reason, counts.taken_over);
-        let message = if gone.handed_over {
-            mtg_store::INSTANCE_STOPPED
-        } else {
-            INSTANCE_LOST
-        };
-        let failed = membership
-            .fail_orphans(&gone.instance, &fail, message)
-            .await?;
-        if !gone.handed_over {
-            self.tasks
-                .meter()
-                .lost_owner_tasks_failed("not_resumable", failed);
-        }
-        counts.failed += failed;
+        counts.failed += self.fail_the_rest(gone, &fail).await?;
         if counts.taken_over + counts.failed > 0 {
             tracing::warn!(
                 instance = %gone.instance,
@@ -362,6 +319,78 @@ impl Takeovers {
             }
         }
         Ok(counts)
+    }
+
+    /// Moves a gone instance's tasks to this one and runs them here, keeping their
+    /// round of input or not; a task taken over too often fails instead.
+    async fn take_over(
+        self: &Arc<Self>,
+        gone: &GoneInstance,
+        task_ids: &[String],
+        keep_round: bool,
+        counts: &mut SweepCounts,
+    ) -> Result<(), StoreError> {
+        let max = self.tasks.settings.takeover.max_takeovers;
+        let takeover = Takeover {
+            from: &gone.instance,
+            to: &self.tasks.settings.instance_id,
+            message: if gone.handed_over {
+                RESUMED_AFTER_STOP
+            } else {
+                RESUMED_AFTER_LOSS
+            },
+            counts: !gone.handed_over,
+            max_takeovers: max,
+            keep_round,
+            exhausted: Outcome::gateway_failure(&format!(
+                "{INSTANCE_LOST}: the task was taken over {max} times already, and its call \
+                 lost each instance that ran it"
+            )),
+        };
+        let adoptions = self.tasks.membership.take_over(task_ids, &takeover).await?;
+        for (task_id, adoption) in task_ids.iter().zip(adoptions) {
+            match adoption {
+                Adoption::Adopted(task) => {
+                    counts.taken_over += 1;
+                    self.adopt(*task);
+                }
+                Adoption::Exhausted => {
+                    counts.failed += 1;
+                    self.tasks
+                        .meter()
+                        .cluster()
+                        .lost_owner_tasks_failed("max_takeovers", 1);
+                    tracing::warn!(task_id, max, "task taken over too often; failed");
+                }
+                Adoption::NotOwned => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Fails a gone instance's tasks whose call cannot run again; how many it failed.
+    async fn fail_the_rest(
+        &self,
+        gone: &GoneInstance,
+        fail: &[String],
+    ) -> Result<usize, StoreError> {
+        let message = if gone.handed_over {
+            mtg_store::INSTANCE_STOPPED
+        } else {
+            INSTANCE_LOST
+        };
+        let failed = self
+            .tasks
+            .membership
+            .fail_orphans(&gone.instance, fail, message)
+            .await?;
+        if !gone.handed_over {
+            self.tasks
+                .meter()
+                .cluster()
+                .lost_owner_tasks_failed("not_resumable", failed);
+        }
+        Ok(failed)
     }
 }
 

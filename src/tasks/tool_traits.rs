@@ -21,11 +21,11 @@ const LIST_TIMEOUT: Duration = Duration::from_secs(10);
 /// A listing longer than this many pages is not followed further.
 const MAX_PAGES: usize = 20;
 
-pub struct ToolTraits {
+pub(super) struct ToolTraits {
     /// The last listing and when it was had: read on every call that asks, so a lock
-    /// held only to swap it, never across the upstream's answer.
+    /// locked only to swap it, never across the upstream's answer.
     listing: RwLock<Option<(Instant, Arc<Listed>)>>,
-    /// Held while one caller lists, so that callers do not list at once.
+    /// Locked while one caller lists, so that callers do not list at once.
     refreshing: Mutex<()>,
     /// Whether the last listing had a tool the upstream runs only as its own task (or
     /// there was none yet): read without a lock on paths that parse nothing otherwise.
@@ -56,12 +56,12 @@ struct Listed {
 impl ToolTraits {
     /// Whether the upstream may have a tool it runs only as its own task: `false` only
     /// once a listing showed none.
-    pub fn may_have_own_task_only(&self) -> bool {
+    pub(super) fn may_have_own_task_only(&self) -> bool {
         self.maybe_own_task_only.load(Ordering::Relaxed)
     }
 
     /// Whether the upstream runs `tool` only as a task of its own.
-    pub async fn own_task_only(
+    pub(super) async fn own_task_only(
         &self,
         upstream: &dyn Upstream,
         caller: &Caller<'_>,
@@ -75,7 +75,7 @@ impl ToolTraits {
 
     /// Whether the upstream annotates `tool` read-only or idempotent: a call of it
     /// may run again.
-    pub async fn safe_to_run_again(
+    pub(super) async fn safe_to_run_again(
         &self,
         upstream: &dyn Upstream,
         caller: &Caller<'_>,
@@ -89,7 +89,7 @@ impl ToolTraits {
 
     /// Whether the upstream lists `tool` with an `outputSchema`; when the listing cannot
     /// be had, yes (a `structuredContent` too many harms no client, one too few does).
-    pub async fn declares_output_schema(
+    pub(super) async fn declares_output_schema(
         &self,
         upstream: &dyn Upstream,
         caller: &Caller<'_>,
@@ -100,7 +100,7 @@ impl ToolTraits {
     }
 
     /// Which of `tools` the upstream has, in one look at its listing.
-    pub async fn has<const N: usize>(
+    pub(super) async fn has<const N: usize>(
         &self,
         upstream: &dyn Upstream,
         caller: &Caller<'_>,
@@ -144,7 +144,7 @@ async fn list(upstream: &dyn Upstream, caller: &Caller<'_>) -> Listed {
     let mut cursor: Option<Value> = None;
     for _ in 0..MAX_PAGES {
         let params = cursor.take().map(|c| json!({ "cursor": c }));
-        let page = forward::forward(
+        let page = forward::request(
             upstream,
             caller,
             method::TOOLS_LIST,

@@ -11,7 +11,7 @@ use serde_json::Value;
 use mtg_protocol::wire::dialect_2025::RELATED_TASK;
 
 /// The upstream task a `CreateTaskResult` names.
-pub fn created_task_id(result: &Value) -> Option<&str> {
+pub(super) fn created_task_id(result: &Value) -> Option<&str> {
     if result.get("content").is_some() {
         return None;
     }
@@ -20,7 +20,7 @@ pub fn created_task_id(result: &Value) -> Option<&str> {
 
 /// The upstream's result without its own task's `_meta` (the client knows the
 /// gateway's task, not the upstream's).
-pub fn without_upstream_task(mut result: Value) -> Value {
+pub(super) fn without_upstream_task(mut result: Value) -> Value {
     if let Some(meta) = result.get_mut("_meta").and_then(Value::as_object_mut) {
         meta.remove(RELATED_TASK);
     }

@@ -1,7 +1,7 @@
 //! Which generation an HTTP upstream speaks, found out at first use and remembered:
 //! a `server/discover` probe, read per the 2026-07-28 HTTP backward-compatibility rules.
-//! A discover result naming 2026-07-28 means a modern upstream; an answer that is not a
-//! recognised modern one means a 2025-xx (session) upstream.
+//! A discover result naming 2026-07-28 means a stateless (2026-07-28) upstream; an
+//! answer that is not a recognised 2026-07-28 one means a session (2025-xx) upstream.
 
 use mtg_protocol::names::STATELESS_VERSION;
 use std::sync::Arc;
@@ -14,7 +14,8 @@ use tokio::sync::OnceCell;
 
 use super::stateless_http::{StatelessHttpExchange, StatelessHttpUpstream, post};
 use super::{
-    CallStream, Caller, Exchange, Opened, SessionHttpUpstream, SessionRef, Upstream, UpstreamError,
+    CallStream, Caller, Exchange, Opened, PassThroughSession, SessionHttpUpstream, Upstream,
+    UpstreamError,
 };
 use mtg_protocol::jsonrpc::{self, ErrorObject, code};
 use mtg_protocol::meta;
@@ -23,27 +24,28 @@ use mtg_transport::CallClient;
 /// A probe that gets no answer in this time is retried at the next use.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What the probe found.
+/// What the probe found: the upstream's generation (`names::Generation`), with what a
+/// stateless upstream answered.
 #[derive(Debug)]
-pub enum Generation {
+pub(crate) enum Probed {
     /// Speaks 2026-07-28; its `server/discover` result.
-    Modern(Value),
-    /// Needs `initialize` and sessions.
-    Legacy,
+    Stateless(Value),
+    /// Speaks a 2025-xx version: needs `initialize` and sessions.
+    Session,
 }
 
 /// Sends `server/discover` and reads the answer. Errors are answers that say nothing
 /// about the generation (unreachable, auth, 5xx, time-out); they are not remembered.
-pub async fn probe(
+pub(crate) async fn probe(
     client: &CallClient,
     url: &Uri,
     auth: Option<&HeaderValue>,
-) -> Result<Generation, UpstreamError> {
+) -> Result<Probed, UpstreamError> {
     let id = Value::from(0);
     let body = jsonrpc::request_value(
         id.clone(),
         mtg_protocol::names::method::SERVER_DISCOVER,
-        Some(meta::with_modern_meta(None, &Map::new())),
+        Some(meta::with_stateless_meta(None, &Map::new())),
     );
     let exchange = async {
         let response = post(
@@ -68,7 +70,7 @@ pub async fn probe(
         }
         match StatelessHttpExchange::open(response, id).await {
             Ok(mut exchange) => exchange.final_answer().await.map(Some),
-            // A 4xx with no JSON-RPC error in it: not a modern server.
+            // A 4xx with no JSON-RPC error in it: not a 2026-07-28 server.
             Err(UpstreamError::Status { .. }) => Ok(None),
             Err(e) => Err(e),
         }
@@ -77,30 +79,32 @@ pub async fn probe(
         .await
         .map_err(|_| UpstreamError::Timeout(PROBE_TIMEOUT.as_millis() as u64))??;
     match answer {
-        Some(Ok(result)) if names_modern_version(result.get("supportedVersions")) => {
-            Ok(Generation::Modern(result))
+        Some(Ok(result)) if names_stateless_version(result.get("supportedVersions")) => {
+            Ok(Probed::Stateless(result))
         }
-        Some(Err(error)) if is_modern_rejection(&error) => Err(UpstreamError::Protocol(format!(
-            "the upstream speaks 2026-07-28 but rejected server/discover: {} ({})",
-            error.message, error.code
-        ))),
-        _ => Ok(Generation::Legacy),
+        Some(Err(error)) if is_stateless_rejection(&error) => {
+            Err(UpstreamError::Protocol(format!(
+                "the upstream speaks 2026-07-28 but rejected server/discover: {} ({})",
+                error.message, error.code
+            )))
+        }
+        _ => Ok(Probed::Session),
     }
 }
 
-fn names_modern_version(versions: Option<&Value>) -> bool {
+fn names_stateless_version(versions: Option<&Value>) -> bool {
     versions
         .and_then(Value::as_array)
         .is_some_and(|v| v.iter().any(|v| v == STATELESS_VERSION))
 }
 
-/// A recognised modern error about the probe itself. An unsupported-version error that
+/// A recognised 2026-07-28 error about the probe itself. An unsupported-version error that
 /// does not list 2026-07-28 is not one: such a server may still speak a 2025-xx version.
-fn is_modern_rejection(error: &ErrorObject) -> bool {
+fn is_stateless_rejection(error: &ErrorObject) -> bool {
     match error.code {
         code::HEADER_MISMATCH | code::MISSING_REQUIRED_CLIENT_CAPABILITY => true,
         code::UNSUPPORTED_PROTOCOL_VERSION => {
-            names_modern_version(error.data.as_ref().and_then(|d| d.get("supported")))
+            names_stateless_version(error.data.as_ref().and_then(|d| d.get("supported")))
         }
         _ => false,
     }
@@ -108,7 +112,7 @@ fn is_modern_rejection(error: &ErrorObject) -> bool {
 
 /// An HTTP upstream of either generation: detected at first use, then every call goes
 /// to the implementation for that generation.
-pub struct AutoUpstream {
+pub(crate) struct AutoUpstream {
     client: CallClient,
     url: Uri,
     roots: Vec<String>,
@@ -116,7 +120,7 @@ pub struct AutoUpstream {
 }
 
 impl AutoUpstream {
-    pub fn new(client: CallClient, url: Uri, roots: &[String]) -> Arc<Self> {
+    pub(crate) fn new(client: CallClient, url: Uri, roots: &[String]) -> Arc<Self> {
         Arc::new(Self {
             client,
             url,
@@ -130,7 +134,7 @@ impl AutoUpstream {
             .get_or_try_init(|| async {
                 let upstream: Arc<dyn Upstream> =
                     match probe(&self.client, &self.url, caller.auth).await? {
-                        Generation::Modern(discovered) => {
+                        Probed::Stateless(discovered) => {
                             tracing::info!(upstream = %self.url, "upstream speaks 2026-07-28");
                             Arc::new(StatelessHttpUpstream::new(
                                 self.client.clone(),
@@ -138,7 +142,7 @@ impl AutoUpstream {
                                 discovered,
                             ))
                         }
-                        Generation::Legacy => {
+                        Probed::Session => {
                             tracing::info!(upstream = %self.url, "upstream speaks a 2025 (session) version");
                             SessionHttpUpstream::new(self.client.clone(), self.url.clone(), &self.roots)
                         }
@@ -194,7 +198,7 @@ impl Upstream for AutoUpstream {
 
     fn adopt(
         &self,
-        session: &SessionRef,
+        session: &PassThroughSession,
         auth: Option<&HeaderValue>,
         id: Value,
         stream: CallStream,

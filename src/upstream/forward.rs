@@ -1,5 +1,7 @@
-//! One request sent upstream and its final answer, for requests the gateway forwards
-//! without making a task of them.
+//! Forwarding: one request sent upstream and its final answer, without a task: a
+//! 2026-07-28 client's forwarded request (`forward`, which may relay the call's
+//! notifications or hand it over open when the upstream asks for input), and a plain
+//! request (`request`: a gateway-served session's, or one of the gateway's own).
 
 use mtg_protocol::names::method;
 use std::time::Duration;
@@ -7,13 +9,15 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
-use super::{Caller, Exchange, Upstream, UpstreamError, UpstreamEvent};
+use super::{Caller, Exchange, StopReason, Upstream, UpstreamError, UpstreamEvent};
 use mtg_protocol::jsonrpc::{ErrorObject, code};
 
-/// Sends `method` upstream and waits for its answer. Server-to-client requests on the
-/// way are refused: a stateless client without the tasks extension cannot receive them.
-pub async fn forward(
+/// Sends `method` upstream as one request and waits for its final answer: a plain
+/// forward (no relay, no hold). Server-to-client requests on the way are refused: a
+/// stateless client without the tasks extension cannot receive them.
+pub(crate) async fn request(
     upstream: &dyn Upstream,
     caller: &Caller<'_>,
     method: &str,
@@ -25,11 +29,11 @@ pub async fn forward(
         relay: None,
         hold: false,
     };
-    match forward_with(upstream, caller, method, params, how).await? {
+    match forward(upstream, caller, method, params, how).await? {
         Forwarded::Answer(answer) => Ok(answer),
         // Not produced without `hold`; should it ever be, the call is not left open.
-        Forwarded::AsksForInput { exchange, .. } => {
-            let _ = exchange.cancel("the gateway cannot hold this call").await;
+        Forwarded::AsksForInput { mut exchange, .. } => {
+            let _ = exchange.stop(StopReason::Refused).await;
             Ok(Err(ErrorObject::internal(
                 "the upstream asked for input the gateway cannot pass on",
             )))
@@ -38,7 +42,7 @@ pub async fn forward(
 }
 
 /// How a bridged request is carried.
-pub struct How<'a> {
+pub(crate) struct How<'a> {
     pub timeout: Option<Duration>,
     /// Where the call's notifications (progress, log messages) go as they come. When
     /// its receiver is gone (the client closed its stream, which on 2026-07-28 HTTP is
@@ -50,7 +54,7 @@ pub struct How<'a> {
 }
 
 /// What became of a forwarded request.
-pub enum Forwarded {
+pub(crate) enum Forwarded {
     Answer(Result<Value, ErrorObject>),
     /// The upstream asked for input: the call, still open, the requests it sent together,
     /// and what it sent right after them, for whoever carries the call on.
@@ -73,44 +77,75 @@ enum Step {
     Asks(Asked),
 }
 
-pub async fn forward_with(
+/// Sends `method` upstream and carries it as `how` says, to its answer or, with `hold`,
+/// to the upstream's first input request. A timeout, or a client that closed its stream
+/// (the relay's receiver gone), stops the call upstream (`stop.rs`).
+pub(crate) async fn forward(
     upstream: &dyn Upstream,
     caller: &Caller<'_>,
     method: &str,
     params: Option<Value>,
     how: How<'_>,
 ) -> Result<Forwarded, UpstreamError> {
-    let exchange = async {
-        let mut call = upstream.open_call(caller, method, params).await?;
-        let step = match how.relay {
-            Some(relay) => {
-                tokio::select! {
-                    step = next_step(call.as_mut(), &how) => step,
-                    () = relay.closed() => Err(UpstreamError::Lost("the client closed its stream".into())),
-                }
-            }
-            None => next_step(call.as_mut(), &how).await,
-        };
-        if how.relay.is_some_and(mpsc::Sender::is_closed) {
-            let _ = call.cancel("the client closed its stream").await;
-        }
-        Ok(match step? {
-            Step::Answer(answer) => Forwarded::Answer(answer),
-            Step::Asks(first) => {
-                let (asked, later) = asked_together(call.as_mut(), first);
-                Forwarded::AsksForInput {
-                    exchange: call,
-                    asked,
-                    later,
-                }
-            }
-        })
-    };
-    match how.timeout {
-        Some(limit) => tokio::time::timeout(limit, exchange)
+    let deadline = how.timeout.map(|limit| Instant::now() + limit);
+    let timed_out = || UpstreamError::Timeout(how.timeout.unwrap_or_default().as_millis() as u64);
+    // Before the request is sent (an upstream session opening, a stdio process leased)
+    // a stop has nothing to reach.
+    let opening = upstream.open_call(caller, method, params);
+    let mut call = match deadline {
+        Some(at) => tokio::time::timeout_at(at, opening)
             .await
-            .unwrap_or(Err(UpstreamError::Timeout(limit.as_millis() as u64))),
-        None => exchange.await,
+            .map_err(|_| timed_out())??,
+        None => opening.await?,
+    };
+    let stopping = async {
+        tokio::select! {
+            () = sleep_until(deadline) => StopReason::TimedOut,
+            () = relay_closed(how.relay) => StopReason::ClientLeft,
+        }
+    };
+    let step = tokio::select! {
+        // A client that left is not answered, whatever came.
+        biased;
+        reason = stopping => Err(reason),
+        step = next_step(call.as_mut(), &how) => Ok(step),
+    };
+    let step = match step {
+        Ok(step) => step?,
+        Err(reason) => {
+            let _ = call.stop(reason).await;
+            return Err(match reason {
+                StopReason::TimedOut => timed_out(),
+                _ => UpstreamError::Lost("the client closed its stream".into()),
+            });
+        }
+    };
+    Ok(match step {
+        Step::Answer(answer) => Forwarded::Answer(answer),
+        Step::Asks(first) => {
+            let (asked, later) = asked_together(call.as_mut(), first);
+            Forwarded::AsksForInput {
+                exchange: call,
+                asked,
+                later,
+            }
+        }
+    })
+}
+
+/// Resolves once the relay's receiver is gone (the client closed its stream); never
+/// without a relay.
+async fn relay_closed(relay: Option<&mpsc::Sender<UpstreamEvent>>) {
+    match relay {
+        Some(relay) => relay.closed().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

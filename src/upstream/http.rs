@@ -24,7 +24,7 @@ const HOP_BY_HOP: [HeaderName; 9] = [
 
 /// Removes what must not pass from one hop to the next, in either direction: the
 /// hop-by-hop headers and those the `Connection` header names as its options.
-pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -40,7 +40,7 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
 /// Makes the headers of a received request fit to send on: no hop-by-hop headers, and
 /// none that the client sets for the new request itself (its target host, the body's
 /// length).
-pub fn prepare_to_send_on(headers: &mut HeaderMap) {
+pub(crate) fn prepare_to_send_on(headers: &mut HeaderMap) {
     remove_hop_by_hop(headers);
     headers.remove(header::HOST);
     headers.remove(header::CONTENT_LENGTH);
@@ -49,7 +49,7 @@ pub fn prepare_to_send_on(headers: &mut HeaderMap) {
 /// Whether an HTTP upstream answers at all, for `/readyz`. Any HTTP answer but a 5xx
 /// counts: a sessionless GET is refused (400/405) by a healthy MCP server, without side
 /// effects.
-pub async fn probe_reachable(
+pub(crate) async fn probe_reachable(
     client: &CallClient,
     url: &http::Uri,
 ) -> Result<(), super::UpstreamError> {

@@ -1,20 +1,22 @@
 //! The plain MCP server behind the gateway, behind one trait whatever its transport.
 
-pub mod detect;
-pub mod forward;
-pub mod http;
-pub mod session_http;
-pub mod stateless_http;
-pub mod stdio;
-pub mod stream;
-pub mod tool_headers;
+pub(crate) mod detect;
+pub(crate) mod forward;
+pub(crate) mod http;
+pub(crate) mod session_http;
+pub(crate) mod stateless_http;
+pub(crate) mod stdio;
+pub(crate) mod stop;
+pub(crate) mod stream;
+pub(crate) mod tool_headers;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use mtg_transport::Party;
-pub use session_http::SessionHttpUpstream;
-pub use stream::{CallStream, UpstreamEvent};
+pub(crate) use session_http::SessionHttpUpstream;
+pub(crate) use stop::StopReason;
+pub(crate) use stream::{CallStream, UpstreamEvent};
 
 use mtg_protocol::jsonrpc::ErrorObject;
 
@@ -105,20 +107,21 @@ impl UpstreamError {
     }
 }
 
-/// Who a request is sent for. Legacy upstreams have per-session capabilities, so the
-/// caller's declared capabilities and credentials choose the session.
+/// Who a request is sent for. Session (2025-xx) upstreams have per-session
+/// capabilities, so the caller's declared capabilities and credentials choose the
+/// upstream session.
 pub struct Caller<'a> {
     pub capabilities: &'a Map<String, Value>,
     pub auth: Option<&'a ::http::HeaderValue>,
     /// A 2025-xx session client's own upstream session: a task of that client runs
     /// there (the upstream knows the client's capabilities and tools), not in a session
     /// of the gateway's. Only 2025-xx HTTP upstreams have one.
-    pub session: Option<&'a SessionRef>,
+    pub session: Option<&'a PassThroughSession>,
 }
 
 /// An upstream session a client opened through the gateway (pass-through).
 #[derive(Debug, Clone)]
-pub struct SessionRef {
+pub struct PassThroughSession {
     /// Its `Mcp-Session-Id`; `None` when the upstream issued none.
     pub id: Option<::http::HeaderValue>,
     /// The `MCP-Protocol-Version` the client negotiated.
@@ -126,12 +129,14 @@ pub struct SessionRef {
 }
 
 /// A request sent upstream, or why it could not be.
-pub type Opened = Result<Box<dyn Exchange>, UpstreamError>;
+pub(crate) type Opened = Result<Box<dyn Exchange>, UpstreamError>;
 
 /// A plain MCP server.
 #[async_trait]
 pub trait Upstream: Send + Sync + 'static {
-    /// Sends a request; the exchange yields what comes back for it.
+    /// Sends a request; the exchange yields what comes back for it. It may return
+    /// before the upstream's response head (an HTTP upstream's first `next` waits for
+    /// it), so that the call can be stopped from the start (`stop.rs`).
     async fn open_call(&self, caller: &Caller<'_>, method: &str, params: Option<Value>) -> Opened;
 
     /// The server's `InitializeResult` (capabilities, serverInfo, instructions).
@@ -161,11 +166,11 @@ pub trait Upstream: Send + Sync + 'static {
 
     /// A request a pass-through client sent in its own upstream session (`session`) as
     /// `id`, whose answer the gateway read up to `stream`, as an exchange a task carries
-    /// on (`--defer-after-ms`); dropped unsettled, it cancels the request upstream.
+    /// on (`--defer-after-ms`) or stops (`Exchange::stop`).
     /// `None` (the stream dropped): the upstream has no such sessions.
     fn adopt(
         &self,
-        _session: &SessionRef,
+        _session: &PassThroughSession,
         _auth: Option<&::http::HeaderValue>,
         _id: Value,
         _stream: CallStream,
@@ -203,8 +208,10 @@ pub trait Exchange: Send + Sync {
         outcome: Result<Value, ErrorObject>,
     ) -> Result<(), UpstreamError>;
 
-    /// Tells the upstream to stop (`notifications/cancelled`).
-    async fn cancel(&self, reason: &str) -> Result<(), UpstreamError>;
+    /// Stops the call upstream for `reason`, unless it already ended: the one way every
+    /// stop reaches the upstream, whatever its transport (`stop.rs`). The exchange is
+    /// dropped after.
+    async fn stop(&mut self, reason: StopReason) -> Result<(), UpstreamError>;
 
     /// The id the gateway gave the request upstream; the final response carries it.
     fn request_id(&self) -> &Value;

@@ -15,7 +15,9 @@ use serde_json::Value;
 
 use super::http::truncate_on_char;
 use super::tool_headers::ToolHeaderCache;
-use super::{CallStream, Caller, Exchange, Opened, Upstream, UpstreamError, UpstreamEvent};
+use super::{
+    CallStream, Caller, Exchange, Opened, StopReason, Upstream, UpstreamError, UpstreamEvent,
+};
 use mtg_protocol::headers::{self, MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
 use mtg_protocol::jsonrpc::{self, ErrorObject, Message};
 use mtg_protocol::meta;
@@ -25,7 +27,7 @@ use mtg_transport::{CallBody, CallClient};
 /// Error bodies are short; a longer one is not read whole.
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
-pub struct StatelessHttpUpstream {
+pub(crate) struct StatelessHttpUpstream {
     client: CallClient,
     url: Uri,
     /// The upstream's `server/discover` answer when it was detected.
@@ -38,7 +40,7 @@ pub struct StatelessHttpUpstream {
 const MAX_TOOL_PAGES: usize = 100;
 
 impl StatelessHttpUpstream {
-    pub fn new(client: CallClient, url: Uri, discovered: Value) -> Self {
+    pub(crate) fn new(client: CallClient, url: Uri, discovered: Value) -> Self {
         Self {
             client,
             url,
@@ -53,7 +55,7 @@ impl StatelessHttpUpstream {
         caller: &Caller<'_>,
         method: &str,
         params: Option<Value>,
-    ) -> Result<StatelessHttpExchange, UpstreamError> {
+    ) -> StatelessHttpExchange {
         let mut extra_headers = Vec::new();
         if method == method::TOOLS_CALL
             && let Some(tool) = params.as_ref().and_then(|p| p.get("name")?.as_str())
@@ -64,29 +66,35 @@ impl StatelessHttpUpstream {
                 .headers_for(tool, arguments, || self.list_tools(caller))
                 .await;
         }
-        self.send(caller, method, params, &extra_headers).await
+        self.send(caller, method, params, extra_headers)
     }
 
-    async fn send(
+    /// The request on its way: its exchange, whose first `next` waits for the response
+    /// head (the request can be stopped before it: `upstream::stop`).
+    fn send(
         &self,
         caller: &Caller<'_>,
         method: &str,
         params: Option<Value>,
-        extra_headers: &[(String, String)],
-    ) -> Result<StatelessHttpExchange, UpstreamError> {
+        extra_headers: Vec<(String, String)>,
+    ) -> StatelessHttpExchange {
         let id = Value::from(self.next_id.fetch_add(1, Ordering::Relaxed));
-        let params = meta::with_modern_meta(params, caller.capabilities);
+        let params = meta::with_stateless_meta(params, caller.capabilities);
         let body = jsonrpc::request_value(id.clone(), method, Some(params));
-        let response = post(
-            &self.client,
-            &self.url,
-            caller.auth,
-            method,
-            &body,
-            extra_headers,
-        )
-        .await?;
-        StatelessHttpExchange::open(response, id).await
+        let (client, url) = (self.client.clone(), self.url.clone());
+        let (auth, method) = (caller.auth.cloned(), method.to_owned());
+        let answered = id.clone();
+        let head = Box::pin(async move {
+            let response =
+                post(&client, &url, auth.as_ref(), &method, &body, &extra_headers).await?;
+            StatelessHttpExchange::open(response, answered).await
+        });
+        StatelessHttpExchange {
+            head: Some(std::sync::Mutex::new(head)),
+            stream: None,
+            rejected: None,
+            id,
+        }
     }
 
     /// Every tool of the upstream, all pages.
@@ -95,7 +103,7 @@ impl StatelessHttpUpstream {
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_TOOL_PAGES {
             let params = cursor.take().map(|c| serde_json::json!({ "cursor": c }));
-            let mut exchange = self.send(caller, "tools/list", params, &[]).await?;
+            let mut exchange = self.send(caller, "tools/list", params, Vec::new());
             let page = exchange.final_answer().await?.map_err(|e| {
                 UpstreamError::Protocol(format!("tools/list failed: {}", e.message))
             })?;
@@ -127,7 +135,7 @@ impl Upstream for StatelessHttpUpstream {
     }
 
     async fn open_call(&self, caller: &Caller<'_>, method: &str, params: Option<Value>) -> Opened {
-        Ok(Box::new(self.call(caller, method, params).await?))
+        Ok(Box::new(self.call(caller, method, params).await))
     }
 
     async fn server_info(&self, _caller: &Caller<'_>) -> Result<Value, UpstreamError> {
@@ -138,11 +146,11 @@ impl Upstream for StatelessHttpUpstream {
     async fn discover_result(&self, caller: &Caller<'_>) -> Result<Value, UpstreamError> {
         let mut exchange = self
             .call(caller, mtg_protocol::names::method::SERVER_DISCOVER, None)
-            .await?;
+            .await;
         let upstream = exchange.final_answer().await?.map_err(|e| {
             UpstreamError::Protocol(format!("server/discover failed: {}", e.message))
         })?;
-        Ok(upgrade::modern_discover_result(&upstream))
+        Ok(upgrade::discover_result_of_stateless(&upstream))
     }
 
     /// No sessions to pass through to: the gateway serves 2025-xx session clients itself.
@@ -203,14 +211,23 @@ pub(super) async fn post(
 
 /// One request on a 2026-07-28 upstream: the response's JSON body or SSE stream.
 pub(super) struct StatelessHttpExchange {
+    /// The POST on its way, until its response head came and was read: a JSON-response
+    /// upstream sends it only when the call ends. Behind a lock only to be `Sync`: it is
+    /// reached through `&mut self`, never locked.
+    head: Option<std::sync::Mutex<Opening>>,
     stream: Option<CallStream>,
     /// A JSON-RPC error the upstream sent with an HTTP error status.
     rejected: Option<UpstreamEvent>,
     id: Value,
 }
 
+/// A request's response head on its way, read as an exchange.
+type Opening = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<StatelessHttpExchange, UpstreamError>> + Send>,
+>;
+
 impl StatelessHttpExchange {
-    /// Reads an error status's body: modern servers answer many errors (an invalid
+    /// Reads an error status's body: 2026-07-28 servers answer many errors (an invalid
     /// `requestState`, a header mismatch) with HTTP 400 and a JSON-RPC error, which is
     /// the request's answer, not a transport failure.
     pub(super) async fn open(
@@ -226,6 +243,7 @@ impl StatelessHttpExchange {
                 .map(str::to_owned);
             let stream = CallStream::new(response.into_body(), content_type.as_deref());
             return Ok(Self {
+                head: None,
                 stream: Some(stream),
                 rejected: None,
                 id,
@@ -238,6 +256,7 @@ impl StatelessHttpExchange {
         }) = Message::parse(&body)
         {
             return Ok(Self {
+                head: None,
                 stream: None,
                 rejected: Some(UpstreamEvent::Response {
                     // A server that could not read the id answers with null.
@@ -287,6 +306,16 @@ async fn error_body(response: hyper::Response<CallBody>) -> Bytes {
 #[async_trait]
 impl Exchange for StatelessHttpExchange {
     async fn next(&mut self) -> Option<Result<UpstreamEvent, UpstreamError>> {
+        if let Some(head) = self.head.as_mut() {
+            // Cancel-safe: the opening stays here until it resolves.
+            let head = head.get_mut().unwrap_or_else(|p| p.into_inner());
+            let opened = head.await;
+            self.head = None;
+            match opened {
+                Ok(opened) => (self.stream, self.rejected) = (opened.stream, opened.rejected),
+                Err(e) => return Some(Err(e)),
+            }
+        }
         if let Some(event) = self.rejected.take() {
             return Some(Ok(event));
         }
@@ -311,9 +340,13 @@ impl Exchange for StatelessHttpExchange {
         ))
     }
 
-    /// On 2026-07-28 HTTP, closing the response stream is the cancellation; the
-    /// runner drops the exchange right after this.
-    async fn cancel(&self, _reason: &str) -> Result<(), UpstreamError> {
+    /// On 2026-07-28 HTTP, closing the request's stream is the cancellation
+    /// (`upstream::stop`): the response, or the request still waiting for its head, is
+    /// closed here.
+    async fn stop(&mut self, _reason: StopReason) -> Result<(), UpstreamError> {
+        self.head = None;
+        self.stream = None;
+        self.rejected = None;
         Ok(())
     }
 

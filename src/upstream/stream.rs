@@ -21,7 +21,7 @@ use mtg_transport::CallBody;
 /// One message from the upstream during a call: a server-to-client request
 /// (elicitation, sampling, roots, ping), a notification (progress, logging, ...), or the
 /// final answer. The same shape as any JSON-RPC message.
-pub type UpstreamEvent = Message;
+pub(crate) type UpstreamEvent = Message;
 
 pub enum CallStream {
     /// A JSON body being read. The read lives here, not in `next()`'s future, so that a
@@ -38,7 +38,7 @@ pub enum CallStream {
 }
 
 /// The upstream's answer to a request sent by the pass-through client, not come yet.
-pub type PendingHead =
+pub(crate) type PendingHead =
     Pin<Box<dyn Future<Output = Result<hyper::Response<Incoming>, UpstreamError>> + Send>>;
 
 /// A body that yields `prefix` before `inner`'s frames.

@@ -19,7 +19,7 @@ const REFETCH_AFTER: Duration = Duration::from_secs(5);
 const LIST_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Default)]
-pub struct ToolHeaderCache {
+pub(crate) struct ToolHeaderCache {
     /// An async lock: concurrent calls wait for one fetch instead of each fetching.
     listing: Mutex<Option<Listing>>,
 }
@@ -33,7 +33,7 @@ struct Listing {
 impl ToolHeaderCache {
     /// The headers (name, unencoded value) a call of `tool` with `arguments` carries.
     /// If the listing fails, the call goes without headers and the upstream decides.
-    pub async fn headers_for<F, Fut>(
+    pub(crate) async fn headers_for<F, Fut>(
         &self,
         tool: &str,
         arguments: Option<&Value>,
@@ -52,7 +52,11 @@ impl ToolHeaderCache {
     /// `tool`'s `x-mcp-header` annotations; `None` when the upstream lists no such tool
     /// (or could not be asked). `list` fetches the upstream's tools when the listing is
     /// stale or lacks the tool.
-    pub async fn annotations_for<F, Fut>(&self, tool: &str, list: F) -> Option<Vec<ParamHeader>>
+    pub(crate) async fn annotations_for<F, Fut>(
+        &self,
+        tool: &str,
+        list: F,
+    ) -> Option<Vec<ParamHeader>>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Vec<Value>, UpstreamError>>,

@@ -500,7 +500,7 @@ async fn the_rmcp_client_gets_a_deferred_result_and_then_the_tools_own() {
     use rmcp::model::{CallToolRequestParams, JsonObject};
     let (_upstream, upstream_url) = start_plain_server();
     let (_gateway, url) = start_gateway(&upstream_url, &["--defer-after-ms", "500"]);
-    let client = crate::rmcp_client_mrtr::modern_client(&url).await;
+    let client = crate::rmcp_client_mrtr::stateless_client(&url).await;
     let tools = tokio::time::timeout(DEADLINE, client.list_all_tools())
         .await
         .expect("listed in time")

@@ -1,6 +1,6 @@
 //! One revision per answer (#43): a request's generation is decided by one rule when its
 //! signals disagree (`MCP-Protocol-Version`, the `_meta` version, `Mcp-Session-Id`, the
-//! method; ARCHITECTURE.md, "The era"), and no answer mixes 2026-07-28 and 2025-11-25
+//! method; ARCHITECTURE.md, "The generation"), and no answer mixes 2026-07-28 and 2025-11-25
 //! shapes. A request that says 2026-07-28 is answered as 2026-07-28 whatever session id
 //! it carries; session traffic with an id no session has gets the 2025 transport's 404.
 
@@ -25,7 +25,7 @@ fn bogus_session_ids() -> Vec<String> {
 
 /// `tasks/get` of `task_id` with every 2026-07-28 signal (header, `_meta`, the tasks
 /// extension, `Mcp-Method`, `Mcp-Name`) and `Mcp-Session-Id: session`.
-async fn modern_get_with_session(url: &str, task_id: &str, session: &str) -> (u16, Value) {
+async fn stateless_get_with_session(url: &str, task_id: &str, session: &str) -> (u16, Value) {
     let client = Client::with_tasks(url);
     let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tasks/get",
         "params": client.params(json!({"taskId": task_id}))});
@@ -78,7 +78,7 @@ async fn a_request_that_says_2026_is_answered_as_2026_whatever_session_id_it_car
         client.wait_status(&task_id, "completed").await;
 
         for bogus in bogus_session_ids() {
-            let (status, body) = modern_get_with_session(&url, &task_id, &bogus).await;
+            let (status, body) = stateless_get_with_session(&url, &task_id, &bogus).await;
             assert_eq!(
                 status,
                 200,
@@ -132,7 +132,7 @@ async fn gateway_served_sessions_follow_the_same_rule() {
     let task_id = client.start_task("echo", json!({"message": "stdio"})).await;
     client.wait_status(&task_id, "completed").await;
     for bogus in bogus_session_ids() {
-        let (status, body) = modern_get_with_session(&url, &task_id, &bogus).await;
+        let (status, body) = stateless_get_with_session(&url, &task_id, &bogus).await;
         assert_eq!(status, 200, "{body}");
         assert_2026_task(&body["result"]);
         let mut stranger = SessionClient::new(&url);

@@ -4,9 +4,9 @@
 //! what it forbids never reaches the upstream; and a failure is blamed on whoever caused
 //! it, with its own status, code and metric.
 
+mod raw_http;
+
 use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
 
 use http::HeaderValue;
 use serde_json::{Value, json};
@@ -158,68 +158,255 @@ async fn obs_text_in_authorization_reaches_the_upstream_through_both_pools() {
     }
 }
 
-/// Sends `head` (a request head without its final empty line) and `body` on a new
-/// connection; the status code of the answer.
-fn raw_status(addr: &str, head: &[u8], body: &[u8]) -> u16 {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let mut request = head.to_vec();
-    request.extend_from_slice(format!("content-length: {}\r\n\r\n", body.len()).as_bytes());
-    request.extend_from_slice(body);
-    stream.write_all(&request).unwrap();
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer);
-    let line = String::from_utf8_lossy(&answer);
-    line.split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("no status line: {line:?}"))
+/// The gateway's address, `host:port`, from its `/mcp` URL.
+fn address(url: &str) -> String {
+    url.trim_start_matches("https://")
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned()
 }
 
-/// Bytes HTTP forbids in a field value (NUL, other controls, DEL; a bare CR or LF ends
-/// the line) in `Authorization` or any other header of a pass-through request: HTTP 400,
-/// and the upstream receives nothing. hyper's parser refuses them before any of the
-/// gateway's code runs, so the answer is hyper's bare 400 (no JSON-RPC body); the
-/// gateway's own check (`mtg_transport::lean_http1::forbidden_header`, before anything is
-/// written) is for values built without hyper's check.
+/// Bytes HTTP forbids in a field value (NUL, other controls, DEL, a bare CR) in
+/// `Authorization` or any other header of a pass-through request: the gateway refuses
+/// the head before hyper parses it (`server/edge/head_check.rs`; hyper's own answer was
+/// a bare 400): HTTP 400, -32600 naming the header and the byte, `Connection: close`,
+/// counted as the client's. The upstream receives nothing.
 #[tokio::test]
 async fn bytes_http_forbids_in_a_header_never_reach_the_upstream() {
     let (_upstream, upstream_url) = start_plain_server();
-    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let metrics_port = free_port();
+    let listen = format!("127.0.0.1:{metrics_port}");
+    let (_gateway, url) = start_gateway(&upstream_url, &["--metrics-listen", &listen]);
     let mut session = crate::common::session::SessionClient::new(&url);
     session.initialize("2025-11-25", json!({})).await;
     let id = session.session.clone().unwrap();
     let before = upstream_stats(&upstream_url).await;
-    let addr = url
-        .trim_start_matches("http://")
-        .trim_end_matches("/mcp")
-        .to_owned();
+    let addr = address(&url);
     let body = br#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#;
-    for byte in [0x00u8, 0x01, 0x08, 0x0b, 0x0c, 0x1b, 0x1f, 0x7f] {
-        for header in ["authorization: Bearer a", "x-note: a", "mcp-session-id: "] {
-            let mut head = format!(
-                "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
-                 accept: application/json, text/event-stream\r\nmcp-protocol-version: 2025-11-25\r\n"
-            )
-            .into_bytes();
-            if !header.starts_with("mcp-session-id") {
-                head.extend_from_slice(format!("mcp-session-id: {id}\r\n").as_bytes());
+    let mut refused = 0;
+    for byte in [0x00u8, 0x01, 0x08, 0x0b, 0x0c, 0x0d, 0x1b, 0x1f, 0x7f] {
+        for (name, start) in [
+            ("authorization", "Authorization: Bearer a"),
+            ("x-note", "x-note: a"),
+            ("mcp-session-id", "mcp-session-id: "),
+        ] {
+            let mut headers = Vec::new();
+            if name != "mcp-session-id" {
+                headers.extend_from_slice(format!("mcp-session-id: {id}\r\n").as_bytes());
             }
-            head.extend_from_slice(header.as_bytes());
-            head.push(byte);
-            head.extend_from_slice(b"b\r\n");
-            assert_eq!(
-                raw_status(&addr, &head, body),
-                400,
-                "{header} + {byte:#04x}"
-            );
+            headers.extend_from_slice(start.as_bytes());
+            headers.push(byte);
+            headers.extend_from_slice(b"b\r\n");
+            let answers = raw_http::exchange(&addr, &raw_http::post(&addr, &headers, body));
+            assert_eq!(answers.len(), 1, "{name} + {byte:#04x}");
+            answers[0].assert_refused(name, byte);
+            refused += 1;
         }
     }
     let after = upstream_stats(&upstream_url).await;
     assert_eq!(after["postsByVersion"], before["postsByVersion"]);
     assert_eq!(authorizations_seen(&after), authorizations_seen(&before));
+    let metrics = scrape_metrics(metrics_port).await;
+    let counted = metric_sample(
+        &metrics,
+        "mtg_client_request_errors_total{kind=\"header_value\"}",
+    );
+    assert_eq!(counted, Some(f64::from(refused)), "{metrics}");
+}
+
+/// On the same kind of raw connection, what HTTP permits (obs-text, HTAB) in
+/// `Authorization` reaches the upstream byte for byte.
+#[tokio::test]
+async fn obs_text_on_a_raw_connection_is_forwarded_unchanged() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let addr = address(&url);
+    let headers = [&b"authorization: "[..], OBS_TEXT, b"\r\n"].concat();
+    let body = initialize_body("2025-11-25", json!({})).to_string();
+    let answers = raw_http::exchange(
+        &addr,
+        &[
+            raw_http::post(&addr, &headers, body.as_bytes()),
+            raw_http::post(&addr, b"connection: close\r\n", body.as_bytes()),
+        ]
+        .concat(),
+    );
+    assert_eq!(answers.len(), 2);
+    assert_eq!(answers[0].status, 200);
+    assert!(answers[0].message()["result"]["protocolVersion"].is_string());
+    let seen = authorizations_seen(&upstream_stats(&upstream_url).await);
+    assert!(
+        !seen.is_empty() && seen.iter().all(|value| value == OBS_TEXT),
+        "{seen:?}"
+    );
+}
+
+/// A keep-alive connection whose later request holds a forbidden byte: the requests
+/// before it get their answers first, in order, then the refusal closes the
+/// connection. Pipelined in one write, and one request at a time.
+#[tokio::test]
+async fn a_keep_alive_connection_answers_the_requests_before_a_refused_head() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let addr = address(&url);
+    let good = |id: u64| {
+        let mut body = initialize_body("2025-11-25", json!({}));
+        body["id"] = json!(id);
+        let auth = format!("authorization: Bearer good-{id}\r\n");
+        raw_http::post(&addr, auth.as_bytes(), body.to_string().as_bytes())
+    };
+    let bad = raw_http::post(&addr, b"authorization: Bearer a\0b\r\n", b"{}");
+
+    // Also when the client shuts its side after writing (hyper, without half-close
+    // support, would drop an answer it had not written when it saw that).
+    for exchange in [raw_http::exchange, raw_http::exchange_then_shut] {
+        let answers = exchange(&addr, &[good(1), bad.clone(), good(3)].concat());
+        assert_eq!(answers.len(), 2);
+        assert_eq!(answers[0].status, 200);
+        assert_eq!(answers[0].message()["id"], 1);
+        answers[1].assert_refused("authorization", 0);
+    }
+
+    let mut stream = raw_http::connect(&addr);
+    for id in [4, 5] {
+        stream.write_all(&good(id)).unwrap();
+        let answers = raw_http::read_answers(&mut stream, 1);
+        assert_eq!(answers[0].message()["id"], id);
+    }
+    stream.write_all(&bad).unwrap();
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+    let answers = raw_http::answers(&rest);
+    assert_eq!(answers.len(), 1);
+    answers[0].assert_refused("authorization", 0);
+
+    // Neither the refused requests nor those pipelined after them went upstream.
+    let seen: std::collections::BTreeSet<Vec<u8>> =
+        authorizations_seen(&upstream_stats(&upstream_url).await)
+            .into_iter()
+            .collect();
+    let expected = [1, 4, 5]
+        .iter()
+        .map(|id| format!("Bearer good-{id}").into_bytes())
+        .collect();
+    assert_eq!(seen, expected);
+}
+
+/// HTTP/2 (h2c with prior knowledge here; h2 by ALPN on TLS below): a NUL in a
+/// header value fails HPACK decoding in the h2 crate, below hyper, and the whole
+/// connection gets GOAWAY with PROTOCOL_ERROR; no JSON-RPC answer can be given there
+/// (docs/errors.md, "Header values on HTTP/2"). The upstream receives nothing.
+#[tokio::test]
+async fn a_forbidden_byte_on_http2_is_a_protocol_error_of_the_connection() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_gateway, url) = start_gateway(&upstream_url, &[]);
+    let addr = address(&url);
+    let before = upstream_stats(&upstream_url).await;
+    let block = [
+        &[0x83u8, 0x86][..],
+        &raw_http::literal(4, b"", b"/mcp"),
+        &raw_http::literal(1, b"", addr.as_bytes()),
+        &raw_http::literal(0, b"authorization", b"Bearer a\0b"),
+    ]
+    .concat();
+    let mut stream = raw_http::connect(&addr);
+    let request = [
+        &b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"[..],
+        &raw_http::frame(4, 0, 0, b""),
+        &raw_http::frame(1, 0x05, 1, &block),
+    ]
+    .concat();
+    stream.write_all(&request).unwrap();
+    let mut bytes = Vec::new();
+    let _ = stream.read_to_end(&mut bytes);
+    let frames = raw_http::frames(&bytes);
+    let goaway = frames
+        .iter()
+        .find(|frame| frame.kind == 7)
+        .unwrap_or_else(|| panic!("no GOAWAY in {bytes:?}"));
+    assert_eq!(&goaway.payload[4..8], &[0, 0, 0, 1], "PROTOCOL_ERROR");
+    assert!(
+        frames.iter().all(|frame| frame.stream == 0),
+        "nothing answered on the stream"
+    );
+    let after = upstream_stats(&upstream_url).await;
+    assert_eq!(after["postsByVersion"], before["postsByVersion"]);
+}
+
+/// On the TLS listener the same: HTTP/1.1 gets the named 400, h2 by ALPN the GOAWAY
+/// (the head check wraps the TLS stream; HTTP/2 passes it unchecked).
+#[tokio::test]
+async fn over_tls_a_forbidden_byte_gets_the_same_answers() {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let ca = test_support::tls::TestCa::new("head-check");
+    let issued = ca.issue("gateway");
+    let (_upstream, upstream_url) = start_plain_server();
+    let before = upstream_stats(&upstream_url).await;
+    let tls_flags = [
+        "--tls-cert",
+        issued.cert.to_str().unwrap(),
+        "--tls-key",
+        issued.key.to_str().unwrap(),
+    ];
+    let (_gateway, url) = start_gateway(&upstream_url, &tls_flags);
+    let addr = address(&url);
+    let exchange = |alpn: &'static [u8], request: Vec<u8>| {
+        let (addr, ca_pem) = (addr.clone(), ca.cert_pem.clone());
+        async move {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+                roots.add(cert.unwrap()).unwrap();
+            }
+            let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+            let mut config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            config.alpn_protocols = vec![alpn.to_vec()];
+            let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+            let tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+            let mut tls = connector.connect(name, tcp).await.unwrap();
+            assert_eq!(tls.get_ref().1.alpn_protocol(), Some(alpn));
+            tls.write_all(&request).await.unwrap();
+            let mut bytes = Vec::new();
+            let _ = tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                tls.read_to_end(&mut bytes),
+            )
+            .await;
+            bytes
+        }
+    };
+
+    let bad = raw_http::post(&addr, b"authorization: Bearer a\0b\r\n", b"{}");
+    let answers = raw_http::answers(&exchange(b"http/1.1", bad).await);
+    assert_eq!(answers.len(), 1);
+    answers[0].assert_refused("authorization", 0);
+
+    let block = [
+        &[0x83u8, 0x87][..],
+        &raw_http::literal(4, b"", b"/mcp"),
+        &raw_http::literal(1, b"", addr.as_bytes()),
+        &raw_http::literal(0, b"authorization", b"Bearer a\0b"),
+    ]
+    .concat();
+    let request = [
+        &b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"[..],
+        &raw_http::frame(4, 0, 0, b""),
+        &raw_http::frame(1, 0x05, 1, &block),
+    ]
+    .concat();
+    let frames = raw_http::frames(&exchange(b"h2", request).await);
+    let goaway = frames.iter().find(|frame| frame.kind == 7).expect("GOAWAY");
+    assert_eq!(&goaway.payload[4..8], &[0, 0, 0, 1], "PROTOCOL_ERROR");
+
+    let after = upstream_stats(&upstream_url).await;
+    assert_eq!(after["postsByVersion"], before["postsByVersion"]);
 }
 
 /// The client's fault with a JSON-RPC answer: a 2026-07-28 request (headers lenient)

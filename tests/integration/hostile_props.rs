@@ -28,7 +28,7 @@ use proptest::test_runner::Config as ProptestConfig;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
-const MODERN: &str = "2026-07-28";
+const STATELESS: &str = "2026-07-28";
 
 fn cases(n: u32) -> ProptestConfig {
     ProptestConfig {
@@ -642,12 +642,12 @@ proptest! {
         let headers = header_map(&[
             (headers::MCP_NAME, value),
             (headers::MCP_METHOD, HeaderValue::from_static(method)),
-            (headers::MCP_PROTOCOL_VERSION, HeaderValue::from_static(MODERN)),
+            (headers::MCP_PROTOCOL_VERSION, HeaderValue::from_static(STATELESS)),
         ]);
         let body = json!({ field: text });
-        prop_assert!(headers::validate(&headers, method, Some(&body), MODERN, true).is_ok());
+        prop_assert!(headers::validate(&headers, method, Some(&body), STATELESS, true).is_ok());
         if other != text {
-            let err = headers::validate(&headers, method, Some(&json!({ field: other })), MODERN, true)
+            let err = headers::validate(&headers, method, Some(&json!({ field: other })), STATELESS, true)
                 .err()
                 .ok_or_else(|| fail(format!("{encoded:?} accepted for {other:?}")))?;
             prop_assert_eq!(err.code, code::HEADER_MISMATCH);
@@ -661,7 +661,7 @@ proptest! {
         let encoded = format!("=?base64?{}?=", STANDARD.encode(method.as_bytes()));
         let value = HeaderValue::from_str(&encoded).map_err(fail)?;
         let headers = header_map(&[(headers::MCP_METHOD, value.clone())]);
-        let err = headers::validate(&headers, &method, None, MODERN, false);
+        let err = headers::validate(&headers, &method, None, STATELESS, false);
         prop_assert_eq!(err.map_err(|e| e.code), Err(code::HEADER_MISMATCH));
         let version = header_map(&[(headers::MCP_PROTOCOL_VERSION, value)]);
         let err = headers::validate(&version, &method, None, &method, false);
@@ -688,9 +688,9 @@ proptest! {
         let mut pairs: Vec<(&str, HeaderValue)> =
             values.iter().map(|v| (headers::MCP_NAME, v.clone())).collect();
         pairs.push((headers::MCP_METHOD, HeaderValue::from_static(method)));
-        pairs.push((headers::MCP_PROTOCOL_VERSION, HeaderValue::from_static(MODERN)));
+        pairs.push((headers::MCP_PROTOCOL_VERSION, HeaderValue::from_static(STATELESS)));
         let headers = header_map(&pairs);
-        let outcome = headers::validate(&headers, method, Some(&json!({ field: expected })), MODERN, require_all);
+        let outcome = headers::validate(&headers, method, Some(&json!({ field: expected })), STATELESS, require_all);
         let all_match = values.iter().all(|v| spec_decode(v).as_deref() == Some(expected.as_str()));
         let should_pass = all_match && (!values.is_empty() || !require_all);
         prop_assert_eq!(outcome.is_ok(), should_pass, "copies {:?} for {:?}", values, expected);
@@ -1033,115 +1033,115 @@ const NUMERIC: &[Numeric] = &[
         flag: "--poll-interval-ms",
         min: 0,
         max: u64::MAX as u128,
-        read: |c| c.poll_interval_ms.into(),
+        read: |c| c.tasks.poll_interval_ms.into(),
     },
     Numeric {
         flag: "--default-ttl-ms",
         min: 1000,
         max: u64::MAX as u128,
-        read: |c| c.default_ttl_ms.into(),
+        read: |c| c.tasks.default_ttl_ms.into(),
     },
     Numeric {
         flag: "--max-ttl-ms",
         min: 1000,
         max: u64::MAX as u128,
-        read: |c| c.max_ttl_ms.into(),
+        read: |c| c.tasks.max_ttl_ms.into(),
     },
     Numeric {
         flag: "--upstream-timeout-ms",
         min: 0,
         max: u64::MAX as u128,
-        read: |c| c.upstream_timeout_ms.into(),
+        read: |c| c.upstream.upstream_timeout_ms.into(),
     },
     Numeric {
         flag: "--max-takeovers",
         min: 0,
         max: u32::MAX as u128,
-        read: |c| c.max_takeovers.into(),
+        read: |c| c.cluster.max_takeovers.into(),
     },
     Numeric {
         flag: "--input-wait-timeout-ms",
         min: 100,
         max: u64::MAX as u128,
-        read: |c| c.input_wait_timeout_ms.into(),
+        read: |c| c.bridge.input_wait_timeout_ms.into(),
     },
     Numeric {
         flag: "--promote-after-ms",
         min: 0,
         max: u64::MAX as u128,
-        read: |c| c.promote_after_ms.into(),
+        read: |c| c.tasks.promote_after_ms.into(),
     },
     Numeric {
         flag: "--max-running-tasks-per-principal",
         min: 0,
         max: u32::MAX as u128,
-        read: |c| c.max_running_tasks_per_principal.into(),
+        read: |c| c.limits.max_running_tasks_per_principal.into(),
     },
     Numeric {
         flag: "--session-idle-timeout-ms",
         min: 1,
         max: u64::MAX as u128,
-        read: |c| c.session_idle_timeout_ms.into(),
+        read: |c| c.limits.session_idle_timeout_ms.into(),
     },
     Numeric {
         flag: "--max-sessions",
         min: 1,
         max: u64::MAX as u128,
-        read: |c| c.max_sessions.into(),
+        read: |c| c.limits.max_sessions.into(),
     },
     Numeric {
         flag: "--upstream-read-buffer-bytes",
         min: 512,
         max: 1_048_576,
-        read: |c| c.upstream_read_buffer_bytes.into(),
+        read: |c| c.upstream.upstream_read_buffer_bytes.into(),
     },
     Numeric {
         flag: "--worker-threads",
         min: 1,
         max: 1024,
-        read: |c| c.worker_threads.map_or(0, u128::from),
+        read: |c| c.edge.worker_threads.map_or(0, u128::from),
     },
     Numeric {
         flag: "--idle-poll-us",
         min: 0,
         max: 10_000,
-        read: |c| c.idle_poll_us.into(),
+        read: |c| c.edge.idle_poll_us.into(),
     },
     Numeric {
         flag: "--max-body-bytes",
         min: 0,
         max: usize::MAX as u128,
-        read: |c| c.max_body_bytes as u128,
+        read: |c| c.limits.max_body_bytes as u128,
     },
     Numeric {
         flag: "--drain-timeout-ms",
         min: 0,
         max: u64::MAX as u128,
-        read: |c| c.drain_timeout_ms.into(),
+        read: |c| c.operations.drain_timeout_ms.into(),
     },
     Numeric {
         flag: "--redis-wait-replicas",
         min: 0,
         max: u32::MAX as u128,
-        read: |c| c.redis_wait_replicas.into(),
+        read: |c| c.store.redis_wait_replicas.into(),
     },
     Numeric {
         flag: "--redis-timeout-ms",
         min: 1,
         max: u64::MAX as u128,
-        read: |c| c.redis_timeout_ms.into(),
+        read: |c| c.store.redis_timeout_ms.into(),
     },
     Numeric {
         flag: "--max-task-requests-per-second",
         min: 0,
         max: u32::MAX as u128,
-        read: |c| c.max_task_requests_per_second.into(),
+        read: |c| c.limits.max_task_requests_per_second.into(),
     },
     Numeric {
         flag: "--lease-timeout-ms",
         min: 100,
         max: u64::MAX as u128,
-        read: |c| c.lease_timeout_ms.into(),
+        read: |c| c.cluster.lease_timeout_ms.into(),
     },
 ];
 
@@ -1232,14 +1232,14 @@ proptest! {
         let parsed = parse(&[format!("--instance-id={instance}")]);
         prop_assert_eq!(parsed.is_ok(), rule_instance, "instance id {:?}", instance);
         if let Ok(config) = parsed {
-            prop_assert_eq!(config.instance_id, instance);
+            prop_assert_eq!(config.cluster.instance_id, instance);
         }
 
         let rule_redis = matches!(redis.split_once("://"), Some(("redis" | "rediss", rest)) if !rest.is_empty());
         let parsed = parse(&[format!("--redis={redis}")]);
         prop_assert_eq!(parsed.is_ok(), rule_redis, "redis {:?}", redis);
         if let Ok(config) = parsed {
-            prop_assert_eq!(config.redis, Some(redis));
+            prop_assert_eq!(config.store.redis, Some(redis));
         }
 
         let parsed = parse(&[format!("--request-state-key={key}")]);
@@ -1274,7 +1274,7 @@ proptest! {
         let parsed = parse(&[format!("--tool-policy={}", text.join(","))]);
         prop_assert_eq!(parsed.is_ok(), all_good, "{:?}", text);
         if let Ok(config) = parsed {
-            let map: std::collections::HashMap<_, _> = config.tool_policies.into_iter().collect();
+            let map: std::collections::HashMap<_, _> = config.tasks.tool_policies.into_iter().collect();
             for (name, _) in &pieces {
                 prop_assert!(map.contains_key(name));
             }
@@ -1291,7 +1291,7 @@ proptest! {
     ) {
         let args = ["mcp-task-gateway".to_owned(), format!("--upstream={raw}")];
         if let Ok(config) = Config::from_args(args) {
-            let url = config.upstream.ok_or_else(|| fail("no upstream"))?;
+            let url = config.upstream.url.ok_or_else(|| fail("no upstream"))?;
             prop_assert!(matches!(url.scheme_str(), Some("http" | "https")), "{}", raw);
             // An empty host (`http://:`) is accepted today: see
             // `an_upstream_url_with_an_empty_host_is_refused` below.
@@ -1300,7 +1300,7 @@ proptest! {
         let plain = format!("http://{host}:{port}/mcp");
         let config = Config::from_args(["mcp-task-gateway".to_owned(), format!("--upstream={plain}")])
             .map_err(fail)?;
-        prop_assert_eq!(config.upstream.map(|u| u.to_string()), Some(plain));
+        prop_assert_eq!(config.upstream.url.map(|u| u.to_string()), Some(plain));
     }
 
     /// `check`: a TTL (capped by the maximum) shorter than the poll interval is refused,

@@ -7,7 +7,7 @@
 //! Each flow takes the gateway's extra arguments, so the same flows can run against
 //! other gateway setups (e.g. a shared store) by adding one line to the macro below.
 
-use crate::common::mrtr::{LegacySession, MrtrUpstream, upstream_calls};
+use crate::common::mrtr::{BridgedSession, MrtrUpstream, upstream_calls};
 use crate::common::*;
 use crate::over_both_upstreams;
 use serde_json::{Value, json};
@@ -290,7 +290,7 @@ async fn discover_is_the_upstreams_with_the_tasks_extension(upstream: MrtrUpstre
     let s = setup(upstream, &[]);
     let reply = s.client.request("server/discover", json!({})).await;
     let result = reply.result();
-    assert_eq!(result["supportedVersions"], json!([MODERN]));
+    assert_eq!(result["supportedVersions"], json!([STATELESS]));
     assert_eq!(result["capabilities"]["extensions"][TASKS_EXT], json!({}));
     assert!(result["capabilities"]["tools"].is_object(), "{result}");
     let server = &result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"];
@@ -302,10 +302,10 @@ async fn discover_is_the_upstreams_with_the_tasks_extension(upstream: MrtrUpstre
     assert!(result["ttlMs"].is_u64() && result["cacheScope"].is_string());
 }
 
-async fn a_legacy_client_gets_input_requests_as_server_requests(upstream: MrtrUpstream) {
+async fn a_session_client_gets_input_requests_as_server_requests(upstream: MrtrUpstream) {
     let s = setup(upstream, &[]);
     let (session, init) =
-        LegacySession::initialize(&s.client.url, json!({"elicitation": {}})).await;
+        BridgedSession::initialize(&s.client.url, json!({"elicitation": {}})).await;
     assert_eq!(init["result"]["protocolVersion"], "2025-11-25");
     assert!(
         init["result"]["capabilities"]["tools"].is_object(),
@@ -373,9 +373,9 @@ async fn a_legacy_client_gets_input_requests_as_server_requests(upstream: MrtrUp
     assert_eq!(after.status(), 404);
 }
 
-async fn a_legacy_client_cancels_a_bridged_call(upstream: MrtrUpstream) {
+async fn a_session_client_cancels_a_bridged_call(upstream: MrtrUpstream) {
     let s = setup(upstream, &[]);
-    let (session, _) = LegacySession::initialize(&s.client.url, json!({"elicitation": {}})).await;
+    let (session, _) = BridgedSession::initialize(&s.client.url, json!({"elicitation": {}})).await;
     let mut stream = session
         .request(
             7,
@@ -500,13 +500,13 @@ over_both_upstreams!(
     input_before_promotion_is_answered_inline,
     cancel_while_waiting_for_input,
     discover_is_the_upstreams_with_the_tasks_extension,
-    a_legacy_client_gets_input_requests_as_server_requests,
-    a_legacy_client_cancels_a_bridged_call,
+    a_session_client_gets_input_requests_as_server_requests,
+    a_session_client_cancels_a_bridged_call,
     annotated_arguments_are_mirrored_into_param_headers,
     rounds_answered_on_another_instance,
 );
 
-/// An upstream that is down at first use is asked again later, not taken for legacy.
+/// An upstream that is down at first use is asked again later, not taken for a session upstream.
 #[tokio::test]
 async fn an_unreachable_upstream_is_detected_once_it_answers() {
     let port = free_port();

@@ -221,7 +221,7 @@ async fn named_clients_python_without_tasks_meets_its_paths_deferral_only() {
     })
     .await
     .expect("client ran");
-    assert_eq!(seen["protocolVersion"], MODERN, "{seen}");
+    assert_eq!(seen["protocolVersion"], STATELESS, "{seen}");
     let tools = seen["tools"].as_array().expect("tools listed");
     assert!(tools.contains(&json!("get_task_result")), "{seen}");
     let deferred = seen["deferred"].as_array().expect("deferred results");

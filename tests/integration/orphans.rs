@@ -35,14 +35,14 @@ fn raw_call(port: u16) -> Vec<u8> {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
         "name": "sleep", "arguments": {"ms": 200},
         "_meta": {
-            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/protocolVersion": STATELESS,
             "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS_EXT: {}}},
         }
     }})
     .to_string();
     format!(
         "POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n\
-         accept: application/json, text/event-stream\r\nmcp-protocol-version: {MODERN}\r\n\
+         accept: application/json, text/event-stream\r\nmcp-protocol-version: {STATELESS}\r\n\
          mcp-method: tools/call\r\nmcp-name: sleep\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     )

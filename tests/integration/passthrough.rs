@@ -1,4 +1,4 @@
-//! Legacy (2025-11-25 session) clients pass through the gateway unchanged: initialize,
+//! 2025-11-25 session clients pass through the gateway unchanged: initialize,
 //! SSE responses, server-to-client requests with the client's answers, GET and DELETE.
 
 use crate::common::session::*;
@@ -15,7 +15,7 @@ async fn initialize(client: &mut SessionClient) {
     assert_eq!(result["serverInfo"]["name"], "plain-server");
 }
 
-/// The fixture, the gateway in front of it, and an initialized legacy session through it.
+/// The fixture, the gateway in front of it, and an initialized client session through it.
 async fn session_through_gateway() -> ([Proc; 2], SessionClient) {
     let (upstream, upstream_url) = start_plain_server();
     let (gateway, url) = start_gateway(&upstream_url, &[]);
@@ -34,7 +34,7 @@ fn sleep_with_progress(id: u64, ms: u64, token: &str) -> Value {
 }
 
 #[tokio::test]
-async fn a_legacy_session_works_through_the_gateway() {
+async fn a_client_session_works_through_the_gateway() {
     let (_processes, client) = session_through_gateway().await;
 
     let list = read_messages(
@@ -48,7 +48,7 @@ async fn a_legacy_session_works_through_the_gateway() {
         .unwrap()
         .clone();
     assert!(tools.iter().any(|t| t["name"] == "ask_name"));
-    // Pass-through: no 2026 fields are added for legacy clients.
+    // Pass-through: no 2026 fields are added for session clients.
     assert!(list.last().unwrap()["result"].get("resultType").is_none());
 
     // A server-to-client request reaches the client on the call's stream, and the
@@ -88,7 +88,7 @@ async fn a_legacy_session_works_through_the_gateway() {
 }
 
 #[tokio::test]
-async fn legacy_session_against_server_everything() {
+async fn client_session_against_server_everything() {
     let (_upstream, upstream_url) = start_everything();
     let (_gateway, url) = start_gateway(&upstream_url, &[]);
     let mut client = SessionClient::new(&url);
@@ -109,7 +109,7 @@ async fn legacy_session_against_server_everything() {
 /// The gateway writes a quick answer in one piece (head, event and end together), but a
 /// stream that stays open must still reach the client as it goes, not at its end.
 #[tokio::test]
-async fn progress_of_a_legacy_call_streams_through_as_it_happens() {
+async fn progress_of_a_pass_through_call_streams_through_as_it_happens() {
     let (_processes, client) = session_through_gateway().await;
 
     // Progress after 500, 1000 and 1500 ms; the result right after the last one.

@@ -83,7 +83,7 @@ async fn call_two_rounds(client: &RunningService<RoleClient, User>) -> String {
 }
 
 /// rmcp as a 2026-07-28 client of `url` (it starts with `server/discover`).
-pub(crate) async fn modern_client(url: &str) -> RunningService<RoleClient, User> {
+pub(crate) async fn stateless_client(url: &str) -> RunningService<RoleClient, User> {
     let lifecycle = ClientLifecycleMode::Discover {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
     };
@@ -96,15 +96,15 @@ pub(crate) async fn modern_client(url: &str) -> RunningService<RoleClient, User>
     .expect("rmcp accepts the gateway's server/discover")
 }
 
-async fn modern_rmcp_client_retries_itself(upstream: MrtrUpstream) {
+async fn stateless_rmcp_client_retries_itself(upstream: MrtrUpstream) {
     let (_upstream, upstream_url) = upstream.start();
     let (_gateway, url) = start_gateway(&upstream_url, &[]);
-    let client = modern_client(&url).await;
+    let client = stateless_client(&url).await;
     assert_eq!(call_two_rounds(&client).await, "Di likes teal");
     assert_eq!(upstream_calls(&upstream_url, "two_rounds").await, 3);
 }
 
-async fn legacy_rmcp_client_is_asked_on_its_session(upstream: MrtrUpstream) {
+async fn session_rmcp_client_is_asked_on_its_session(upstream: MrtrUpstream) {
     let (_upstream, upstream_url) = upstream.start();
     let (_gateway, url) = start_gateway(&upstream_url, &[]);
     let client = tokio::time::timeout(
@@ -119,8 +119,8 @@ async fn legacy_rmcp_client_is_asked_on_its_session(upstream: MrtrUpstream) {
 }
 
 over_both_upstreams!(
-    modern_rmcp_client_retries_itself,
-    legacy_rmcp_client_is_asked_on_its_session,
+    stateless_rmcp_client_retries_itself,
+    session_rmcp_client_is_asked_on_its_session,
 );
 
 /// rmcp's `Peer::listen` through the gateway: the upstream's part of the subscription
@@ -129,7 +129,7 @@ over_both_upstreams!(
 async fn rmcp_listens_through_the_gateway_to_the_upstreams_notifications() {
     let (_upstream, upstream_url) = MrtrUpstream::Rmcp.start();
     let (_gateway, url) = start_gateway(&upstream_url, &[]);
-    let client = modern_client(&url).await;
+    let client = stateless_client(&url).await;
     let filter = SubscriptionFilter::builder().tools_list_changed().build();
     let mut subscription = tokio::time::timeout(DEADLINE, client.peer().listen(filter))
         .await

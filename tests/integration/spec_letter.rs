@@ -69,7 +69,7 @@ async fn an_unsupported_version_is_told_what_its_form_of_request_accepts() {
     assert_eq!((stateless.status, stateless.error_code()), (400, -32022));
     assert_eq!(
         stateless.body["error"]["data"]["supported"],
-        json!([MODERN])
+        json!([STATELESS])
     );
 
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
@@ -186,7 +186,7 @@ async fn call_and_hang_up(client: &Client) {
         .post(&client.url)
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", MODERN)
+        .header("mcp-protocol-version", STATELESS)
         .header("mcp-method", "tools/call")
         .header("mcp-name", "sleep")
         .timeout(std::time::Duration::from_millis(300))

@@ -1,6 +1,6 @@
 //! The gateway in front of stdio upstreams it starts itself: the pinned
 //! `@modelcontextprotocol/server-everything` (a 2025-11-25 server) and
-//! `tests/fixtures/junk_stdio_server.py` (garbage on stdout; legacy or 2026-07-28).
+//! `tests/fixtures/junk_stdio_server.py` (garbage on stdout; 2025-xx or 2026-07-28).
 
 use std::time::Instant;
 
@@ -223,14 +223,14 @@ async fn junk_on_stdout_is_logged_and_skipped() {
 }
 
 #[tokio::test]
-async fn a_modern_stdio_server_is_spoken_to_statelessly() {
+async fn a_stateless_stdio_server_is_spoken_to_statelessly() {
     let gateway = start_stdio_gateway(&junk_server_cmd("--modern"), &[]);
     let client = Client::with_tasks(&gateway.url);
     let task_id = client.start_task("meta", json!({})).await;
     let done = client.wait_status(&task_id, "completed").await;
     let meta: Value = serde_json::from_str(first_text(&done["result"])).unwrap();
     assert_eq!(
-        meta["io.modelcontextprotocol/protocolVersion"], MODERN,
+        meta["io.modelcontextprotocol/protocolVersion"], STATELESS,
         "{meta}"
     );
     assert!(
@@ -246,7 +246,7 @@ async fn a_modern_stdio_server_is_spoken_to_statelessly() {
 }
 
 #[tokio::test]
-async fn legacy_session_clients_are_served_by_the_gateway() {
+async fn session_clients_are_served_by_the_gateway() {
     let (gateway, _) = everything(&[]);
     let mut client = SessionClient::new(&gateway.url);
     let init = client

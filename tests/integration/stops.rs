@@ -25,7 +25,7 @@ enum Kind {
     Sse,
     Stdio,
     /// 2026-07-28: closing the request's stream is the cancel.
-    Modern,
+    Stateless,
 }
 
 /// The upstream under test and how the gateway reaches it.
@@ -78,7 +78,7 @@ impl Upstream {
                 ];
                 (None, args, format!("http://127.0.0.1:{port}/stats"))
             }
-            Kind::Modern => {
+            Kind::Stateless => {
                 // The SDK's SSE mode holds the head back while the handler sends nothing,
                 // and cancels the handler when the stream closes.
                 let mut command = Command::new(mrtr::python());
@@ -128,7 +128,7 @@ impl Upstream {
         loop {
             let stats = self.stats().await.unwrap_or_default();
             let heard = match self.kind {
-                Kind::Modern => stats["abortedCalls"].as_u64() == Some(n),
+                Kind::Stateless => stats["abortedCalls"].as_u64() == Some(n),
                 _ => stats["cancelledReceived"].as_array().map(Vec::len) == Some(n as usize),
             };
             let idle = stats["callsInFlight"] == 0;
@@ -377,7 +377,7 @@ async fn every_stop_reaches_a_stdio_upstream() {
 
 #[tokio::test]
 async fn every_stop_reaches_a_2026_upstream() {
-    every_stop_reaches_the_upstream(Kind::Modern).await;
+    every_stop_reaches_the_upstream(Kind::Stateless).await;
 }
 
 /// Deferred results (`--defer-after-ms`): `cancel_task` of a deferred call reaches an

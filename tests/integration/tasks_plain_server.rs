@@ -392,12 +392,12 @@ async fn ttl_is_capped_and_expired_tasks_are_unknown() {
 }
 
 #[tokio::test]
-async fn discover_and_list_results_are_completed_for_modern_clients() {
+async fn discover_and_list_results_are_completed_for_stateless_clients() {
     let s = setup(&[]);
     let discover = s.client.request("server/discover", json!({})).await;
     let result = discover.result();
     assert_eq!(result["resultType"], "complete");
-    assert_eq!(result["supportedVersions"], json!([MODERN]));
+    assert_eq!(result["supportedVersions"], json!([STATELESS]));
     assert_eq!(result["capabilities"]["extensions"][TASKS_EXT], json!({}));
     assert!(result["capabilities"]["tools"].is_object());
     assert!(

@@ -128,7 +128,7 @@ async fn cancel_while_the_operation_reports_progress(client: &Client) {
     cancel(client, &task_id).await;
 }
 
-async fn discover_does_not_leak_the_legacy_tasks_capability(client: &Client) {
+async fn discover_does_not_leak_the_2025_tasks_capability(client: &Client) {
     let discover = client.request("server/discover", json!({})).await;
     let capabilities = &discover.result()["capabilities"];
     assert!(capabilities.get("tasks").is_none(), "{capabilities}");
@@ -166,5 +166,5 @@ over_both_transports!(
     sampling_answered_with_tasks_update_completes,
     cancel_right_after_the_start,
     cancel_while_the_operation_reports_progress,
-    discover_does_not_leak_the_legacy_tasks_capability,
+    discover_does_not_leak_the_2025_tasks_capability,
 );

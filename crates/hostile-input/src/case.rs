@@ -98,6 +98,8 @@ pub(crate) struct Context {
     /// A pass-through session opened through the gateway before the campaign, for
     /// requests that need a real one.
     pub(crate) session: Option<String>,
+    /// `--class`: only the classes whose name holds this are drawn.
+    pub(crate) class: Option<String>,
 }
 
 impl Context {
@@ -108,6 +110,7 @@ impl Context {
             max_body_bytes,
             filler: Bytes::from(vec![b'x'; max_body_bytes + 128 * 1024]),
             session: None,
+            class: None,
         }
     }
 
@@ -322,18 +325,21 @@ pub(crate) enum Expect {
     NoSuchTask,
     /// Some 4xx: the request is refused.
     Refused,
+    /// A head the gateway refuses before hyper reads it (#43): 400, -32600, the message
+    /// naming this header.
+    HeadRefused(&'static str),
     /// Anything well-formed but a 5xx or -32603: what the client sent is never the
     /// upstream's (or the gateway's) failure.
     NotTheUpstreamsFault,
     /// The answer of one generation, as the rule names it.
-    Generation(Generation),
+    Answering(Answering),
 }
 
-/// Which generation must answer a request whose revision signals disagree.
+/// Who must answer a request whose revision signals disagree: a generation, or a refusal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Generation {
+pub(crate) enum Answering {
     /// 2026-07-28: HTTP 200; a result carries `resultType`.
-    Modern,
+    Stateless,
     /// The campaign's real session: no `resultType`, not 404, not 5xx.
     Session,
     /// A session id no session has: 404.
@@ -352,13 +358,14 @@ impl Expect {
             Expect::TooLarge => status == 413,
             Expect::NoSuchTask => status == 200 && matches!(codes, [Some(-32602)]),
             Expect::Refused => (400..500).contains(&status),
+            Expect::HeadRefused(_) => status == 400 && codes == [Some(-32600)],
             Expect::NotTheUpstreamsFault => status < 500 && !codes.contains(&Some(-32603)),
-            Expect::Generation(generation) => match generation {
-                Generation::Modern => status == 200,
-                Generation::Session => status < 500 && status != 404,
-                Generation::UnknownSession => status == 404,
-                Generation::NoSession => (400..500).contains(&status),
-                Generation::Refused(code) => status == 400 && codes == [Some(code)],
+            Expect::Answering(generation) => match generation {
+                Answering::Stateless => status == 200,
+                Answering::Session => status < 500 && status != 404,
+                Answering::UnknownSession => status == 404,
+                Answering::NoSession => (400..500).contains(&status),
+                Answering::Refused(code) => status == 400 && codes == [Some(code)],
             },
         };
         if ok {
@@ -378,27 +385,43 @@ impl Expect {
             Expect::TooLarge => "413",
             Expect::NoSuchTask => "200 with -32602",
             Expect::Refused => "a 4xx",
+            Expect::HeadRefused(_) => "400 with -32600 naming the header",
             Expect::NotTheUpstreamsFault => "no 5xx and no -32603",
-            Expect::Generation(Generation::Modern) => "a 2026-07-28 answer (200)",
-            Expect::Generation(Generation::Session) => "the session's answer",
-            Expect::Generation(Generation::UnknownSession) => "404 (no such session)",
-            Expect::Generation(Generation::NoSession) => "a 4xx (no session)",
-            Expect::Generation(Generation::Refused(_)) => "400 with the rule's code",
+            Expect::Answering(Answering::Stateless) => "a 2026-07-28 answer (200)",
+            Expect::Answering(Answering::Session) => "the session's answer",
+            Expect::Answering(Answering::UnknownSession) => "404 (no such session)",
+            Expect::Answering(Answering::NoSession) => "a 4xx (no session)",
+            Expect::Answering(Answering::Refused(_)) => "400 with the rule's code",
+        }
+    }
+
+    /// The error of a JSON-RPC answer: a refused head's names its header.
+    pub(crate) fn check_error(self, error: &serde_json::Value) -> Result<(), String> {
+        let Expect::HeadRefused(name) = self else {
+            return Ok(());
+        };
+        let message = error["message"].as_str().unwrap_or_default();
+        if message.starts_with(&format!("header \"{name}\" holds byte ")) {
+            Ok(())
+        } else {
+            Err(format!(
+                "a refusal that does not name {name:?}: {message:?}"
+            ))
         }
     }
 
     /// The shape of a result: `resultType` exactly on 2026-07-28 answers.
     pub(crate) fn check_result(self, result: &serde_json::Value) -> Result<(), String> {
-        let Expect::Generation(generation) = self else {
+        let Expect::Answering(generation) = self else {
             return Ok(());
         };
-        let modern = result.get("resultType").is_some();
-        let legacy = result.get("ttl").is_some() || result.get("pollInterval").is_some();
+        let stateless = result.get("resultType").is_some();
+        let session_shaped = result.get("ttl").is_some() || result.get("pollInterval").is_some();
         match generation {
-            Generation::Modern if !modern || legacy => {
+            Answering::Stateless if !stateless || session_shaped => {
                 Err(format!("a 2026-07-28 request got another shape: {result}"))
             }
-            Generation::Session | Generation::NoSession | Generation::UnknownSession if modern => {
+            Answering::Session | Answering::NoSession | Answering::UnknownSession if stateless => {
                 Err(format!("session traffic got a 2026-07-28 shape: {result}"))
             }
             _ => Ok(()),

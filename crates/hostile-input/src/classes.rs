@@ -9,15 +9,15 @@ use serde_json::{Value, json};
 
 use crate::case::Expect;
 use crate::case::{Case, Context, End, HttpCase, RawCase, Rng};
-use crate::{MODERN, SESSION, TASKS_EXTENSION};
+use crate::{SESSION, STATELESS, TASKS_EXTENSION};
 
 type Generator = fn(&Context, &mut Rng) -> Case;
 
 /// The classes and their weights per 10,000 requests.
 pub(crate) const CLASSES: &[(&str, u32, Generator)] = &[
     ("random bytes", 1200, random_bytes),
-    ("mutated 2026-07-28 request", 2400, mutated_modern),
-    ("retyped 2026-07-28 request", 900, retyped_modern),
+    ("mutated 2026-07-28 request", 2400, mutated_stateless),
+    ("retyped 2026-07-28 request", 900, retyped_stateless),
     ("header mutations", 1500, header_mutations),
     ("bad Content-Type", 400, bad_content_type),
     ("wrong method or path", 600, wrong_method_or_path),
@@ -44,11 +44,21 @@ pub(crate) const CLASSES: &[(&str, u32, Generator)] = &[
     ),
 ];
 
+/// The classes drawn: those `--class` names, else all.
+pub(crate) fn drawn(
+    only: Option<&str>,
+) -> impl Iterator<Item = &'static (&'static str, u32, Generator)> + Clone {
+    CLASSES
+        .iter()
+        .filter(move |(name, ..)| only.is_none_or(|only| name.contains(only)))
+}
+
 pub(crate) fn generate(context: &Context, index: u64) -> Case {
     let mut rng = Rng::for_case(context.seed, index);
-    let total: u32 = CLASSES.iter().map(|c| c.1).sum();
-    let mut roll = (rng.next_u64() % u64::from(total)) as u32;
-    for (_, weight, generator) in CLASSES {
+    let classes = drawn(context.class.as_deref());
+    let total: u32 = classes.clone().map(|c| c.1).sum();
+    let mut roll = (rng.next_u64() % u64::from(total.max(1))) as u32;
+    for (_, weight, generator) in classes {
         if roll < *weight {
             return generator(context, &mut rng);
         }
@@ -58,13 +68,13 @@ pub(crate) fn generate(context: &Context, index: u64) -> Case {
 }
 
 /// A valid 2026-07-28 request, its method and the value its `Mcp-Name` mirrors.
-pub(crate) struct Modern {
+pub(crate) struct Stateless {
     pub(crate) body: Value,
     pub(crate) method: &'static str,
     pub(crate) name: Option<String>,
 }
 
-pub(crate) fn modern(rng: &mut Rng) -> Modern {
+pub(crate) fn stateless(rng: &mut Rng) -> Stateless {
     let task_id = uuid_like(rng);
     let (method, params, name): (&'static str, Value, Option<String>) = match rng.below(12) {
         0..=2 => {
@@ -111,7 +121,7 @@ pub(crate) fn modern(rng: &mut Rng) -> Modern {
         json!({})
     };
     params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/protocolVersion": STATELESS,
         "io.modelcontextprotocol/clientCapabilities": capabilities,
         "io.modelcontextprotocol/clientInfo": {"name": "hostile_input", "version": "0"},
     });
@@ -120,7 +130,7 @@ pub(crate) fn modern(rng: &mut Rng) -> Modern {
     } else {
         json!(format!("r-{}", rng.next_u64()))
     };
-    Modern {
+    Stateless {
         body: json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
         method,
         name,
@@ -140,12 +150,12 @@ fn uuid_like(rng: &mut Rng) -> String {
     )
 }
 
-/// The standard headers of a modern request, as a correct client sends them.
-pub(crate) fn modern_case(context: &Context, modern: &Modern, body: Vec<u8>) -> HttpCase {
+/// The standard headers of a stateless request, as a correct client sends them.
+pub(crate) fn stateless_case(context: &Context, stateless: &Stateless, body: Vec<u8>) -> HttpCase {
     let mut case = HttpCase::post(context, body);
-    case.header("mcp-protocol-version", MODERN.as_bytes());
-    case.header("mcp-method", modern.method.as_bytes());
-    if let Some(name) = &modern.name {
+    case.header("mcp-protocol-version", STATELESS.as_bytes());
+    case.header("mcp-method", stateless.method.as_bytes());
+    if let Some(name) = &stateless.name {
         case.header("mcp-name", encode_value(name).as_bytes());
     }
     case
@@ -198,13 +208,13 @@ fn mutate(rng: &mut Rng, bytes: &mut Vec<u8>) {
     }
 }
 
-fn mutated_modern(context: &Context, rng: &mut Rng) -> Case {
-    let modern = modern(rng);
-    let mut body = to_bytes(&modern.body);
+fn mutated_stateless(context: &Context, rng: &mut Rng) -> Case {
+    let stateless = stateless(rng);
+    let mut body = to_bytes(&stateless.body);
     mutate(rng, &mut body);
     Case::http(
         "mutated 2026-07-28 request",
-        modern_case(context, &modern, body),
+        stateless_case(context, &stateless, body),
     )
 }
 
@@ -229,7 +239,7 @@ fn junk(rng: &mut Rng) -> Value {
 }
 
 /// Member-level damage: a member retyped or removed, or a duplicate key appended.
-fn retyped_modern(context: &Context, rng: &mut Rng) -> Case {
+fn retyped_stateless(context: &Context, rng: &mut Rng) -> Case {
     const PATHS: &[&[&str]] = &[
         &["jsonrpc"],
         &["id"],
@@ -258,8 +268,8 @@ fn retyped_modern(context: &Context, rng: &mut Rng) -> Case {
         &["params", "requestState"],
         &["params", "task"],
     ];
-    let modern = modern(rng);
-    let mut body = modern.body.clone();
+    let stateless = stateless(rng);
+    let mut body = stateless.body.clone();
     let path = *rng.pick(PATHS);
     let remove = rng.chance(25);
     let value = junk(rng);
@@ -275,7 +285,7 @@ fn retyped_modern(context: &Context, rng: &mut Rng) -> Case {
     }
     Case::http(
         "retyped 2026-07-28 request",
-        modern_case(context, &modern, bytes),
+        stateless_case(context, &stateless, bytes),
     )
 }
 
@@ -304,8 +314,8 @@ fn set_path(value: &mut Value, path: &[&str], new: Option<Value>) {
 }
 
 fn header_mutations(context: &Context, rng: &mut Rng) -> Case {
-    let modern = modern(rng);
-    let mut case = modern_case(context, &modern, to_bytes(&modern.body));
+    let stateless = stateless(rng);
+    let mut case = stateless_case(context, &stateless, to_bytes(&stateless.body));
     let mut expect = Expect::Anything;
     for _ in 0..1 + rng.below(2) {
         if let Some(e) = mutate_headers(context, rng, &mut case) {
@@ -450,8 +460,8 @@ fn bad_content_type(context: &Context, rng: &mut Rng) -> Case {
         b"\xff\xfe\xfd",
         b"application/jsonx",
     ];
-    let modern = modern(rng);
-    let mut case = modern_case(context, &modern, to_bytes(&modern.body));
+    let stateless = stateless(rng);
+    let mut case = stateless_case(context, &stateless, to_bytes(&stateless.body));
     case.remove("content-type");
     match rng.below(TYPES.len() + 2) {
         n if n < TYPES.len() => case.header("content-type", TYPES[n]),
@@ -480,13 +490,13 @@ fn wrong_method_or_path(context: &Context, rng: &mut Rng) -> Case {
         "/mcp;a=b",
         "/mcp?%ff%00",
     ];
-    let modern = modern(rng);
+    let stateless = stateless(rng);
     let body = if rng.chance(50) {
-        to_bytes(&modern.body)
+        to_bytes(&stateless.body)
     } else {
         Vec::new()
     };
-    let mut case = modern_case(context, &modern, body);
+    let mut case = stateless_case(context, &stateless, body);
     let method = *rng.pick(METHODS);
     case.method = Method::from_bytes(method.as_bytes()).unwrap_or(Method::GET);
     case.path = if rng.chance(3) {
@@ -548,19 +558,19 @@ fn task_ids(context: &Context, rng: &mut Rng) -> Case {
     };
     let method = *rng.pick(&["tasks/get", "tasks/cancel", "tasks/update"]);
     let mut params = json!({"taskId": task_id, "_meta": {
-        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/protocolVersion": STATELESS,
         "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS_EXTENSION: {}}},
     }});
     if method == "tasks/update" {
         params["inputResponses"] = json!({"input-0": {"action": "decline"}});
     }
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let modern = Modern {
+    let stateless = Stateless {
         body,
         method,
         name: Some(task_id),
     };
-    let case = modern_case(context, &modern, to_bytes(&modern.body));
+    let case = stateless_case(context, &stateless, to_bytes(&stateless.body));
     Case::http("arbitrary task ids", case).expecting(Expect::NoSuchTask)
 }
 
@@ -579,11 +589,11 @@ fn deep_nesting(context: &Context, rng: &mut Rng) -> Case {
     let body = match rng.below(2) {
         0 => nested,
         _ => format!(
-            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo","arguments":{{"text":{nested}}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"{MODERN}","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo","arguments":{{"text":{nested}}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"{STATELESS}","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
         ),
     };
     let mut case = HttpCase::post(context, body.into_bytes());
-    case.header("mcp-protocol-version", MODERN.as_bytes());
+    case.header("mcp-protocol-version", STATELESS.as_bytes());
     case.header("mcp-method", b"tools/call");
     // Past serde_json's 128 levels nothing parses.
     let expect = if depth > 130 {
@@ -604,19 +614,19 @@ fn huge_strings(context: &Context, rng: &mut Rng) -> Case {
     } else {
         "x".repeat(size)
     };
-    let mut modern = modern(rng);
+    let mut stateless = stateless(rng);
     match rng.below(4) {
-        0 => modern.body["method"] = json!(huge),
-        1 => modern.body["id"] = json!(huge),
-        2 => modern.body["params"]["_meta"][huge.as_str()] = json!(1),
+        0 => stateless.body["method"] = json!(huge),
+        1 => stateless.body["id"] = json!(huge),
+        2 => stateless.body["params"]["_meta"][huge.as_str()] = json!(1),
         _ => {
-            modern.body["params"]["name"] = json!("echo");
-            modern.body["params"]["arguments"] = json!({"text": huge});
-            modern.method = "tools/call";
-            modern.name = Some("echo".into());
+            stateless.body["params"]["name"] = json!("echo");
+            stateless.body["params"]["arguments"] = json!({"text": huge});
+            stateless.method = "tools/call";
+            stateless.name = Some("echo".into());
         }
     }
-    let case = modern_case(context, &modern, to_bytes(&modern.body));
+    let case = stateless_case(context, &stateless, to_bytes(&stateless.body));
     Case::http("huge strings", case)
 }
 
@@ -633,12 +643,12 @@ pub(crate) fn oversized(context: &Context, rng: &mut Rng) -> Case {
 }
 
 fn slow_body(context: &Context, rng: &mut Rng) -> Case {
-    let modern = modern(rng);
-    let mut body = to_bytes(&modern.body);
+    let stateless = stateless(rng);
+    let mut body = to_bytes(&stateless.body);
     if rng.chance(50) {
         mutate(rng, &mut body);
     }
-    let mut case = modern_case(context, &modern, body);
+    let mut case = stateless_case(context, &stateless, body);
     let chunk = 1 + rng.below(32);
     let pause = Duration::from_millis(2 + rng.below(20) as u64);
     case.dribble = Some((chunk, pause));
@@ -647,8 +657,8 @@ fn slow_body(context: &Context, rng: &mut Rng) -> Case {
 
 /// A whole request whose head and body arrive a few bytes at a time.
 fn slow_head(context: &Context, rng: &mut Rng) -> Case {
-    let modern = modern(rng);
-    let mut http = modern_case(context, &modern, to_bytes(&modern.body));
+    let stateless = stateless(rng);
+    let mut http = stateless_case(context, &stateless, to_bytes(&stateless.body));
     http.header("connection", b"close");
     let mut raw = RawCase::new(http.render(), End::Linger);
     raw.dribble = Some((
@@ -661,8 +671,8 @@ fn slow_head(context: &Context, rng: &mut Rng) -> Case {
 /// A request cut off in its head or body, then the write half shut (or the connection
 /// reset).
 fn half_closed(context: &Context, rng: &mut Rng) -> Case {
-    let modern = modern(rng);
-    let http = modern_case(context, &modern, to_bytes(&modern.body));
+    let stateless = stateless(rng);
+    let http = stateless_case(context, &stateless, to_bytes(&stateless.body));
     let mut bytes = http.render();
     if rng.chance(30) {
         // Promise far more than is sent.
@@ -701,13 +711,13 @@ fn raw_garbage(_context: &Context, rng: &mut Rng) -> Case {
 
 /// Requests a strict HTTP/1.1 parser must refuse, or read in exactly one way.
 fn broken_framing(context: &Context, rng: &mut Rng) -> Case {
-    let modern = modern(rng);
-    let body = String::from_utf8(to_bytes(&modern.body)).unwrap_or_default();
+    let stateless = stateless(rng);
+    let body = String::from_utf8(to_bytes(&stateless.body)).unwrap_or_default();
     let n = body.len();
     let host = context.host();
     let head = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\nMcp-Method: {}\r\nMCP-Protocol-Version: {MODERN}\r\n",
-        modern.method
+        "POST /mcp HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\nMcp-Method: {}\r\nMCP-Protocol-Version: {STATELESS}\r\n",
+        stateless.method
     );
     let text = match rng.below(20) {
         0 => format!(

@@ -29,6 +29,7 @@
 //! cargo run --release -p hostile-input -- --requests 1000000
 //! ```
 //!
+//! `--class NAME` draws only the classes whose name holds NAME (e.g. `header bytes`).
 //! `--gateway-arg=--upstream-http2` puts the gateway's own calls on the HTTP/2 pool;
 //! `--redis` keeps its tasks in a redis-server of the run's own.
 //!
@@ -63,7 +64,7 @@ use crate::report::{Report, replay};
 use crate::spray::{Spray, spray};
 use crate::tally::save_failures;
 
-pub(crate) const MODERN: &str = "2026-07-28";
+pub(crate) const STATELESS: &str = "2026-07-28";
 pub(crate) const SESSION: &str = "2025-11-25";
 pub(crate) const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 /// Longest wait for one answer; an answer later than this is a failure.
@@ -113,6 +114,10 @@ pub(crate) struct Args {
     /// Keep the gateway's tasks in a redis-server of the run's own instead of memory.
     #[arg(long)]
     redis: bool,
+    /// Draw only the classes whose name holds this (e.g. `header bytes`), by their
+    /// weights among themselves; the same seed then draws other requests.
+    #[arg(long)]
+    class: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -139,6 +144,9 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<bool, String> {
+    if classes::drawn(args.class.as_deref()).next().is_none() {
+        return Err(format!("no class name holds {:?}", args.class));
+    }
     let gateway_bin = gateway_binary()?;
     let (mut upstream, upstream_url) =
         test_support::bench::fixture_server(&gateway_bin, "plain_server");
@@ -152,6 +160,7 @@ async fn run(args: Args) -> Result<bool, String> {
     let addr = socket_addr(&url)?;
     let mut context = Context::new(addr, args.seed, args.max_body_bytes);
     context.session = open_session(addr).await;
+    context.class = args.class.clone();
     eprintln!(
         "gateway flags {extra:?}; pass-through session {:?}",
         context.session.as_deref()

@@ -1,13 +1,13 @@
 //! Issue #43's two classes: header values with bytes beyond visible ASCII (what HTTP
 //! permits must never come back as the upstream's failure; what it forbids is refused
-//! with a 4xx), and requests whose revision signals disagree (`MCP-Protocol-Version`,
+//! with a 400 and -32600 naming the header), and requests whose revision signals disagree (`MCP-Protocol-Version`,
 //! the `_meta` version, `Mcp-Session-Id`, the method), whose answer must be of the one
-//! generation the rule in ARCHITECTURE.md ("The era") names, never a mix.
+//! generation the rule in ARCHITECTURE.md ("The generation") names, never a mix.
 
 use serde_json::{Value, json};
 
-use crate::case::{Case, Context, End, Expect, Generation, HttpCase, RawCase, Rng};
-use crate::{MODERN, SESSION, TASKS_EXTENSION};
+use crate::case::{Answering, Case, Context, End, Expect, HttpCase, RawCase, Rng};
+use crate::{SESSION, STATELESS, TASKS_EXTENSION};
 
 fn to_bytes(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
@@ -84,7 +84,7 @@ fn request(context: &Context, rng: &mut Rng, session: bool) -> HttpCase {
         json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"taskId": "t-1"}})
     } else {
         json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"taskId": "t-1", "_meta": {
-            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/protocolVersion": STATELESS,
             "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS_EXTENSION: {}}},
         }}})
     };
@@ -95,7 +95,7 @@ fn request(context: &Context, rng: &mut Rng, session: bool) -> HttpCase {
             case.header("mcp-session-id", id.as_bytes());
         }
     } else {
-        case.header("mcp-protocol-version", MODERN.as_bytes());
+        case.header("mcp-protocol-version", STATELESS.as_bytes());
         case.header("mcp-method", method.as_bytes());
         if method == "tasks/get" {
             case.header("mcp-name", b"t-1");
@@ -108,7 +108,8 @@ fn request(context: &Context, rng: &mut Rng, session: bool) -> HttpCase {
 /// traffic (the pinned socket) and on 2026-07-28 requests (the gateway's own calls:
 /// the HTTP/1.1 pool, or HTTP/2 with `--upstream-http2`). Permitted bytes go through
 /// hyper's client and must get a well-formed answer that is not a 5xx (nothing the
-/// client sent is the upstream's failure); forbidden ones go raw and must get a 4xx.
+/// client sent is the upstream's failure); forbidden ones go raw and must get the
+/// gateway's 400 with -32600 naming the header (hyper's own was a bare 400).
 pub(crate) fn header_bytes(context: &Context, rng: &mut Rng) -> Case {
     const CLASS: &str = "header bytes beyond ASCII";
     let session = rng.chance(50);
@@ -138,28 +139,29 @@ pub(crate) fn header_bytes(context: &Context, rng: &mut Rng) -> Case {
     line.extend_from_slice(&value);
     line.extend_from_slice(b"\r\n");
     wire.splice(end..end, line);
-    let mut case = Case::raw(CLASS, RawCase::new(wire, End::Linger)).expecting(Expect::Refused);
+    let mut case =
+        Case::raw(CLASS, RawCase::new(wire, End::Linger)).expecting(Expect::HeadRefused(header));
     case.may_close = false;
     case
 }
 
-/// What the rule gives a request with these signals (ARCHITECTURE.md, "The era").
-fn rule(header: Option<&str>, meta: &Option<Value>, session: u8) -> Generation {
+/// What the rule gives a request with these signals (ARCHITECTURE.md, "The generation").
+fn rule(header: Option<&str>, meta: &Option<Value>, session: u8) -> Answering {
     match meta.as_ref().and_then(Value::as_str) {
-        Some(MODERN) => match header.map(str::trim) {
-            Some(MODERN) => Generation::Modern,
-            _ => Generation::Refused(-32020),
+        Some(STATELESS) => match header.map(str::trim) {
+            Some(STATELESS) => Answering::Stateless,
+            _ => Answering::Refused(-32020),
         },
-        Some(_) => Generation::Refused(-32022),
+        Some(_) => Answering::Refused(-32022),
         None => match header.map(str::trim) {
-            Some(MODERN) => Generation::Refused(-32602),
+            Some(STATELESS) => Answering::Refused(-32602),
             Some(v) if !(v.starts_with("2024-") || v.starts_with("2025-")) => {
-                Generation::Refused(-32022)
+                Answering::Refused(-32022)
             }
             _ => match session {
-                0 => Generation::NoSession,
-                1 => Generation::Session,
-                _ => Generation::UnknownSession,
+                0 => Answering::NoSession,
+                1 => Answering::Session,
+                _ => Answering::UnknownSession,
             },
         },
     }
@@ -174,7 +176,7 @@ pub(crate) fn contradictory_revisions(context: &Context, rng: &mut Rng) -> Case 
     const CLASS: &str = "contradictory revision signals";
     let header = *rng.pick(&[
         None,
-        Some(MODERN),
+        Some(STATELESS),
         Some(SESSION),
         Some("2025-06-18"),
         Some("2024-11-05"),
@@ -183,7 +185,7 @@ pub(crate) fn contradictory_revisions(context: &Context, rng: &mut Rng) -> Case 
     let meta = rng
         .pick(&[
             None,
-            Some(json!(MODERN)),
+            Some(json!(STATELESS)),
             Some(json!(SESSION)),
             Some(json!("2030-01-01")),
             Some(json!(20260728)),
@@ -235,5 +237,5 @@ pub(crate) fn contradictory_revisions(context: &Context, rng: &mut Rng) -> Case 
         _ => {}
     }
     let expected = rule(header, &meta, session);
-    Case::http(CLASS, case).expecting(Expect::Generation(expected))
+    Case::http(CLASS, case).expecting(Expect::Answering(expected))
 }

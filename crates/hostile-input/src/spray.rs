@@ -7,15 +7,15 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::MODERN;
+use crate::STATELESS;
 use crate::campaign::{Worker, send_raw};
 use crate::case::{Case, Context, Wire};
-use crate::classes::{Modern, modern_case, to_bytes};
+use crate::classes::{Stateless, stateless_case, to_bytes};
 use crate::gateway::Memory;
 use crate::tally::Tally;
 use crate::verdict::judge;
 
-/// `MAX_SESSIONS` in `src/upstream/session_http.rs`.
+/// `MAX_SESSIONS` in `src/upstream/session_http/sessions.rs`.
 const UPSTREAM_SESSIONS_BOUND: usize = 1024;
 
 /// What `--spray` saw: the gateway before, right after, and after a quiet period.
@@ -82,15 +82,15 @@ pub(crate) async fn spray(
 }
 
 fn spray_case(context: &Context, index: u64) -> Case {
-    let modern = Modern {
+    let stateless = Stateless {
         body: json!({"jsonrpc": "2.0", "id": index, "method": "tools/list", "params": {"_meta": {
-            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/protocolVersion": STATELESS,
             "io.modelcontextprotocol/clientCapabilities": {},
         }}}),
         method: "tools/list",
         name: None,
     };
-    let mut http = modern_case(context, &modern, to_bytes(&modern.body));
+    let mut http = stateless_case(context, &stateless, to_bytes(&stateless.body));
     http.header("authorization", format!("Bearer spray-{index}").as_bytes());
     Case::http("credential spray", http)
 }

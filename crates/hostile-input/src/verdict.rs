@@ -81,6 +81,9 @@ fn check_answer(case: &Case, answer: &Answer, rpc: &mut Vec<String>) -> Result<(
             if let Some(result) = value.get("result") {
                 case.expect.check_result(result)?;
             }
+            if let Some(error) = value.get("error") {
+                case.expect.check_error(error)?;
+            }
             vec![code]
         }
         Some("text/event-stream") => check_sse(&answer.body, case)?,

@@ -21,7 +21,7 @@ pub fn name_field(method: &str) -> Option<&'static str> {
     }
 }
 
-/// Checks the headers of a modern request against its body. Values that are present
+/// Checks the headers of a 2026-07-28 request against its body. Values that are present
 /// must match; with `require_all`, missing ones are rejected too.
 pub fn validate(
     headers: &HeaderMap,

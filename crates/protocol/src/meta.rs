@@ -99,7 +99,7 @@ pub fn forwarded_capabilities(params: Option<&Value>) -> Map<String, Value> {
 
 /// Params as a 2025-xx session upstream should see them: without the 2026-07-28 `_meta` keys,
 /// which belong to the hop between client and gateway.
-pub fn strip_modern_meta(params: &mut Value) {
+pub fn strip_stateless_meta(params: &mut Value) {
     if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
         meta.remove(META_PROTOCOL_VERSION);
         meta.remove(META_CLIENT_CAPABILITIES);
@@ -112,7 +112,7 @@ pub fn strip_modern_meta(params: &mut Value) {
 
 /// Params as a 2026-07-28 upstream must see them: `_meta` carries this hop's protocol
 /// version, the capabilities the gateway declares for the caller, and the gateway as client.
-pub fn with_modern_meta(params: Option<Value>, capabilities: &Map<String, Value>) -> Value {
+pub fn with_stateless_meta(params: Option<Value>, capabilities: &Map<String, Value>) -> Value {
     let mut params = match params {
         Some(Value::Object(obj)) => obj,
         _ => Map::new(),
@@ -202,9 +202,9 @@ mod tests {
     }
 
     #[test]
-    fn adds_modern_meta_for_the_upstream() {
+    fn adds_stateless_meta_for_the_upstream() {
         let caps = Map::from_iter([("elicitation".to_owned(), json!({}))]);
-        let params = with_modern_meta(
+        let params = with_stateless_meta(
             Some(json!({"name": "t", "_meta": {"progressToken": "p"}})),
             &caps,
         );
@@ -214,17 +214,17 @@ mod tests {
             params["_meta"][META_CLIENT_CAPABILITIES],
             json!({"elicitation": {}})
         );
-        let params = with_modern_meta(None, &Map::new());
+        let params = with_stateless_meta(None, &Map::new());
         assert_eq!(params["_meta"][META_CLIENT_CAPABILITIES], json!({}));
     }
 
     #[test]
-    fn strips_only_modern_meta() {
+    fn strips_only_stateless_meta() {
         let mut params = json!({"name": "x", "_meta": {META_PROTOCOL_VERSION: "2026-07-28", "progressToken": 3}});
-        strip_modern_meta(&mut params);
+        strip_stateless_meta(&mut params);
         assert_eq!(params, json!({"name": "x", "_meta": {"progressToken": 3}}));
         let mut params = json!({"name": "x", "_meta": {META_PROTOCOL_VERSION: "2026-07-28"}});
-        strip_modern_meta(&mut params);
+        strip_stateless_meta(&mut params);
         assert_eq!(params, json!({"name": "x"}));
     }
 }

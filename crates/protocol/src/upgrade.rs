@@ -112,7 +112,7 @@ pub fn discover_result(initialize: &Value) -> Value {
 
 /// The `server/discover` result for a 2026-07-28 upstream: its own answer, with the
 /// tasks extension added and `supportedVersions` limited to what the gateway speaks.
-pub fn modern_discover_result(upstream: &Value) -> Value {
+pub fn discover_result_of_stateless(upstream: &Value) -> Value {
     let mut result = upstream.clone();
     let Some(obj) = result.as_object_mut() else {
         return discover_result(&json!({}));
@@ -170,7 +170,7 @@ mod tests {
     }
 
     #[test]
-    fn modern_discover_keeps_the_upstream_answer_and_adds_the_extension() {
+    fn stateless_discover_keeps_the_upstream_answer_and_adds_the_extension() {
         let upstream = json!({
             "resultType": "complete",
             "supportedVersions": ["2026-07-28", "2027-01-01"],
@@ -180,7 +180,7 @@ mod tests {
             "instructions": "hi",
             "_meta": {META_SERVER_INFO: {"name": "up", "version": "2"}}
         });
-        let result = modern_discover_result(&upstream);
+        let result = discover_result_of_stateless(&upstream);
         assert_eq!(result["supportedVersions"], json!(["2026-07-28"]));
         assert_eq!(
             result["capabilities"]["extensions"],
@@ -208,14 +208,14 @@ mod tests {
         assert_eq!(capabilities["resources"], json!({}), "{result}");
         assert_eq!(capabilities["prompts"], json!({}), "{result}");
         // A 2026-07-28 upstream serves its own listen, which the gateway relays.
-        let modern = modern_discover_result(&upstream);
+        let stateless = discover_result_of_stateless(&upstream);
         assert_eq!(
-            modern["capabilities"]["tools"]["listChanged"], true,
-            "{modern}"
+            stateless["capabilities"]["tools"]["listChanged"], true,
+            "{stateless}"
         );
         assert_eq!(
-            modern["capabilities"]["resources"]["subscribe"], true,
-            "{modern}"
+            stateless["capabilities"]["resources"]["subscribe"], true,
+            "{stateless}"
         );
     }
 

@@ -75,7 +75,7 @@ pub use inspect::{
     BadCursor, InspectError, InstanceInfo, Newest, ScanPage, Scanned, Scope, TaskInspection,
 };
 pub use membership::{GoneInstance, INSTANCE_LOST, INSTANCE_STOPPED, Lease, MembershipStore};
-pub use record::{Adoption, Outcome, Takeover, TaskRecord, input_key};
+pub use record::{Adoption, NewTask, Outcome, Takeover, TaskRecord, input_key};
 pub use task_state::{
     CANCELLED_BY_CLIENT, CANCELLED_BY_OPERATOR, CancelOutcome, ListCursor, StoreError, TaskStore,
     Unavailable, UpdateOutcome, finish_with_retry,

@@ -57,7 +57,42 @@ pub fn input_key(n: u64) -> String {
     format!("input-{n}")
 }
 
+/// Who a new task is and how it is kept ([`TaskRecord::working`]).
+pub struct NewTask {
+    pub task_id: String,
+    pub principal: String,
+    pub owner: String,
+    /// The `tools/call` params, as the client sent them.
+    pub request: Box<RawValue>,
+    pub ttl_ms: u64,
+    pub poll_interval_ms: u64,
+}
+
 impl TaskRecord {
+    /// A task just made: `working` since `now_ms`, nothing asked, answered or taken over.
+    pub fn working(new: NewTask, now_ms: u64) -> Self {
+        TaskRecord {
+            task_id: new.task_id,
+            principal: new.principal,
+            owner: new.owner,
+            status: TaskStatus::Working,
+            status_message: None,
+            created_at_ms: now_ms,
+            last_updated_at_ms: now_ms,
+            ttl_ms: new.ttl_ms,
+            poll_interval_ms: new.poll_interval_ms,
+            input_requests: BTreeMap::new(),
+            answers: BTreeMap::new(),
+            next_input_key: 0,
+            result: None,
+            error: None,
+            request: new.request,
+            upstream_state: None,
+            resume: None,
+            takeovers: 0,
+        }
+    }
+
     pub fn expires_at_ms(&self) -> u64 {
         self.created_at_ms.saturating_add(self.ttl_ms)
     }

@@ -592,4 +592,5 @@ impl MembershipStore for RedisStore {
 }
 
 #[cfg(test)]
+#[allow(clippy::too_many_lines)]
 mod tests;

@@ -34,7 +34,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tower::ServiceExt;
 use ureq_proto::BodyMode;
-use ureq_proto::client::state::{RecvBody, RecvResponse};
+use ureq_proto::client::state::{RecvBody, RecvResponse, SendBody, SendRequest};
 use ureq_proto::client::{
     Await100Result, Call, RecvBodyResult, RecvResponseResult, SendRequestResult,
 };
@@ -264,18 +264,7 @@ impl Outgoing {
         }
         // ureq-proto refuses an `Authorization` value that is not visible ASCII, which
         // HTTP allows (obs-text): such values are written here, after its head.
-        let spliced = match parts
-            .headers
-            .get_all(header::AUTHORIZATION)
-            .iter()
-            .any(|value| value.to_str().is_err())
-        {
-            true => match parts.headers.entry(header::AUTHORIZATION) {
-                http::header::Entry::Occupied(entry) => entry.remove_entry_mult().1.collect(),
-                http::header::Entry::Vacant(_) => Vec::new(),
-            },
-            false => Vec::new(),
-        };
+        let spliced = take_obs_text_authorization(&mut parts.headers);
         let mut call = Call::new(Request::from_parts(parts, ())).map_err(LeanError::Encode)?;
         // A client's method and body go on as they came, as hyper's client sends them:
         // any method token HTTP allows (`BREW`, `post`), a body on any method.
@@ -284,48 +273,9 @@ impl Outgoing {
             call.force_send_body();
         }
         let mut call = call.proceed();
-        let mut wire = vec![0; 1024];
-        let mut used = 0;
-        while !call.can_proceed() {
-            match call.write(&mut wire[used..]) {
-                Ok(n) => used += n,
-                Err(ureq_proto::Error::OutputOverflow) => wire.resize(wire.len() * 2, 0),
-                Err(e) => return Err(LeanError::Encode(e)),
-            }
-        }
-        wire.truncate(used);
-        if !spliced.is_empty() {
-            // The head ends with the empty line: the values go before it.
-            let mut lines = Vec::new();
-            for value in &spliced {
-                lines.extend_from_slice(b"authorization: ");
-                lines.extend_from_slice(value.as_bytes());
-                lines.extend_from_slice(b"\r\n");
-            }
-            let end = wire.len().saturating_sub(2);
-            wire.splice(end..end, lines);
-        }
-        let write_body =
-            |wire: &mut Vec<u8>, mut call: Call<ureq_proto::client::state::SendBody>| {
-                wire.extend_from_slice(&body);
-                call.consume_direct_write(body.len())
-                    .map_err(LeanError::Encode)?;
-                call.proceed()
-                    .ok_or(LeanError::Request("the body is shorter than its length"))
-            };
-        let call = match call.proceed().map_err(LeanError::Encode)? {
-            Some(SendRequestResult::RecvResponse(call)) => call,
-            Some(SendRequestResult::SendBody(call)) => write_body(&mut wire, call)?,
-            // The body is here whole (the client's `Expect` was answered by the
-            // gateway's server): it is sent at once, as hyper's client sends it.
-            Some(SendRequestResult::Await100(call)) => {
-                match call.proceed().map_err(LeanError::Encode)? {
-                    Await100Result::SendBody(call) => write_body(&mut wire, call)?,
-                    Await100Result::RecvResponse(call) => call,
-                }
-            }
-            None => return Err(LeanError::Request("the request head was not written")),
-        };
+        let mut wire = encode_head(&mut call)?;
+        splice_authorization(&mut wire, &spliced);
+        let call = add_body(call, &mut wire, &body)?;
         Ok(Self {
             wire,
             call,
@@ -432,6 +382,82 @@ impl Outgoing {
             Some(RecvResponseResult::Redirect(_)) | None => LeanBody::empty(),
         };
         response.map(|()| body)
+    }
+}
+
+/// Takes the `Authorization` values ureq-proto would refuse (obs-text), all of them if
+/// one is such, to write after the head it encoded.
+fn take_obs_text_authorization(headers: &mut http::HeaderMap) -> Vec<HeaderValue> {
+    let any_obs_text = headers
+        .get_all(header::AUTHORIZATION)
+        .iter()
+        .any(|value| value.to_str().is_err());
+    if !any_obs_text {
+        return Vec::new();
+    }
+    match headers.entry(header::AUTHORIZATION) {
+        http::header::Entry::Occupied(entry) => entry.remove_entry_mult().1.collect(),
+        http::header::Entry::Vacant(_) => Vec::new(),
+    }
+}
+
+/// The request head as ureq-proto writes it.
+fn encode_head(call: &mut Call<SendRequest>) -> Result<Vec<u8>, LeanError> {
+    let mut wire = vec![0; 1024];
+    let mut used = 0;
+    while !call.can_proceed() {
+        match call.write(&mut wire[used..]) {
+            Ok(n) => used += n,
+            Err(ureq_proto::Error::OutputOverflow) => wire.resize(wire.len() * 2, 0),
+            Err(e) => return Err(LeanError::Encode(e)),
+        }
+    }
+    wire.truncate(used);
+    Ok(wire)
+}
+
+/// Writes `values` as `Authorization` lines at the end of the head in `wire`.
+fn splice_authorization(wire: &mut Vec<u8>, values: &[HeaderValue]) {
+    if values.is_empty() {
+        return;
+    }
+    // The head ends with the empty line: the values go before it.
+    let mut lines = Vec::new();
+    for value in values {
+        lines.extend_from_slice(b"authorization: ");
+        lines.extend_from_slice(value.as_bytes());
+        lines.extend_from_slice(b"\r\n");
+    }
+    let end = wire.len().saturating_sub(2);
+    wire.splice(end..end, lines);
+}
+
+/// Adds the body after the head, if the request has one, and leaves the call waiting
+/// for the response.
+fn add_body(
+    call: Call<SendRequest>,
+    wire: &mut Vec<u8>,
+    body: &Bytes,
+) -> Result<Call<RecvResponse>, LeanError> {
+    let write_body = |wire: &mut Vec<u8>, mut call: Call<SendBody>| {
+        wire.extend_from_slice(body);
+        call.consume_direct_write(body.len())
+            .map_err(LeanError::Encode)?;
+        call.proceed()
+            .ok_or(LeanError::Request("the body is shorter than its length"))
+    };
+    match call.proceed().map_err(LeanError::Encode)? {
+        Some(SendRequestResult::RecvResponse(call)) => Ok(call),
+        Some(SendRequestResult::SendBody(call)) => write_body(wire, call),
+        // The body is here whole (the client's `Expect` was answered by the gateway's
+        // server): it is sent at once, as hyper's client sends it.
+        Some(SendRequestResult::Await100(call)) => {
+            match call.proceed().map_err(LeanError::Encode)? {
+                Await100Result::SendBody(call) => write_body(wire, call),
+                Await100Result::RecvResponse(call) => Ok(call),
+            }
+        }
+        None => Err(LeanError::Request("the request head was not written")),
     }
 }
 

@@ -19,7 +19,7 @@ use mtg_store::{InspectError, StoreError};
 
 /// Why a console request was refused or failed.
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
+pub(super) enum ApiError {
     #[error("sign in first: open /admin/ui")]
     SignedOut,
     #[error(transparent)]
@@ -68,7 +68,7 @@ impl ApiError {
         }
     }
 
-    pub fn reply(self) -> Reply {
+    pub(super) fn reply(self) -> Reply {
         let status = self.status();
         let mut reply = json(&ErrorReply {
             error: self.to_string(),
@@ -78,14 +78,14 @@ impl ApiError {
     }
 }
 
-pub async fn overview(console: &Console) -> Result<Reply, ApiError> {
+pub(super) async fn overview(console: &Console) -> Result<Reply, ApiError> {
     let settings = &console.settings;
     let view =
         overview_of::overview(&console.worlds, &settings.instance_id, settings.lease_ttl).await?;
     Ok(json(&view))
 }
 
-pub fn upstreams(console: &Console) -> Result<Reply, ApiError> {
+pub(super) fn upstreams(console: &Console) -> Result<Reply, ApiError> {
     #[derive(Serialize)]
     struct Upstream {
         name: String,
@@ -116,7 +116,7 @@ struct TasksQuery {
     limit: Option<usize>,
 }
 
-pub async fn tasks(console: &Console, query: &str) -> Result<Reply, ApiError> {
+pub(super) async fn tasks(console: &Console, query: &str) -> Result<Reply, ApiError> {
     let query: TasksQuery = parse_query(query)?;
     let world = pick(&console.worlds, query.upstream)?;
     let filter = TaskFilter {
@@ -149,7 +149,7 @@ struct TaskQuery {
     upstream: Option<String>,
 }
 
-pub async fn task(console: &Console, task_id: &str, query: &str) -> Result<Reply, ApiError> {
+pub(super) async fn task(console: &Console, task_id: &str, query: &str) -> Result<Reply, ApiError> {
     let query: TaskQuery = parse_query(query)?;
     let world = pick(&console.worlds, query.upstream)?;
     let (task, instances) = tokio::join!(
@@ -162,7 +162,11 @@ pub async fn task(console: &Console, task_id: &str, query: &str) -> Result<Reply
 }
 
 /// Cancels as the admin API does: the owner, wherever it runs, stops the upstream call.
-pub async fn cancel(console: &Console, task_id: &str, query: &str) -> Result<Reply, ApiError> {
+pub(super) async fn cancel(
+    console: &Console,
+    task_id: &str,
+    query: &str,
+) -> Result<Reply, ApiError> {
     let query: TaskQuery = parse_query(query)?;
     let world = pick(&console.worlds, query.upstream)?;
     let reply = world

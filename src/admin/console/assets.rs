@@ -10,11 +10,11 @@ use super::Reply;
 const SCRIPT: &str = include_str!("assets/console.js");
 const STYLE: &str = include_str!("assets/console.css");
 const ICON: &str = include_str!("assets/icon.svg");
-pub const SIGN_IN: &str = include_str!("assets/sign-in.html");
-pub const APP: &str = include_str!("assets/app.html");
+pub(super) const SIGN_IN: &str = include_str!("assets/sign-in.html");
+pub(super) const APP: &str = include_str!("assets/app.html");
 
 /// `/admin/ui/assets/<name>`.
-pub fn serve(name: &str) -> Option<Reply> {
+pub(super) fn serve(name: &str) -> Option<Reply> {
     let (body, content_type) = match name {
         "console.js" => (SCRIPT, "text/javascript; charset=utf-8"),
         "console.css" => (STYLE, "text/css; charset=utf-8"),

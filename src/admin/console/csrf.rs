@@ -6,17 +6,17 @@
 use subtle::ConstantTimeEq;
 
 /// The header a script sends the token in (a plain form sends the field `csrf`).
-pub const HEADER: &str = "x-csrf-token";
+pub(super) const HEADER: &str = "x-csrf-token";
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum CsrfError {
+pub(super) enum CsrfError {
     #[error("missing CSRF token: reload the page and try again")]
     Missing,
     #[error("wrong CSRF token: reload the page and try again")]
     Wrong,
 }
 
-pub fn check(expected: &str, given: Option<&str>) -> Result<(), CsrfError> {
+pub(super) fn check(expected: &str, given: Option<&str>) -> Result<(), CsrfError> {
     let given = given.ok_or(CsrfError::Missing)?;
     if given.as_bytes().ct_eq(expected.as_bytes()).into() {
         Ok(())

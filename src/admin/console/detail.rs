@@ -13,7 +13,7 @@ use mtg_store::{InstanceInfo, TaskRecord, now_ms};
 /// Most bytes of arguments or of a result a page shows.
 pub const SHOWN_CAP: usize = 64 * 1024;
 
-pub fn task_view(
+pub(super) fn task_view(
     world: &WorldView,
     task: &TaskRecord,
     instances: &[InstanceInfo],

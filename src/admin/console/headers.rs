@@ -9,11 +9,11 @@ use http::header::{
 
 use super::Reply;
 
-pub const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+pub(super) const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
     img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; \
     base-uri 'none'";
 
-pub fn secure(mut reply: Reply) -> Reply {
+pub(super) fn secure(mut reply: Reply) -> Reply {
     let headers = reply.headers_mut();
     headers.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static(POLICY));
     headers.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));

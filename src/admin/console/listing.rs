@@ -13,8 +13,8 @@ use super::views::{TaskRow, TaskTable};
 use mtg_protocol::wire::{InputRequest, TaskStatus, rfc3339_millis};
 use mtg_store::{InspectError, Newest, TaskInspection, TaskRecord, now_ms};
 
-pub const DEFAULT_LIMIT: usize = 50;
-pub const MAX_LIMIT: usize = 500;
+pub(super) const DEFAULT_LIMIT: usize = 50;
+pub(super) const MAX_LIMIT: usize = 500;
 /// Most tasks one page examines whatever its filters.
 const MAX_EXAMINED: usize = 10_000;
 /// Most tasks asked of the store in one step.
@@ -22,7 +22,7 @@ const MAX_STEP: usize = 1_000;
 
 /// What the table keeps; every filter that is set must match.
 #[derive(Debug, Default, Clone)]
-pub struct TaskFilter {
+pub(super) struct TaskFilter {
     pub status: Option<TaskStatus>,
     pub tool: Option<String>,
     pub principal: Option<String>,
@@ -43,7 +43,7 @@ impl TaskFilter {
 }
 
 /// A page of at most `limit` tasks of `filter`, newest first, from `cursor`.
-pub async fn page(
+pub(super) async fn page(
     inspection: &dyn TaskInspection,
     upstream: &str,
     filter: &TaskFilter,
@@ -100,7 +100,7 @@ pub async fn page(
     })
 }
 
-pub fn row(task: &TaskRecord, upstream: &str, now: u64) -> TaskRow {
+pub(super) fn row(task: &TaskRecord, upstream: &str, now: u64) -> TaskRow {
     TaskRow {
         task_id: task.task_id.clone(),
         upstream: upstream.to_owned(),
@@ -117,7 +117,7 @@ pub fn row(task: &TaskRecord, upstream: &str, now: u64) -> TaskRow {
 }
 
 /// The words an input request asks in (`params.message`), if any.
-pub fn message_of(request: &InputRequest) -> Option<String> {
+pub(super) fn message_of(request: &InputRequest) -> Option<String> {
     request
         .params
         .as_ref()?
@@ -127,7 +127,7 @@ pub fn message_of(request: &InputRequest) -> Option<String> {
 }
 
 /// The tool of the task's `tools/call` (its stored params).
-pub fn tool_of(task: &TaskRecord) -> Option<String> {
+pub(super) fn tool_of(task: &TaskRecord) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Named {
         name: Option<String>,

@@ -22,7 +22,7 @@ const NEWEST: usize = 500;
 const MAX_WAITING: usize = 50;
 const STEP: usize = 500;
 
-pub async fn overview(
+pub(super) async fn overview(
     worlds: &[WorldView],
     instance_id: &str,
     lease_ttl: Duration,

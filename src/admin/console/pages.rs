@@ -11,7 +11,7 @@ use super::assets;
 
 /// Which view the script draws.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum View {
+pub(super) enum View {
     Overview,
     Tasks,
     Task,
@@ -28,7 +28,7 @@ impl View {
 }
 
 /// The sign-in form; after a wrong token, saying only that.
-pub fn sign_in(wrong_token: bool) -> Reply {
+pub(super) fn sign_in(wrong_token: bool) -> Reply {
     let (status, notice) = if wrong_token {
         (
             StatusCode::UNAUTHORIZED,
@@ -42,7 +42,7 @@ pub fn sign_in(wrong_token: bool) -> Reply {
 
 /// The page of a signed-in view. `csrf` is the session's token: URL-safe base64, so
 /// nothing in it needs escaping in an attribute.
-pub fn app(view: View, csrf: &str) -> Reply {
+pub(super) fn app(view: View, csrf: &str) -> Reply {
     let page = assets::APP
         .replace("{{view}}", view.name())
         .replace("{{csrf}}", csrf);

@@ -16,17 +16,17 @@ use ring::rand::{SecureRandom, SystemRandom};
 use sha2::{Digest, Sha256};
 
 /// The cookie's name.
-pub const COOKIE_NAME: &str = "mtg_console";
+pub(super) const COOKIE_NAME: &str = "mtg_console";
 /// Most sessions kept at once: signing in again and again replaces the oldest.
 const MAX_SESSIONS: usize = 256;
 
 #[derive(Debug, thiserror::Error)]
 #[error("the system's random number generator failed")]
-pub struct NoRandomness;
+pub(super) struct NoRandomness;
 
 /// A signed-in session as a request finds it.
 #[derive(Debug, Clone)]
-pub struct SignedIn {
+pub(super) struct SignedIn {
     pub csrf: String,
 }
 
@@ -35,7 +35,7 @@ struct Session {
     csrf: String,
 }
 
-pub struct Sessions {
+pub(super) struct Sessions {
     ttl: Duration,
     /// By the SHA-256 of the cookie's value, so a lookup's timing says nothing of ids.
     open: Mutex<HashMap<[u8; 32], Session>>,
@@ -43,7 +43,7 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    pub fn new(ttl: Duration) -> Self {
+    pub(super) fn new(ttl: Duration) -> Self {
         Self {
             ttl,
             open: Mutex::new(HashMap::new()),
@@ -51,12 +51,12 @@ impl Sessions {
         }
     }
 
-    pub fn ttl(&self) -> Duration {
+    pub(super) fn ttl(&self) -> Duration {
         self.ttl
     }
 
     /// A new session; its cookie's value (its CSRF token is found with it).
-    pub fn open(&self) -> Result<String, NoRandomness> {
+    pub(super) fn open(&self) -> Result<String, NoRandomness> {
         let cookie = self.random_text()?;
         let csrf = self.random_text()?;
         let now = Instant::now();
@@ -81,7 +81,7 @@ impl Sessions {
     }
 
     /// The live session a request's cookie names.
-    pub fn find(&self, headers: &HeaderMap) -> Option<SignedIn> {
+    pub(super) fn find(&self, headers: &HeaderMap) -> Option<SignedIn> {
         let cookie = cookie_of(headers)?;
         let open = self.lock();
         let session = open.get(&digest(cookie))?;
@@ -91,7 +91,7 @@ impl Sessions {
     }
 
     /// Ends the session a request's cookie names, if any.
-    pub fn close(&self, headers: &HeaderMap) {
+    pub(super) fn close(&self, headers: &HeaderMap) {
         if let Some(cookie) = cookie_of(headers) {
             self.lock().remove(&digest(cookie));
         }
@@ -126,7 +126,7 @@ fn cookie_of(headers: &HeaderMap) -> Option<&str> {
 
 /// `Set-Cookie` for a new session: only for the console's paths, never sent by another
 /// site's request, out of reach of scripts; `Secure` when the listener has TLS.
-pub fn set_cookie(value: &str, ttl: Duration, secure: bool) -> String {
+pub(super) fn set_cookie(value: &str, ttl: Duration, secure: bool) -> String {
     let secure = if secure { "; Secure" } else { "" };
     format!(
         "{COOKIE_NAME}={value}; Path=/admin/ui; Max-Age={}; HttpOnly; SameSite=Strict{secure}",
@@ -135,7 +135,7 @@ pub fn set_cookie(value: &str, ttl: Duration, secure: bool) -> String {
 }
 
 /// `Set-Cookie` that makes the browser forget the session.
-pub fn clear_cookie(secure: bool) -> String {
+pub(super) fn clear_cookie(secure: bool) -> String {
     let secure = if secure { "; Secure" } else { "" };
     format!("{COOKIE_NAME}=; Path=/admin/ui; Max-Age=0; HttpOnly; SameSite=Strict{secure}")
 }

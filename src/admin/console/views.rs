@@ -5,7 +5,7 @@ use serde::Serialize;
 /// The overview page: instances, upstreams, and what waits for a person.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Overview {
+pub(super) struct Overview {
     /// The instance that answered.
     pub instance: String,
     pub generated_at: String,
@@ -17,7 +17,7 @@ pub struct Overview {
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct InstanceRow {
+pub(super) struct InstanceRow {
     pub instance: String,
     #[serde(rename = "self")]
     pub this: bool,
@@ -32,7 +32,7 @@ pub struct InstanceRow {
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct UpstreamView {
+pub(super) struct UpstreamView {
     /// `""` for the one at `/mcp`.
     pub name: String,
     pub path: String,
@@ -57,7 +57,7 @@ pub struct UpstreamView {
 /// of a large store on each refresh would read all of it.
 #[derive(Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct StatusCounts {
+pub(super) struct StatusCounts {
     pub working: u64,
     pub input_required: u64,
     /// False when the unfinished tasks were too many to read each refresh: the two
@@ -73,7 +73,7 @@ pub struct StatusCounts {
 /// A task in a table.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TaskRow {
+pub(super) struct TaskRow {
     pub task_id: String,
     /// The upstream's name (`""`: `/mcp`).
     pub upstream: String,
@@ -91,7 +91,7 @@ pub struct TaskRow {
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TaskTable {
+pub(super) struct TaskTable {
     pub tasks: Vec<TaskRow>,
     /// More may follow; a page may be short while this is set (each request examines a
     /// bounded number of tasks).
@@ -101,7 +101,7 @@ pub struct TaskTable {
 /// One input request the upstream asked and the client has not answered.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct InputView {
+pub(super) struct InputView {
     pub key: String,
     pub method: String,
     /// What the server asked (`params.message`), when it said it in words.
@@ -110,7 +110,7 @@ pub struct InputView {
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ErrorView {
+pub(super) struct ErrorView {
     pub code: i64,
     pub message: String,
 }
@@ -118,7 +118,7 @@ pub struct ErrorView {
 /// A task's page.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TaskView {
+pub(super) struct TaskView {
     #[serde(flatten)]
     pub row: TaskRow,
     pub path: String,
@@ -143,7 +143,7 @@ pub struct TaskView {
 /// A value shown only on request, at most [`super::SHOWN_CAP`] bytes of it.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Shown {
+pub(super) struct Shown {
     pub text: String,
     pub bytes: usize,
     pub truncated: bool,
@@ -151,12 +151,12 @@ pub struct Shown {
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct CancelView {
+pub(super) struct CancelView {
     pub task_id: String,
     pub result: crate::admin::wire::CancelResult,
 }
 
 #[derive(Debug, Serialize)]
-pub struct ErrorReply {
+pub(super) struct ErrorReply {
     pub error: String,
 }

@@ -29,7 +29,7 @@ impl WorldView {
 }
 
 /// The world `name` picks (`None`: the one at `/mcp`, else the first).
-pub fn select<'a>(worlds: &'a [WorldView], name: Option<&str>) -> Option<&'a WorldView> {
+pub(super) fn select<'a>(worlds: &'a [WorldView], name: Option<&str>) -> Option<&'a WorldView> {
     match name {
         Some(name) => worlds.iter().find(|world| world.name == name),
         None => worlds

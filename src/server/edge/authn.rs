@@ -14,14 +14,14 @@ use reply::Body;
 
 /// The caller, as this request's front decided it.
 #[derive(Debug, Clone)]
-pub struct Caller {
+pub(crate) struct Caller {
     pub principal: String,
     pub identity: Option<Identity>,
 }
 
 /// Authenticates the request, notes the caller in `parts.extensions`, and puts the
 /// upstream credential in place of the caller's; the refusal, if any.
-pub async fn admit(gateway: &Gateway, parts: &mut Parts) -> Option<http::Response<Body>> {
+pub(crate) async fn admit(gateway: &Gateway, parts: &mut Parts) -> Option<http::Response<Body>> {
     let identity = match &gateway.auth {
         // Boxed: without auth (the default) its state would still be in every request's
         // future.
@@ -55,7 +55,7 @@ pub async fn admit(gateway: &Gateway, parts: &mut Parts) -> Option<http::Respons
 /// The refusal of `method` when the caller's token lacks a scope it needs. `method` is
 /// `None` when the body was not read (a session's traffic): then it is read here, only
 /// if any scope is required.
-pub fn check_scopes(
+pub(crate) fn check_scopes(
     gateway: &Gateway,
     parts: &Parts,
     method: Option<&str>,
@@ -89,7 +89,7 @@ pub fn check_scopes(
 }
 
 /// RFC 9728 metadata, at `/.well-known/oauth-protected-resource[/<path>]`.
-pub fn metadata(gateway: &Gateway) -> http::Response<Body> {
+pub(crate) fn metadata(gateway: &Gateway) -> http::Response<Body> {
     match &gateway.auth {
         Some(auth) => reply::json(
             StatusCode::OK,

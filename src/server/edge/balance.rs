@@ -17,28 +17,28 @@ use tokio::sync::mpsc;
 use crate::server::edge::accept;
 
 /// The open connections of every worker, and the way to hand one a connection.
-pub struct Balance {
+pub(crate) struct Balance {
     open: Mutex<Vec<usize>>,
     gauges: Vec<metrics::Gauge>,
     handoffs: Vec<mpsc::UnboundedSender<std::net::TcpStream>>,
 }
 
 /// One worker's place in the [`Balance`]: where its connections come from.
-pub struct Seat {
+pub(crate) struct Seat {
     index: usize,
     balance: Arc<Balance>,
     handed_over: mpsc::UnboundedReceiver<std::net::TcpStream>,
 }
 
 /// Counts a connection as open on its worker until dropped.
-pub struct OpenConnection {
+pub(crate) struct OpenConnection {
     worker: usize,
     balance: Arc<Balance>,
 }
 
 impl Balance {
     /// The seats of `count` workers, worker 0 first.
-    pub fn seats(count: usize) -> Vec<Seat> {
+    pub(crate) fn seats(count: usize) -> Vec<Seat> {
         let (handoffs, receivers): (Vec<_>, Vec<_>) =
             (0..count).map(|_| mpsc::unbounded_channel()).unzip();
         let balance = Arc::new(Balance {
@@ -93,13 +93,13 @@ impl Balance {
 }
 
 impl Seat {
-    pub fn index(&self) -> usize {
+    pub(crate) fn index(&self) -> usize {
         self.index
     }
 
     /// The next connection this worker serves: one it accepted and keeps, or one another
     /// worker handed over. Cancel-safe: nothing awaits once a connection is in hand.
-    pub async fn next_connection(
+    pub(crate) async fn next_connection(
         &mut self,
         listener: &TcpListener,
     ) -> (TcpStream, SocketAddr, OpenConnection) {

@@ -1,5 +1,5 @@
 //! Polling before a worker sleeps (`--idle-poll-us`): a worker thread about to block for
-//! I/O first watches its runtime's event queue for a few microseconds.
+//! I/O first peeks at its runtime's event queue for a few microseconds.
 //!
 //! On a virtual machine, waking a thread that sleeps costs far more than running it: its
 //! vCPU halts, and the wake-up comes back through the hypervisor. A proxied request at
@@ -36,7 +36,7 @@ mod throttled;
 /// The first window after a sleep that polling would have avoided.
 const GROW_START: Duration = Duration::from_micros(10);
 /// No polling while the CPU pressure's "some" share was above this over the last sample.
-pub const PRESSURE_LIMIT: f64 = 0.3;
+pub(crate) const PRESSURE_LIMIT: f64 = 0.3;
 /// How often the pressure is read (a read costs a few microseconds).
 const PRESSURE_SAMPLE: Duration = Duration::from_millis(10);
 /// How often a worker adds its tally to the metrics.
@@ -65,7 +65,7 @@ struct IdlePoll {
 }
 
 struct State {
-    watch: Lookup,
+    peek: Lookup,
     /// How long the next park polls.
     window: Duration,
     /// The current park: when it began, and how it went.
@@ -77,7 +77,7 @@ struct State {
 /// The runtime's epoll instance, found on the worker's first park.
 enum Lookup {
     NotYet,
-    Found(Watch),
+    Found(RuntimePeek),
     Unavailable,
 }
 
@@ -98,7 +98,7 @@ impl IdlePoll {
         Self {
             cap,
             state: Mutex::new(State {
-                watch: Lookup::NotYet,
+                peek: Lookup::NotYet,
                 window: Duration::ZERO,
                 park: None,
                 pressure: Pressure::new(),
@@ -139,20 +139,20 @@ impl State {
         if self.pressure.high(started) {
             return Outcome::Pressed;
         }
-        if matches!(self.watch, Lookup::NotYet) {
-            self.watch = match Watch::runtime() {
-                Ok(watch) => Lookup::Found(watch),
+        if matches!(self.peek, Lookup::NotYet) {
+            self.peek = match RuntimePeek::runtime() {
+                Ok(peek) => Lookup::Found(peek),
                 Err(e) => {
                     tracing::warn!(error = %e, "a worker cannot poll before it sleeps");
                     Lookup::Unavailable
                 }
             };
         }
-        let Lookup::Found(watch) = &mut self.watch else {
+        let Lookup::Found(peek) = &mut self.peek else {
             return Outcome::Slept;
         };
         loop {
-            if watch.ready() {
+            if peek.ready() {
                 return Outcome::Caught;
             }
             if started.elapsed() >= self.window {
@@ -182,12 +182,12 @@ fn next_window(window: Duration, slept: Duration, cap: Duration) -> Duration {
 
 /// The runtime's epoll instance, registered (readable) in an epoll instance of our own:
 /// ours is ready exactly when the runtime has events waiting.
-struct Watch {
+struct RuntimePeek {
     poll: Poll,
     events: Events,
 }
 
-impl Watch {
+impl RuntimePeek {
     /// The epoll instance of the runtime this runs on: among the process's epoll
     /// instances, the one that holds a socket registered here just now.
     fn runtime() -> std::io::Result<Self> {
@@ -422,7 +422,7 @@ mod tests {
         assert_eq!(some_total_us("full avg10=0.00 total=5\n"), None);
     }
 
-    /// The watch sees the runtime's events: quiet once the runtime has taken them, ready
+    /// The peek sees the runtime's events: quiet once the runtime has taken them, ready
     /// as soon as a socket registered with the runtime has a datagram.
     #[test]
     fn the_watch_is_ready_exactly_when_the_runtime_has_an_event() {
@@ -431,11 +431,11 @@ mod tests {
             .build()
             .unwrap();
         runtime.block_on(async {
-            let mut watch = Watch::runtime().expect("the runtime's epoll instance");
+            let mut peek = RuntimePeek::runtime().expect("the runtime's epoll instance");
             let (ours, theirs) = tokio::net::UnixDatagram::pair().unwrap();
             // Registration events (writable) are the runtime's to take first.
             let deadline = Instant::now() + Duration::from_secs(10);
-            while watch.ready() {
+            while peek.ready() {
                 assert!(
                     Instant::now() < deadline,
                     "the runtime's events stay unread"
@@ -444,8 +444,8 @@ mod tests {
             }
             theirs.send(b"x").await.unwrap();
             assert!(
-                watch.ready(),
-                "a datagram arrived and the watch did not see it"
+                peek.ready(),
+                "a datagram arrived and the peek did not see it"
             );
             let mut buf = [0u8; 4];
             assert_eq!(ours.recv(&mut buf).await.unwrap(), 1);

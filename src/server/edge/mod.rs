@@ -2,13 +2,14 @@
 //! the checks every `/mcp` request passes before a client generation's handler sees it
 //! (origin, caller, scopes, body limit, rate of `tasks/*`).
 
-pub mod accept;
-pub mod authn;
-pub mod balance;
-pub mod idle_poll;
-pub mod task_rate;
-pub mod tls;
-pub mod workers;
+pub(crate) mod accept;
+pub(crate) mod authn;
+pub(crate) mod balance;
+pub(crate) mod head_check;
+pub(crate) mod idle_poll;
+pub(crate) mod task_rate;
+pub(crate) mod tls;
+pub(crate) mod workers;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -32,7 +33,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// What every `/mcp` request passes before a handler sees it, built at start (the files
 /// the config names are read and checked then).
-pub struct Edge {
+pub(crate) struct Edge {
     /// The TLS listener's acceptor (`--tls-cert`), if on.
     pub tls: Option<tls::Acceptor>,
     /// `--max-task-requests-per-second`, if set.
@@ -45,7 +46,7 @@ pub struct Edge {
 }
 
 /// What the edge is built from (`settings::edge`).
-pub struct EdgeSettings {
+pub(crate) struct EdgeSettings {
     pub tls: Option<tls::TlsFiles>,
     pub max_task_requests_per_second: u32,
     pub allowed_origins: Vec<String>,
@@ -56,7 +57,7 @@ pub struct EdgeSettings {
 
 impl Edge {
     /// Loads the TLS files, refusing a pair that does not load.
-    pub fn start(settings: EdgeSettings) -> std::io::Result<Self> {
+    pub(crate) fn start(settings: EdgeSettings) -> std::io::Result<Self> {
         let tls = settings
             .tls
             .map(tls::Acceptor::start)
@@ -74,7 +75,7 @@ impl Edge {
 
     /// The refusal of a `tasks/*` request over its caller's rate, if any; `principal` is
     /// asked only then.
-    pub fn limit_task_request(
+    pub(crate) fn limit_task_request(
         &self,
         principal: impl FnOnce() -> String,
         method: &str,
@@ -90,7 +91,7 @@ impl Edge {
     /// Who is calling (`edge::authn::admit` decided it): the token's subject, the configured
     /// identity header, else a hash of the credentials. Tasks and gateway-served
     /// sessions are bound to it.
-    pub fn principal(&self, parts: &Parts) -> String {
+    pub(crate) fn principal(&self, parts: &Parts) -> String {
         match parts.extensions.get::<authn::Caller>() {
             Some(caller) => caller.principal.clone(),
             None => principal(&parts.headers, self.identity_header.as_ref()),
@@ -98,14 +99,14 @@ impl Edge {
     }
 
     /// Whether a browser's `Origin` may call.
-    pub fn origin_allowed(&self, origin: &http::HeaderValue) -> bool {
+    pub(crate) fn origin_allowed(&self, origin: &http::HeaderValue) -> bool {
         origin_allowed(origin, &self.allowed_origins)
     }
 }
 
 /// Serves the connections of this worker's `seat` until `shutdown` resolves, then lets
 /// in-flight requests finish.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     routes: Arc<Routes>,
     mut seat: balance::Seat,
@@ -126,14 +127,10 @@ pub async fn serve(
             routes.pinned_connectors.clone(),
             pinned::IDLE_LIMIT,
         ));
+        let refusals = Arc::new(head_check::Refusals::default());
+        let answers = refusals.clone();
         let service = hyper::service::service_fn(move |request| {
-            let routes = routes.clone();
-            let pinned = pinned.clone();
-            // Boxed: hyper keeps room for the service's future for as long as the
-            // connection (or HTTP/2 stream) lives, and a request's handling takes 5.4 KiB
-            // (its rare branches are boxed further down). An idle keep-alive connection or
-            // a long stream then holds a pointer instead.
-            async move { Ok::<_, Infallible>(Box::pin(route(&routes, &pinned, request)).await) }
+            handle(routes.clone(), pinned.clone(), answers.clone(), request)
         });
         let watcher = graceful.watcher();
         let builder = builder.clone();
@@ -141,6 +138,7 @@ pub async fn serve(
             let _open = open;
             let served = match tls {
                 None => {
+                    let stream = head_check::HeadCheck::new(stream, refusals);
                     let connection =
                         builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
                     watcher.watch(connection.into_owned()).await
@@ -149,6 +147,7 @@ pub async fn serve(
                 // only itself.
                 Some(tls) => match tls.accept(stream).await {
                     Ok(stream) => {
+                        let stream = head_check::HeadCheck::new(stream, refusals);
                         let connection =
                             builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
                         watcher.watch(connection.into_owned()).await
@@ -175,9 +174,26 @@ pub async fn serve(
     }
 }
 
+/// One request: the stand-in of a head `HeadCheck` refused is answered, never routed.
+/// The handling is boxed: hyper keeps room for the service's future for as long as the
+/// connection (or HTTP/2 stream) lives, and a request's handling takes 5.4 KiB (its rare
+/// branches are boxed further down). An idle keep-alive connection or a long stream then
+/// holds a pointer instead.
+async fn handle(
+    routes: Arc<Routes>,
+    pinned: Arc<PinnedConn>,
+    refusals: Arc<head_check::Refusals>,
+    request: http::Request<hyper::body::Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    if let Some(refused) = refusals.answer(&request) {
+        return Ok(refused);
+    }
+    Ok(Box::pin(route(&routes, &pinned, request)).await)
+}
+
 /// Who is calling: the configured identity header, else a hash of the credentials.
 /// Tasks are bound to it.
-pub fn principal(headers: &HeaderMap, identity_header: Option<&http::HeaderName>) -> String {
+pub(crate) fn principal(headers: &HeaderMap, identity_header: Option<&http::HeaderName>) -> String {
     use sha2::{Digest, Sha256};
     let source = match identity_header {
         Some(name) => headers.get(name),
@@ -191,7 +207,7 @@ pub fn principal(headers: &HeaderMap, identity_header: Option<&http::HeaderName>
 
 /// Browsers send `Origin`; only configured origins (default: loopback) may call, which
 /// stops DNS rebinding.
-pub fn origin_allowed(origin: &http::HeaderValue, allowed: &[String]) -> bool {
+pub(crate) fn origin_allowed(origin: &http::HeaderValue, allowed: &[String]) -> bool {
     let Ok(origin) = origin.to_str() else {
         return false;
     };

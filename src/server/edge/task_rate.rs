@@ -18,14 +18,14 @@ use serde_json::{Value, json};
 /// Idle callers' buckets are dropped this often, so the table does not grow forever.
 const FORGET_EVERY: Duration = Duration::from_secs(60);
 
-pub struct TaskRequestRate {
+pub(crate) struct TaskRequestRate {
     limiter: Arc<DefaultKeyedRateLimiter<String>>,
     per_second: NonZeroU32,
 }
 
 impl TaskRequestRate {
     /// `None` when `per_second` is 0 (no limit).
-    pub fn new(per_second: u32) -> Option<Self> {
+    pub(crate) fn new(per_second: u32) -> Option<Self> {
         let per_second = NonZeroU32::new(per_second)?;
         let limiter = Arc::new(DefaultKeyedRateLimiter::keyed(Quota::per_second(
             per_second,
@@ -50,7 +50,11 @@ impl TaskRequestRate {
     }
 
     /// The refusal of one more `tasks/*` request of `principal`, if it is over its rate.
-    pub fn check(&self, principal: &str, id: Option<&Value>) -> Option<http::Response<Body>> {
+    pub(crate) fn check(
+        &self,
+        principal: &str,
+        id: Option<&Value>,
+    ) -> Option<http::Response<Body>> {
         let not_until = self.limiter.check_key(&principal.to_owned()).err()?;
         let wait = not_until.wait_time_from(DefaultClock::default().now());
         // Whole seconds, rounded up: Retry-After has no finer unit.

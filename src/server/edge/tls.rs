@@ -19,7 +19,7 @@ const CHECK_EVERY: Duration = Duration::from_secs(2);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
-pub enum TlsError {
+pub(crate) enum TlsError {
     #[error("cannot read the certificate chain {path}: {detail}")]
     Certificates { path: String, detail: String },
     #[error("cannot read the private key {path}: {detail}")]
@@ -30,20 +30,20 @@ pub enum TlsError {
 
 /// The certificate and key files.
 #[derive(Debug, Clone)]
-pub struct TlsFiles {
+pub(crate) struct TlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
 }
 
 /// Accepts TLS connections with the current certificate.
 #[derive(Clone)]
-pub struct Acceptor {
+pub(crate) struct Acceptor {
     current: Arc<RwLock<TlsAcceptor>>,
 }
 
 impl Acceptor {
-    /// Loads the files (an error here stops the start) and watches them.
-    pub fn start(files: TlsFiles) -> Result<Self, TlsError> {
+    /// Loads the files (an error here stops the start) and reloads them when they change.
+    pub(crate) fn start(files: TlsFiles) -> Result<Self, TlsError> {
         let acceptor = TlsAcceptor::from(Arc::new(load(&files)?));
         let current = Arc::new(RwLock::new(acceptor));
         let weak = Arc::downgrade(&current);
@@ -76,7 +76,7 @@ impl Acceptor {
     }
 
     /// The TLS handshake of a new connection.
-    pub async fn accept(&self, stream: TcpStream) -> std::io::Result<TlsStream<TcpStream>> {
+    pub(crate) async fn accept(&self, stream: TcpStream) -> std::io::Result<TlsStream<TcpStream>> {
         let acceptor = self
             .current
             .read()

@@ -23,7 +23,7 @@ use crate::server::edge::balance::{Balance, Seat};
 
 /// The extra worker threads, kept running after serving stops so that the work they
 /// carry (running tasks) can finish during the drain.
-pub struct Workers {
+pub(crate) struct Workers {
     stop: CancellationToken,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
@@ -31,7 +31,7 @@ pub struct Workers {
 impl Workers {
     /// Ends the extra threads' runtimes (what still runs there is dropped) and waits
     /// for the threads.
-    pub async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.stop.cancel();
         let threads = self.threads;
         let joined = tokio::task::spawn_blocking(move || {
@@ -48,7 +48,7 @@ impl Workers {
 /// Serves `listener` on `count` threads (this one and `count - 1` new ones, each polling
 /// up to `idle_poll` before it sleeps) until `shutdown` resolves and every thread has
 /// finished its in-flight requests.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     routes: Arc<Routes>,
     count: NonZeroUsize,

@@ -20,14 +20,14 @@ const STEP: f64 = 1e-6;
 
 /// `--progress-keepalive-ms` for one upstream's calls.
 #[derive(Clone)]
-pub struct Every {
+pub(crate) struct Every {
     pub period: Duration,
     /// Counts the keep-alives sent.
     pub meter: crate::telemetry::Meter,
 }
 
 /// The keep-alive of one streamed call.
-pub struct ProgressKeepAlive {
+pub(crate) struct ProgressKeepAlive {
     token: Value,
     every: Duration,
     meter: crate::telemetry::Meter,
@@ -39,7 +39,7 @@ pub struct ProgressKeepAlive {
 
 impl ProgressKeepAlive {
     /// For a request whose client asked for progress, when keep-alive is on.
-    pub fn for_request(params: Option<&Value>, every: Option<&Every>) -> Option<Self> {
+    pub(crate) fn for_request(params: Option<&Value>, every: Option<&Every>) -> Option<Self> {
         let every = every.filter(|every| !every.period.is_zero())?;
         let token = params?.pointer("/_meta/progressToken")?.clone();
         let now = Instant::now();
@@ -54,13 +54,13 @@ impl ProgressKeepAlive {
     }
 
     /// When the next keep-alive is due.
-    pub fn due(&self) -> Instant {
+    pub(crate) fn due(&self) -> Instant {
         self.last_at + self.every
     }
 
     /// A frame on its way to the client: a progress notification for the token is noted,
     /// its value raised above the last one sent when it is not.
-    pub fn pass(&mut self, frame: Bytes) -> Bytes {
+    pub(crate) fn pass(&mut self, frame: Bytes) -> Bytes {
         const MARK: &[u8] = b"notifications/progress";
         if memchr::memmem::find(&frame, MARK).is_none() {
             return frame;
@@ -81,13 +81,13 @@ impl ProgressKeepAlive {
     }
 
     /// Whether `params` are of a progress notification for this call's token.
-    pub fn is_for_token(&self, params: &Value) -> bool {
+    pub(crate) fn is_for_token(&self, params: &Value) -> bool {
         params.get("progressToken") == Some(&self.token)
     }
 
     /// Notes the progress in `params` (the token's) as sent; `true` when its value had
     /// to be raised above the last one sent, which `params` then carry.
-    pub fn raise(&mut self, params: &mut Value) -> bool {
+    pub(crate) fn raise(&mut self, params: &mut Value) -> bool {
         let value = params["progress"].as_f64().unwrap_or(0.0);
         let sent = match self.last {
             Some(last) if value <= last => last + STEP,
@@ -103,8 +103,8 @@ impl ProgressKeepAlive {
     }
 
     /// The keep-alive to send now.
-    pub fn tick(&mut self) -> Bytes {
-        self.meter.progress_keepalive_sent();
+    pub(crate) fn tick(&mut self) -> Bytes {
+        self.meter.calls().progress_keepalive_sent();
         let progress = self.last.map_or(0.0, |last| last + STEP);
         self.last = Some(progress);
         self.last_at = Instant::now();

@@ -1,7 +1,7 @@
 //! Server-Sent Events answers: a gateway-served session's streamed calls, and the
 //! notifications of a bridged 2026-07-28 call.
 
-pub mod keepalive;
+pub(super) mod keepalive;
 
 use std::convert::Infallible;
 use std::time::Duration;

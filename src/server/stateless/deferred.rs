@@ -1,7 +1,9 @@
-//! Deferred results for 2026-07-28 clients without the tasks extension
-//! (`--defer-after-ms`): their `tools/call` runs as a task of the caller, answered as if
-//! forwarded when it ends within the budget and with a deferred result otherwise; and
-//! the gateway's `get_task_result` and `cancel_task`, which never reach the upstream.
+//! Deferred calls of 2026-07-28 clients without the tasks extension, as their transport
+//! carries them (the policy, the gateway's tools and the "still running" answer are
+//! `tasks::deferral`'s): their `tools/call` runs as a task of the caller, answered as if
+//! forwarded when it ends within the budget and with a deferred result otherwise, in
+//! JSON or on SSE; the gateway's `get_task_result` waits, then answers in 2026-07-28
+//! shapes (a question as an MRTR round).
 
 use std::time::Duration;
 
@@ -16,29 +18,31 @@ use crate::server::Gateway;
 use crate::server::sse::keepalive::ProgressKeepAlive;
 use crate::server::sse::{sse_event, sse_response_kept};
 use crate::tasks::NotificationRelay;
-use crate::tasks::deferral::{Asked, Deferrals, failure_of};
+use crate::tasks::deferral::{Asked, Deferrals, GatewayTool, not_completed};
 use crate::tasks::{Started, ToolCall};
 use crate::upstream::Caller;
 use mtg_protocol::jsonrpc::{self, ErrorObject};
 use mtg_protocol::names::method;
 use mtg_protocol::upgrade;
 use mtg_protocol::wire::TaskStatus;
-use mtg_protocol::wire::deferred::{self, CANCEL_TASK, GET_TASK_RESULT, ToolNames, Waits};
+use mtg_protocol::wire::deferred::{self, Fetch};
 
-/// Serves a call of one of the gateway's tools; `None` when `tool` is the upstream's.
-pub(super) async fn gateway_tool(
-    gateway: &Gateway,
-    request: &Request<'_>,
-    tool: &str,
-    waits: Waits,
-) -> Option<Outcome> {
-    let names = tool_names(gateway, request).await;
-    let result = if tool == names.get_result {
-        get_result(gateway, request, &names, waits).await
-    } else if tool == names.cancel {
-        cancel(gateway, request).await
-    } else {
-        return None;
+/// Serves a call of one of the gateway's tools; `None` when the tool is the upstream's.
+pub(super) async fn gateway_tool(gateway: &Gateway, request: &Request<'_>) -> Option<Outcome> {
+    let params = request.params.as_ref()?;
+    let (capabilities, auth) = caller_of(request);
+    let caller = Caller {
+        capabilities: &capabilities,
+        auth: auth.as_ref(),
+        session: None,
+    };
+    let asked = gateway
+        .deferrals
+        .gateway_tool(&caller, &request.principal, params)
+        .await?;
+    let result = match asked {
+        GatewayTool::Answered(result) => Ok(result),
+        GatewayTool::GetResult(fetch) => get_result(gateway, request, &caller, fetch).await,
     };
     Some(result.map(|mut result| {
         upgrade::complete_result(method::TOOLS_CALL, &mut result);
@@ -160,12 +164,7 @@ async fn answer_of(
     let mut result = match started? {
         Started::Inline(answer) => serde_json::from_str::<Value>(answer?.get())
             .map_err(|e| ErrorObject::internal(format!("the upstream's result: {e}")))?,
-        Started::Task(task) => {
-            deferrals.call_deferred(&task.task_id);
-            deferrals
-                .still_running(caller, &task, Asked::Call(tool))
-                .await
-        }
+        Started::Task(task) => deferrals.defer(caller, &task, tool).await,
     };
     // An MRTR round keeps its own shape, as a forwarded call's does.
     if result.get("resultType").and_then(Value::as_str) != Some("input_required") {
@@ -174,35 +173,19 @@ async fn answer_of(
     Ok(result)
 }
 
-async fn tool_names(gateway: &Gateway, request: &Request<'_>) -> ToolNames {
-    let (capabilities, auth) = caller_of(request);
-    let caller = Caller {
-        capabilities: &capabilities,
-        auth: auth.as_ref(),
-        session: None,
-    };
-    gateway.deferrals.tool_names(&caller).await
-}
-
 /// `get_task_result`: waits up to `waitSeconds` (the budget without one, at most
 /// `--deferred-max-wait-ms`) for the task, then answers with its result, its failure,
 /// its question (MRTR) or another deferred result naming the next call.
 async fn get_result(
     gateway: &Gateway,
     request: &Request<'_>,
-    names: &ToolNames,
-    waits: Waits,
+    caller: &Caller<'_>,
+    fetch: Fetch<'_>,
 ) -> Result<Value, ErrorObject> {
-    let arguments = arguments_of(request);
-    let fetch = match deferred::fetch_arguments(arguments, &names.get_result, waits) {
-        Ok(fetch) => fetch,
-        Err(refusal) => return Ok(refusal),
-    };
-    let (task_id, limit) = (fetch.task_id, fetch.wait);
-    gateway.tasks.meter().gateway_tool_called(GET_TASK_RESULT);
+    let task_id = fetch.task_id;
     let Ok(task) = gateway
         .deferrals
-        .wait(task_id, &request.principal, limit)
+        .wait(task_id, &request.principal, fetch.wait)
         .await
     else {
         return Ok(deferred::unknown_task(task_id));
@@ -213,13 +196,7 @@ async fn get_result(
                 .map_err(|e| ErrorObject::internal(format!("the stored result: {e}")))?,
             None => deferred::error_result("The call completed without a result."),
         },
-        TaskStatus::Failed => {
-            deferred::error_result(&format!("The tool call failed: {}", failure_of(&task)))
-        }
-        TaskStatus::Cancelled => deferred::error_result(&format!(
-            "The tool call was cancelled: {}",
-            task.status_message.as_deref().unwrap_or("cancelled")
-        )),
+        TaskStatus::Failed | TaskStatus::Cancelled => not_completed(&task),
         // The upstream asks something: the client answers it as an MRTR round of this
         // very request, and its retry carries the answer to the task.
         TaskStatus::InputRequired => gateway.bridge.ask(
@@ -229,37 +206,10 @@ async fn get_result(
             request.params.as_ref(),
         ),
         TaskStatus::Working => {
-            let (capabilities, auth) = caller_of(request);
-            let caller = Caller {
-                capabilities: &capabilities,
-                auth: auth.as_ref(),
-                session: None,
-            };
             let asked = Asked::Fetch {
                 attempt: fetch.attempt,
             };
-            gateway.deferrals.still_running(&caller, &task, asked).await
+            gateway.deferrals.still_running(caller, &task, asked).await
         }
     })
-}
-
-/// `cancel_task`: cancels the task; the upstream hears `notifications/cancelled`.
-async fn cancel(gateway: &Gateway, request: &Request<'_>) -> Result<Value, ErrorObject> {
-    let task_id = match deferred::task_id_argument(arguments_of(request), CANCEL_TASK) {
-        Ok(task_id) => task_id,
-        Err(refusal) => return Ok(refusal),
-    };
-    gateway.tasks.meter().gateway_tool_called(CANCEL_TASK);
-    Ok(
-        match gateway.tasks.cancel(task_id, &request.principal).await {
-            Ok(()) => deferred::text_result(&format!(
-                "Task {task_id} is cancelled (or had already ended); its tool call stops."
-            )),
-            Err(_) => deferred::unknown_task(task_id),
-        },
-    )
-}
-
-fn arguments_of<'a>(request: &'a Request<'_>) -> Option<&'a Value> {
-    request.params.as_ref()?.get("arguments")
 }

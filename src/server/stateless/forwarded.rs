@@ -16,10 +16,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::Response;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::wanted::Wanted;
+use super::{Answer, Outcome, Request, caller_of, upstream_params};
+use crate::server::Gateway;
 use crate::server::reply::Body;
 use crate::server::sse::keepalive::ProgressKeepAlive;
 use crate::server::sse::{sse_event, sse_response_kept};
@@ -28,33 +31,66 @@ use crate::tasks::mrtr_bridge::{self, BridgedCall, MrtrBridge, Resumed};
 use crate::upstream::forward::{self, Forwarded, How};
 use crate::upstream::{Caller, Upstream, UpstreamEvent};
 use mtg_protocol::jsonrpc::{self, ErrorObject};
+use mtg_protocol::meta;
 use mtg_protocol::names::method;
 use mtg_protocol::upgrade;
 use mtg_protocol::wire::ResultType;
-use mtg_protocol::wire::deferred;
 use mtg_store::TaskRecord;
 
 /// Where a bridged request goes and how long it may take.
 #[derive(Clone)]
-pub struct Route {
+struct Route {
     pub upstream: Arc<dyn Upstream>,
     pub bridge: MrtrBridge,
     pub timeout: Option<Duration>,
-    /// With `--defer-after-ms`, for a client without the tasks extension: its budget,
-    /// and where the gateway's tool names come from.
-    pub deferral: Option<(Duration, Deferrals)>,
+    /// With `--defer-after-ms`, for a client without the tasks extension: where its
+    /// deferred calls' answers and the gateway's tools come from.
+    pub deferral: Option<Deferrals>,
     /// `--progress-keepalive-ms`.
     pub progress_keepalive: Option<crate::server::sse::keepalive::Every>,
 }
 
 /// The answer: a JSON-RPC body, or a response streaming one.
-pub enum Answered {
+enum Answered {
     Json(Result<Value, ErrorObject>),
     Stream(Response<Body>),
 }
 
+/// Forwards a request the gateway does not own, or will not make a task of, to the
+/// upstream; its answer as the client gets it.
+pub(super) async fn serve(gateway: &Gateway, request: Request<'_>) -> Outcome {
+    let (capabilities, auth) = caller_of(&request);
+    let route = Route {
+        upstream: gateway.upstream.clone(),
+        bridge: gateway.bridge.clone(),
+        timeout: gateway.upstream_timeout,
+        deferral: gateway
+            .deferrals
+            .after()
+            .filter(|_| !meta::declares_tasks(request.params.as_ref()))
+            .map(|_| gateway.deferrals.clone()),
+        progress_keepalive: gateway.progress_keepalive.clone(),
+    };
+    let call = BridgedCall {
+        upstream_params: request.params.clone().map(upstream_params),
+        client_params: request.params,
+        method: request.method,
+        capabilities,
+        auth,
+        principal: request.principal,
+    };
+    match answer_bridged(route, request.id.clone(), call).await {
+        Answered::Json(result) => {
+            let raw: Box<RawValue> = serde_json::value::to_raw_value(&result?)
+                .map_err(|e| ErrorObject::internal(e.to_string()))?;
+            Ok(jsonrpc::success_body(&request.id, &raw).into())
+        }
+        Answered::Stream(response) => Ok(Answer::Stream(response)),
+    }
+}
+
 /// Answers the request `id`, owned (a streamed answer runs after the handler returned).
-pub async fn serve(route: Route, id: Value, call: BridgedCall) -> Answered {
+async fn answer_bridged(route: Route, id: Value, call: BridgedCall) -> Answered {
     if mrtr_bridge::resumes_held_call(call.client_params.as_ref()) {
         let params = call.client_params.clone().unwrap_or_default();
         let resumed = match route
@@ -100,7 +136,7 @@ async fn answer(
         relay,
         hold: method::MAY_ASK_FOR_INPUT.contains(&call.method.as_str()),
     };
-    let forwarded = forward::forward_with(
+    let forwarded = forward::forward(
         route.upstream.as_ref(),
         &caller,
         &call.method,
@@ -113,11 +149,10 @@ async fn answer(
             let mut result = answer?;
             upgrade::complete_result(&call.method, &mut result);
             if call.method == method::TOOLS_LIST
-                && let Some((_, deferrals)) = &route.deferral
-                && let Some(waits) = deferrals.waits()
+                && let Some(deferrals) = &route.deferral
+                && let Some(listing) = deferrals.listing(&caller).await
             {
-                let names = deferrals.tool_names(&caller).await;
-                deferred::advertise(&mut result, &names, waits);
+                listing.advertise(&mut result);
             }
             Ok(result)
         }
@@ -131,7 +166,7 @@ async fn answer(
 
 /// A deferred call's answer to a retry that found it still running.
 async fn still_running(route: &Route, call: &BridgedCall, task: &TaskRecord) -> Value {
-    let Some((_, deferrals)) = &route.deferral else {
+    let Some(deferrals) = &route.deferral else {
         return json!(crate::tasks::render::task_result(task, ResultType::Task));
     };
     let caller = Caller {
@@ -180,15 +215,19 @@ fn streamed(route: Route, id: Value, call: BridgedCall, wanted: Wanted) -> Respo
                             let _ = events.send(frame).await;
                         }
                     }
-                    break answer;
+                    break Some(answer);
                 }
-                () = events.closed() => {
-                    // The client closed its stream. Dropping the forward cancels the
-                    // call upstream, also while its response head has not come (a
-                    // JSON-response upstream sends it only when the call ends).
-                    return;
-                }
+                // The client closed its stream.
+                () = events.closed() => break None,
             }
+        };
+        let Some(answer) = answer else {
+            // With the relay's receiver gone, the forward stops the call upstream
+            // (`upstream::stop`), also while its response head has not come (a
+            // JSON-response upstream sends it only when the call ends).
+            drop(heard);
+            let _ = forwarding.await;
+            return;
         };
         let last = match answer {
             Ok(result) => jsonrpc::success_body_of(&id, &result),

@@ -16,9 +16,9 @@ use tokio::sync::mpsc;
 
 use crate::server::reply::Body;
 use crate::server::sse::{sse_event, sse_response};
-use crate::tasks::listen::Followers;
+use crate::tasks::follow::Followers;
 use crate::tasks::{TaskService, render};
-use crate::upstream::{Caller, Exchange, Upstream};
+use crate::upstream::{Caller, Exchange, StopReason, Upstream};
 use mtg_protocol::jsonrpc::{ErrorObject, Message, code};
 use mtg_protocol::meta;
 use mtg_protocol::names::method;
@@ -33,7 +33,7 @@ const BACKLOG: usize = 16;
 const UPSTREAM_ACK_WITHIN: Duration = Duration::from_secs(10);
 
 /// One `subscriptions/listen` request.
-pub struct Listen<'a> {
+pub(crate) struct Listen<'a> {
     pub tasks: &'a Arc<TaskService>,
     pub followers: &'a Followers,
     pub upstream: &'a Arc<dyn Upstream>,
@@ -45,7 +45,7 @@ pub struct Listen<'a> {
     pub closing: tokio_util::sync::CancellationToken,
 }
 
-pub async fn listen(request: Listen<'_>) -> Result<Response<Body>, ErrorObject> {
+pub(crate) async fn listen(request: Listen<'_>) -> Result<Response<Body>, ErrorObject> {
     let parsed: ListenParams =
         serde_json::from_value(request.params.cloned().unwrap_or(Value::Null)).map_err(|e| {
             ErrorObject::invalid_params(format!(
@@ -77,11 +77,13 @@ pub async fn listen(request: Listen<'_>) -> Result<Response<Body>, ErrorObject> 
         let both = async {
             let (own, relayed) = tokio::join!(
                 follow_tasks(&followers, &followed, &principal, &id, &tx),
-                relay_upstream(upstream, &id, &tx),
+                relay_upstream(upstream, &id, &tx, &closing),
             );
             own && relayed
         };
         let open = tokio::select! {
+            // The upstream's part stops itself at the close (`relay_upstream`).
+            biased;
             open = both => open,
             () = closing.cancelled() => !tx.is_closed(),
         };
@@ -141,34 +143,48 @@ async fn upstream_part(
         session: None,
     };
     let params = json!({ "notifications": others });
-    let opened = async {
-        let mut exchange = request
-            .upstream
-            .open_call(&caller, method::SUBSCRIPTIONS_LISTEN, Some(params))
-            .await
-            .ok()?;
-        loop {
-            match exchange.next().await? {
-                Ok(Message::Notification { method: m, params })
-                    if m == method::SUBSCRIPTIONS_ACKNOWLEDGED =>
-                {
-                    return Some((listen::acknowledged_filter(params.as_ref()), Some(exchange)));
+    let deadline = tokio::time::Instant::now() + UPSTREAM_ACK_WITHIN;
+    let opening = request
+        .upstream
+        .open_call(&caller, method::SUBSCRIPTIONS_LISTEN, Some(params));
+    // `true`: the upstream answered in time, without an acknowledgement.
+    let answered = match tokio::time::timeout_at(deadline, opening).await {
+        Ok(Ok(mut exchange)) => {
+            let acknowledging = acknowledgement(exchange.as_mut());
+            match tokio::time::timeout_at(deadline, acknowledging).await {
+                Ok(Some(filter)) => return Some((filter, Some(exchange))),
+                Ok(None) => true,
+                Err(_) => {
+                    let _ = exchange.stop(StopReason::TimedOut).await;
+                    false
                 }
-                // Nothing may come before the acknowledgement; an answer ends it.
-                Ok(Message::Response { .. }) | Err(_) => return None,
-                Ok(_) => {}
             }
         }
+        Ok(Err(_)) => true,
+        Err(_) => false,
     };
-    match tokio::time::timeout(UPSTREAM_ACK_WITHIN, opened).await {
-        Ok(Some(part)) => Some(part),
-        Ok(None) => {
-            tracing::debug!("the upstream serves no subscriptions/listen; its kinds are left out");
-            None
+    match answered {
+        true => {
+            tracing::debug!("the upstream serves no subscriptions/listen; its kinds are left out")
         }
-        Err(_) => {
-            tracing::warn!("the upstream did not acknowledge subscriptions/listen in time");
-            None
+        false => tracing::warn!("the upstream did not acknowledge subscriptions/listen in time"),
+    }
+    None
+}
+
+/// The upstream's acknowledgement of its `subscriptions/listen`: the kinds it serves.
+/// `None` when it answered instead (nothing may come before the acknowledgement) or
+/// failed.
+async fn acknowledgement(exchange: &mut dyn Exchange) -> Option<Map<String, Value>> {
+    loop {
+        match exchange.next().await? {
+            Ok(Message::Notification { method: m, params })
+                if m == method::SUBSCRIPTIONS_ACKNOWLEDGED =>
+            {
+                return Some(listen::acknowledged_filter(params.as_ref()));
+            }
+            Ok(Message::Response { .. }) | Err(_) => return None,
+            Ok(_) => {}
         }
     }
 }
@@ -209,12 +225,13 @@ async fn follow_tasks(
 }
 
 /// Relays the upstream's notifications under the client's subscription id until the
-/// upstream ends its part; `true` then (the client is there). Dropping the exchange
-/// when the client hangs up closes the upstream's stream, which ends it there.
+/// upstream ends its part; `true` then (the client is there). A client that hangs up,
+/// or the gateway's close, stops the upstream's part (`upstream::stop`).
 async fn relay_upstream(
     upstream: Option<Box<dyn Exchange>>,
     id: &Value,
     tx: &mpsc::Sender<Bytes>,
+    closing: &tokio_util::sync::CancellationToken,
 ) -> bool {
     let Some(mut exchange) = upstream else {
         return true;
@@ -231,7 +248,14 @@ async fn relay_upstream(
                 Some(Ok(Message::Request { .. })) => {}
                 Some(Ok(Message::Response { .. })) | Some(Err(_)) | None => return true,
             },
-            () = tx.closed() => return false,
+            () = tx.closed() => {
+                let _ = exchange.stop(StopReason::ClientLeft).await;
+                return false;
+            }
+            () = closing.cancelled() => {
+                let _ = exchange.stop(StopReason::ShuttingDown).await;
+                return !tx.is_closed();
+            }
         }
     }
 }

@@ -2,8 +2,8 @@
 //! 2025-xx session upstream for everything else.
 
 mod deferred;
-pub mod forwarded;
-pub mod listen;
+mod forwarded;
+pub(super) mod listen;
 mod wanted;
 
 use http::request::Parts;
@@ -11,24 +11,21 @@ use http::{HeaderMap, HeaderValue, Response, header};
 use mtg_protocol::names::method;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};
-use crate::tasks::mrtr_bridge::BridgedCall;
 use crate::tasks::policy::CallPlan;
 use crate::tasks::{Started, ToolCall, render};
 use crate::upstream::Caller;
-use forwarded::{Answered, Route};
 use mtg_protocol::jsonrpc::{self, ErrorObject, Message, code};
 use mtg_protocol::names::STATELESS_VERSION;
 use mtg_protocol::task_support::TaskSupport;
 use mtg_protocol::wire::{self, ResultType, TaskIdParams, UpdateTaskParams};
 use mtg_protocol::{headers, meta};
 
-/// A 2026-07-28 message whose era `server::classify` decided: checks its headers and
+/// A 2026-07-28 message, as `server::generation::classify` found it: checks its headers and
 /// `_meta`, then serves it.
-pub async fn serve(gateway: &Gateway, parts: &Parts, message: Message) -> Response<Body> {
+pub(super) async fn serve(gateway: &Gateway, parts: &Parts, message: Message) -> Response<Body> {
     let (id, method, params) = match message {
         Message::Request { id, method, params } => (id, method, params),
         // Stateless clients cancel by closing the stream; their notifications end here.
@@ -77,8 +74,8 @@ pub async fn serve(gateway: &Gateway, parts: &Parts, message: Message) -> Respon
     handle(gateway, request).await
 }
 
-/// One modern request, parsed and with its headers checked.
-pub struct Request<'a> {
+/// One 2026-07-28 request, parsed and with its headers checked.
+pub(super) struct Request<'a> {
     pub id: Value,
     pub method: String,
     pub params: Option<Value>,
@@ -88,7 +85,7 @@ pub struct Request<'a> {
 
 /// `tools/call` and forwarded requests are boxed: this future is copied at each await up
 /// to hyper's box, and their 3–4 KB of state would make every poll pay for it.
-pub async fn handle(gateway: &Gateway, request: Request<'_>) -> Response<Body> {
+pub(super) async fn handle(gateway: &Gateway, request: Request<'_>) -> Response<Body> {
     let id = request.id.clone();
     let outcome = match request.method.as_str() {
         method::SERVER_DISCOVER => discover(gateway, &request).await,
@@ -117,7 +114,7 @@ pub async fn handle(gateway: &Gateway, request: Request<'_>) -> Response<Body> {
             .await
             .map(Answer::Stream)
         }
-        _ => Box::pin(forward(gateway, request)).await,
+        _ => Box::pin(forwarded::serve(gateway, request)).await,
     };
     match outcome {
         Ok(Answer::Json(body)) => reply::json(http::StatusCode::OK, body),
@@ -160,15 +157,14 @@ async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
     };
     // A retry of a call asked within the promotion budget, or of a held call.
     if crate::tasks::mrtr_bridge::resumes_held_call(params) {
-        return forward(gateway, request).await;
+        return forwarded::serve(gateway, request).await;
     }
     let defer_after = gateway
         .deferrals
         .after()
         .filter(|_| !meta::declares_tasks(params));
-    if let Some(waits) = defer_after.and(gateway.deferrals.waits())
-        && mtg_protocol::wire::deferred::may_be_gateway_tool(tool)
-        && let Some(answered) = deferred::gateway_tool(gateway, &request, tool, waits).await
+    if defer_after.is_some()
+        && let Some(answered) = deferred::gateway_tool(gateway, &request).await
     {
         return answered;
     }
@@ -195,48 +191,66 @@ async fn tools_call(gateway: &Gateway, request: Request<'_>) -> Outcome {
             format!("tool {tool:?} runs only as a task: declare the io.modelcontextprotocol/tasks extension"),
         )
         .with_data(wire::missing_tasks_capability_data())),
-        // A `forbidden` tool is never a task, deferred or not. Any other runs as the
-        // caller's task, answered on the call, with deferral on and when the upstream
-        // runs it only as its own task (the call could not be forwarded as it came).
+        // Any tool but a `forbidden` one runs as the caller's task, answered on the
+        // call, with deferral on and when the upstream runs it only as its own task
+        // (the call could not be forwarded as it came).
         CallPlan::Inline => {
             let budget = match gateway.policies.policy_of(tool) {
                 TaskSupport::Forbidden => None,
                 _ => gateway.deferrals.answer_within(&caller, tool).await,
             };
-            match budget {
-                Some(after) => {
-                    let tool = tool.to_owned();
-                    match wanted::Wanted::of(params) {
-                        None => deferred::call(gateway, request, &tool, after).await,
-                        Some(wanted) => {
-                            deferred::call_streamed(gateway, request, &tool, after, wanted)
-                        }
-                    }
-                }
-                None => forward(gateway, request).await,
-            }
+            let tool = tool.to_owned();
+            call_inline(gateway, request, &tool, budget).await
         }
-        CallPlan::Task => {
-            let params = upstream_params(request.params.unwrap_or_default());
-            let call = ToolCall {
-                params: serde_json::value::to_raw_value(&params)
-                    .map_err(|e| ErrorObject::internal(format!("tool call params: {e}")))?,
-                capabilities,
-                auth,
-                principal: request.principal,
-                session: None,
-                ttl_ms: None,
-                relay: None,
-            };
-            match gateway.tasks.start_task(call).await? {
-                Started::Task(task) => Ok(jsonrpc::success_body_of(
-                    &request.id,
-                    &render::task_result(&task, ResultType::Task),
-                ).into()),
-                Started::Inline(Ok(result)) => Ok(jsonrpc::success_body(&request.id, &result).into()),
-                Started::Inline(Err(error)) => Err(error),
-            }
-        }
+        CallPlan::Task => start_task(gateway, request, capabilities, auth).await,
+    }
+}
+
+/// A call the client gets the answer of on the call: run as its task within `budget`
+/// (`deferred.rs`: deferral on, or a tool the upstream runs only as its own task), else
+/// forwarded as it came. A `forbidden` tool is never a task, deferred or not.
+async fn call_inline(
+    gateway: &Gateway,
+    request: Request<'_>,
+    tool: &str,
+    budget: Option<std::time::Duration>,
+) -> Outcome {
+    let Some(after) = budget else {
+        return forwarded::serve(gateway, request).await;
+    };
+    match wanted::Wanted::of(request.params.as_ref()) {
+        None => deferred::call(gateway, request, tool, after).await,
+        Some(wanted) => deferred::call_streamed(gateway, request, tool, after, wanted),
+    }
+}
+
+/// A call of a client with the tasks extension, as a task: `CreateTaskResult`, or the
+/// result when it ends within the promotion budget.
+async fn start_task(
+    gateway: &Gateway,
+    request: Request<'_>,
+    capabilities: serde_json::Map<String, Value>,
+    auth: Option<HeaderValue>,
+) -> Outcome {
+    let params = upstream_params(request.params.unwrap_or_default());
+    let call = ToolCall {
+        params: serde_json::value::to_raw_value(&params)
+            .map_err(|e| ErrorObject::internal(format!("tool call params: {e}")))?,
+        capabilities,
+        auth,
+        principal: request.principal,
+        session: None,
+        ttl_ms: None,
+        relay: None,
+    };
+    match gateway.tasks.start_task(call).await? {
+        Started::Task(task) => Ok(jsonrpc::success_body_of(
+            &request.id,
+            &render::task_result(&task, ResultType::Task),
+        )
+        .into()),
+        Started::Inline(Ok(result)) => Ok(jsonrpc::success_body(&request.id, &result).into()),
+        Started::Inline(Err(error)) => Err(error),
     }
 }
 
@@ -275,38 +289,6 @@ async fn tasks_method(gateway: &Gateway, request: &Request<'_>) -> Outcome {
     }
 }
 
-/// Forwards a request the gateway does not own to the upstream (`forwarded.rs`).
-async fn forward(gateway: &Gateway, request: Request<'_>) -> Outcome {
-    let (capabilities, auth) = caller_of(&request);
-    let route = Route {
-        upstream: gateway.upstream.clone(),
-        bridge: gateway.bridge.clone(),
-        timeout: gateway.upstream_timeout,
-        deferral: gateway
-            .deferrals
-            .after()
-            .filter(|_| !meta::declares_tasks(request.params.as_ref()))
-            .map(|after| (after, gateway.deferrals.clone())),
-        progress_keepalive: gateway.progress_keepalive.clone(),
-    };
-    let call = BridgedCall {
-        upstream_params: request.params.clone().map(upstream_params),
-        client_params: request.params,
-        method: request.method,
-        capabilities,
-        auth,
-        principal: request.principal,
-    };
-    match forwarded::serve(route, request.id.clone(), call).await {
-        Answered::Json(result) => {
-            let raw: Box<RawValue> = serde_json::value::to_raw_value(&result?)
-                .map_err(|e| ErrorObject::internal(e.to_string()))?;
-            Ok(jsonrpc::success_body(&request.id, &raw).into())
-        }
-        Answered::Stream(response) => Ok(Answer::Stream(response)),
-    }
-}
-
 /// Read from the request's tree where it is, not from a copy: a poll's params are only
 /// read.
 fn parse_params<T: DeserializeOwned>(request: &Request<'_>) -> Result<T, ErrorObject> {
@@ -335,7 +317,7 @@ fn upstream_params(mut params: Value) -> Value {
     if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
         meta.remove(mtg_protocol::wire::dialect_2025::RELATED_TASK);
     }
-    meta::strip_modern_meta(&mut params);
+    meta::strip_stateless_meta(&mut params);
     if let Some(obj) = params.as_object_mut() {
         obj.remove("task");
     }

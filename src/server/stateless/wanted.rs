@@ -11,14 +11,14 @@ use mtg_protocol::names::method;
 
 /// What the client asked to hear about while the call runs.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Wanted {
+pub(super) struct Wanted {
     progress_token: Option<Value>,
     log_level: Option<String>,
 }
 
 impl Wanted {
     /// `None` when the client asked for neither: a plain JSON answer will do.
-    pub fn of(params: Option<&Value>) -> Option<Self> {
+    pub(super) fn of(params: Option<&Value>) -> Option<Self> {
         let wanted = Self {
             progress_token: meta::progress_token(params).cloned(),
             log_level: meta::log_level(params).map(str::to_owned),
@@ -29,7 +29,11 @@ impl Wanted {
     /// A notification a task's runner relayed (`ToolCall::relay`) as the client's SSE
     /// frame, if it asked for it: the runner's progress token is the task's, so progress
     /// is put back under the client's own token first.
-    pub fn relayed_frame(&self, method_name: &str, mut params: Option<Value>) -> Option<Bytes> {
+    pub(super) fn relayed_frame(
+        &self,
+        method_name: &str,
+        mut params: Option<Value>,
+    ) -> Option<Bytes> {
         if method_name == method::PROGRESS
             && let (Some(token), Some(object)) = (
                 &self.progress_token,
@@ -46,7 +50,7 @@ impl Wanted {
 
     /// Notifications must relate to the client's request: progress under its own token,
     /// log messages at or above its level; anything else stays here.
-    pub fn passes(&self, method_name: &str, params: Option<&Value>) -> bool {
+    pub(super) fn passes(&self, method_name: &str, params: Option<&Value>) -> bool {
         match method_name {
             method::PROGRESS => {
                 self.progress_token.is_some()

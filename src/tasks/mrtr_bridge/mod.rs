@@ -18,11 +18,10 @@ use serde_json::{Map, Value, json};
 
 pub use state::{StateKeys, request_digest};
 
-use super::start::{Held, Start};
+use super::start::{Adopted, Start};
 use super::{TaskService, ToolCall, render};
-use crate::telemetry;
 use crate::upstream::forward::Asked;
-use crate::upstream::{Exchange, UpstreamEvent};
+use crate::upstream::{Exchange, StopReason, UpstreamEvent};
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_protocol::wire::{InputRequest, ResultType, TaskStatus};
 use mtg_store::{TaskRecord, input_key, now_ms};
@@ -87,7 +86,7 @@ impl MrtrBridge {
     pub async fn hold(
         &self,
         call: BridgedCall,
-        exchange: Box<dyn Exchange>,
+        mut exchange: Box<dyn Exchange>,
         asked: Vec<Asked>,
         later: Vec<UpstreamEvent>,
     ) -> Result<Value, ErrorObject> {
@@ -106,9 +105,7 @@ impl MrtrBridge {
         let slot = match self.tasks.running_limit.reserve(&task.principal) {
             Ok(slot) => slot,
             Err(error) => {
-                let _ = exchange
-                    .cancel("the caller has too many calls running")
-                    .await;
+                let _ = exchange.stop(StopReason::Refused).await;
                 return Err(error);
             }
         };
@@ -128,19 +125,19 @@ impl MrtrBridge {
         record.next_input_key = pending.len() as u64;
         let task_id = record.task_id.clone();
         let shown = self.input_required(&record, &call.principal, &digest, false);
-        let held = Held {
+        let adopted = Adopted {
             exchange,
             pending,
             later,
             input_wait: Some(self.tasks.settings.input_wait),
         };
-        // Stored by the runner, which holds the open call from here on: if the store
-        // fails, the call is dropped and so cancelled upstream.
+        // Stored by the runner, which carries the open call from here on: if the store
+        // fails, the call is dropped, and the exchange's safety net stops it upstream.
         let to_store = super::ToStore {
             record,
-            stored: telemetry::Meter::held_call_started,
+            stored: |meter| meter.calls().held(),
         };
-        let start = Start::New(Some(held));
+        let start = Start::New(Some(adopted));
         let mut launched = self
             .tasks
             .spawn_runner(&task_id, task, start, slot, Some(to_store));
@@ -159,19 +156,8 @@ impl MrtrBridge {
         method: &str,
         params: &Value,
     ) -> Result<Resumed, ErrorObject> {
-        let sealed = params
-            .get("requestState")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
         let digest = state::request_digest(method, Some(params));
-        let claims = state::open(
-            &self.tasks.settings.state_keys,
-            sealed,
-            principal,
-            &digest,
-            now_ms(),
-        )
-        .map_err(|e| ErrorObject::invalid_params(e.to_string()))?;
+        let claims = self.open_state(principal, &digest, params)?;
         // A task's own call keeps the caller's principal; a held call lives apart.
         let owner = if claims.visible {
             principal.to_owned()
@@ -182,6 +168,63 @@ impl MrtrBridge {
         if let Some(ended) = ended(&record) {
             return ended.map(Resumed::Reply);
         }
+        self.answer_round(&claims, &owner, &record, params).await?;
+        let deferred_after = self.deferred_after(&claims, params);
+        let budget = deferred_after.or(claims.visible.then_some(self.tasks.settings.promote_after));
+        let Some(record) = self
+            .next_round_or_end(&claims.task_id, &owner, budget)
+            .await?
+        else {
+            return self
+                .past_budget(&claims.task_id, &owner, deferred_after.is_some())
+                .await;
+        };
+        if let Some(ended) = ended(&record) {
+            // The client never saw an id: nobody else will ask for the record.
+            if let Err(e) = self.tasks.store.delete(&record.task_id).await {
+                tracing::warn!(task_id = record.task_id, error = %e, "could not forget a held call");
+            }
+            return ended.map(Resumed::Reply);
+        }
+        Ok(Resumed::Reply(self.input_required(
+            &record,
+            principal,
+            &digest,
+            claims.visible,
+        )))
+    }
+
+    /// The claims of the retry's `requestState`, if it is the gateway's, unexpired, the
+    /// caller's and made for this very request.
+    fn open_state(
+        &self,
+        principal: &str,
+        digest: &str,
+        params: &Value,
+    ) -> Result<state::Claims, ErrorObject> {
+        let sealed = params
+            .get("requestState")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        state::open(
+            &self.tasks.settings.state_keys,
+            sealed,
+            principal,
+            digest,
+            now_ms(),
+        )
+        .map_err(|e| ErrorObject::invalid_params(e.to_string()))
+    }
+
+    /// Writes the retry's answers to the round its state names (accept-once: a round
+    /// already answered refuses the state) and wakes the call's owner.
+    async fn answer_round(
+        &self,
+        claims: &state::Claims,
+        owner: &str,
+        record: &TaskRecord,
+        params: &Value,
+    ) -> Result<(), ErrorObject> {
         if claims
             .keys
             .iter()
@@ -202,51 +245,43 @@ impl MrtrBridge {
                     .collect()
             })
             .unwrap_or_default();
-        self.tasks
-            .update(&claims.task_id, &owner, responses)
-            .await?;
-        // A task's call answers within the promotion budget, or becomes the task. The
-        // call of a client without the extension (`tasks::deferral`) answers within the
-        // deferral budget, or is deferred again; with deferral off it is a call of a
-        // tool the upstream runs only as a task, answered when it ends.
-        let deferred_after = (claims.visible && !mtg_protocol::meta::declares_tasks(Some(params)))
-            .then(|| {
-                self.tasks
-                    .settings
-                    .defer_after
-                    .unwrap_or(crate::tasks::deferral::UNTIL_IT_ENDS)
-            });
-        let budget = deferred_after.or(claims.visible.then_some(self.tasks.settings.promote_after));
-        let Some(record) = self
-            .next_round_or_end(&claims.task_id, &owner, budget)
-            .await?
-        else {
-            let record = self.held_record(&claims.task_id, &owner).await?;
-            if deferred_after.is_some() {
-                return Ok(Resumed::StillRunning(record));
-            }
-            tracing::info!(
-                task_id = record.task_id,
-                "answered past the promotion budget: now a task"
-            );
-            return Ok(Resumed::Reply(json!(render::task_result(
-                &record,
-                ResultType::Task
-            ))));
-        };
-        if let Some(ended) = ended(&record) {
-            // The client never saw an id: nobody else will ask for the record.
-            if let Err(e) = self.tasks.store.delete(&record.task_id).await {
-                tracing::warn!(task_id = record.task_id, error = %e, "could not forget a held call");
-            }
-            return ended.map(Resumed::Reply);
+        self.tasks.update(&claims.task_id, owner, responses).await
+    }
+
+    /// A task's call answers within the promotion budget, or becomes the task. The
+    /// call of a client without the extension (`tasks::deferral`) answers within the
+    /// deferral budget, or is deferred again; with deferral off it is a call of a
+    /// tool the upstream runs only as a task, answered when it ends. This is that
+    /// deferral budget, for such a call.
+    fn deferred_after(&self, claims: &state::Claims, params: &Value) -> Option<Duration> {
+        (claims.visible && !mtg_protocol::meta::declares_tasks(Some(params))).then(|| {
+            self.tasks
+                .settings
+                .defer_after
+                .unwrap_or(crate::tasks::deferral::UNTIL_IT_ENDS)
+        })
+    }
+
+    /// A call still running when its budget passed: a deferred call's task, else a task
+    /// now, answered as one.
+    async fn past_budget(
+        &self,
+        task_id: &str,
+        owner: &str,
+        deferred: bool,
+    ) -> Result<Resumed, ErrorObject> {
+        let record = self.held_record(task_id, owner).await?;
+        if deferred {
+            return Ok(Resumed::StillRunning(record));
         }
-        Ok(Resumed::Reply(self.input_required(
+        tracing::info!(
+            task_id = record.task_id,
+            "answered past the promotion budget: now a task"
+        );
+        Ok(Resumed::Reply(json!(render::task_result(
             &record,
-            principal,
-            &digest,
-            claims.visible,
-        )))
+            ResultType::Task
+        ))))
     }
 
     /// For a task's runner, while its creator still waits within the promotion budget:
@@ -304,7 +339,6 @@ impl MrtrBridge {
         }
     }
 
-    /// The `InputRequiredResult` for the record's outstanding requests.
     /// The `InputRequiredResult` of a task's pending input for a request of the caller's
     /// (a deferred call's `get_task_result`): the client's retry of that request, with
     /// the answers, resumes the task.
@@ -319,6 +353,7 @@ impl MrtrBridge {
         self.input_required(task, principal, &digest, true)
     }
 
+    /// The `InputRequiredResult` for the record's outstanding requests.
     fn input_required(
         &self,
         record: &TaskRecord,

@@ -56,7 +56,7 @@ impl StateKeys {
 
 /// What a state says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Claims {
+pub(super) struct Claims {
     #[serde(rename = "t")]
     pub task_id: String,
     /// The input keys this round asked for.
@@ -76,7 +76,7 @@ pub struct Claims {
 
 /// Why a `requestState` is refused; the client gets -32602 with this text.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum StateError {
+pub(super) enum StateError {
     #[error("requestState is malformed")]
     Malformed,
     #[error("requestState was not issued by this gateway for this caller")]
@@ -88,11 +88,11 @@ pub enum StateError {
 }
 
 /// Whether `state` is one of the gateway's (others belong to a 2026 upstream).
-pub fn is_ours(state: &str) -> bool {
+pub(super) fn is_ours(state: &str) -> bool {
     state.starts_with(PREFIX)
 }
 
-pub fn seal(keys: &StateKeys, claims: &Claims, principal: &str) -> String {
+pub(super) fn seal(keys: &StateKeys, claims: &Claims, principal: &str) -> String {
     let payload = serde_json::to_vec(claims).expect("claims serialize");
     let mac = StateKeys::mac(&keys.current, &payload, principal).finalize();
     format!(
@@ -103,7 +103,7 @@ pub fn seal(keys: &StateKeys, claims: &Claims, principal: &str) -> String {
 }
 
 /// The claims of a state sealed for `principal` and this request, not yet expired.
-pub fn open(
+pub(super) fn open(
     keys: &StateKeys,
     state: &str,
     principal: &str,

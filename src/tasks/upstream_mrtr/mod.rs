@@ -100,7 +100,11 @@ impl TaskAnswers<'_> {
     /// a round still waiting for answers is waited for here, under the same keys (the
     /// upstream keeps nothing between rounds, so any instance may send the retry); a
     /// round already answered is sent again with the same answers and state.
-    pub async fn resume(&mut self, round: RoundState, params: &Value) -> Result<Value, Halt> {
+    pub(super) async fn resume(
+        &mut self,
+        round: RoundState,
+        params: &Value,
+    ) -> Result<Value, Halt> {
         let (request_state, responses) = match round {
             RoundState::Retrying {
                 request_state,

@@ -18,7 +18,7 @@
 use serde_json::Value;
 
 /// A call in flight, as far as attribution is concerned.
-pub struct Candidate<'a> {
+pub(super) struct Candidate<'a> {
     pub id: u64,
     /// The progress token the gateway sent upstream for this call.
     pub progress_token: Option<&'a Value>,
@@ -27,7 +27,7 @@ pub struct Candidate<'a> {
 }
 
 #[derive(Debug, PartialEq, Eq)]
-pub enum Owner {
+pub(super) enum Owner {
     Call(u64),
     /// Belongs to no call: the gateway answers it itself.
     NoCall,
@@ -35,7 +35,7 @@ pub enum Owner {
     Ambiguous(Vec<u64>),
 }
 
-pub fn owner_of<'a>(
+pub(super) fn owner_of<'a>(
     method: &str,
     params: Option<&Value>,
     calls: impl IntoIterator<Item = Candidate<'a>>,

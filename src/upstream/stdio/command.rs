@@ -7,7 +7,7 @@ use tokio::process::{Child, Command};
 
 /// The program, its arguments, extra environment and working directory.
 #[derive(Debug, Clone)]
-pub struct StdioCommand {
+pub(crate) struct StdioCommand {
     pub program: String,
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
@@ -16,7 +16,7 @@ pub struct StdioCommand {
 
 impl StdioCommand {
     /// From already split words (`--upstream-cmd`); `None` when there are none.
-    pub fn new(words: &[String]) -> Option<Self> {
+    pub(crate) fn new(words: &[String]) -> Option<Self> {
         let (program, args) = words.split_first()?;
         Some(Self {
             program: program.clone(),
@@ -27,7 +27,7 @@ impl StdioCommand {
     }
 
     /// The command line for logs and error messages.
-    pub fn display(&self) -> String {
+    pub(crate) fn display(&self) -> String {
         std::iter::once(&self.program)
             .chain(&self.args)
             .map(|w| shlex::try_quote(w).map_or_else(|_| w.clone(), |q| q.into_owned()))

@@ -1,23 +1,23 @@
 //! One request in flight on a stdio process, as the runner and forwarders see it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use serde_json::Value;
 
 use super::link::{Events, Link};
 use super::pool::Lease;
-use crate::upstream::{Exchange, UpstreamError, UpstreamEvent};
+use crate::upstream::{Exchange, StopReason, UpstreamError, UpstreamEvent};
 use mtg_protocol::jsonrpc::ErrorObject;
 
-pub struct StdioExchange {
+pub(super) struct StdioExchange {
     link: Arc<Link>,
     id: u64,
     id_value: Value,
     events: Events,
     answered: bool,
-    cancelled: AtomicBool,
+    /// Stopped: `notifications/cancelled` was written.
+    stopped: bool,
     /// Holds the call's place on its process until the exchange is dropped.
     _lease: Lease,
 }
@@ -30,7 +30,7 @@ impl StdioExchange {
             id_value: Value::from(id),
             events,
             answered: false,
-            cancelled: AtomicBool::new(false),
+            stopped: false,
             _lease: lease,
         }
     }
@@ -57,11 +57,12 @@ impl Exchange for StdioExchange {
         self.link.answer(&id, outcome)
     }
 
-    async fn cancel(&self, reason: &str) -> Result<(), UpstreamError> {
-        if self.answered || self.cancelled.swap(true, Ordering::Relaxed) {
+    /// Writes `notifications/cancelled` to the process (`upstream::stop`).
+    async fn stop(&mut self, reason: StopReason) -> Result<(), UpstreamError> {
+        if self.answered || std::mem::replace(&mut self.stopped, true) {
             return Ok(());
         }
-        self.link.cancel(self.id, reason)
+        self.link.cancel(self.id, reason.words())
     }
 
     fn request_id(&self) -> &Value {
@@ -70,13 +71,12 @@ impl Exchange for StdioExchange {
 }
 
 impl Drop for StdioExchange {
-    /// A caller that stops listening before the answer (timeout, client gone) cancels
-    /// the call upstream, so the server stops working for nobody.
+    /// The safety net (`upstream::stop`): an exchange dropped unanswered and not stopped
+    /// (its future dropped from outside) still stops the call, so the server does not
+    /// work for nobody.
     fn drop(&mut self) {
-        if !self.answered && !self.cancelled.swap(true, Ordering::Relaxed) {
-            let _ = self
-                .link
-                .cancel(self.id, "the gateway's caller stopped waiting");
+        if !self.answered && !self.stopped {
+            let _ = self.link.cancel(self.id, StopReason::Abandoned.words());
         }
     }
 }

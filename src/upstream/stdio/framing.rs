@@ -5,26 +5,26 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
 /// What one read produced.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Line {
+pub(super) enum Line {
     /// A line without its `\n` (and `\r`).
     Text(Vec<u8>),
     /// A line longer than the limit; its bytes were skipped. Carries the length seen.
     TooLong(usize),
 }
 
-pub struct LineReader<R> {
+pub(super) struct LineReader<R> {
     inner: R,
     max: usize,
 }
 
 impl<R: AsyncBufRead + Unpin> LineReader<R> {
-    pub fn new(inner: R, max: usize) -> Self {
+    pub(super) fn new(inner: R, max: usize) -> Self {
         Self { inner, max }
     }
 
     /// The next line; `None` at end of stream (a final unterminated line is returned
     /// first).
-    pub async fn next(&mut self) -> std::io::Result<Option<Line>> {
+    pub(super) async fn next(&mut self) -> std::io::Result<Option<Line>> {
         let mut line = Vec::new();
         let mut skipped = 0usize;
         loop {

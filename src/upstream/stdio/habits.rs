@@ -17,17 +17,17 @@ enum Habit {
 }
 
 #[derive(Default)]
-pub struct Habits {
+pub(super) struct Habits {
     known: Mutex<HashMap<String, Habit>>,
 }
 
 impl Habits {
     /// Whether calls of `key` need a process to themselves.
-    pub fn needs_own_process(&self, key: &str) -> bool {
+    pub(super) fn needs_own_process(&self, key: &str) -> bool {
         self.lock().contains_key(key)
     }
 
-    pub fn asked(&self, key: &str) {
+    pub(super) fn asked(&self, key: &str) {
         if self.lock().insert(key.to_owned(), Habit::Asks) != Some(Habit::Asks) {
             tracing::info!(
                 tool = key,
@@ -36,12 +36,12 @@ impl Habits {
         }
     }
 
-    pub fn suspect(&self, key: &str) {
+    pub(super) fn suspect(&self, key: &str) {
         self.lock().entry(key.to_owned()).or_insert(Habit::Suspect);
     }
 
     /// A call of `key` ended without asking for anything.
-    pub fn ran_quietly(&self, key: &str) {
+    pub(super) fn ran_quietly(&self, key: &str) {
         let mut known = self.lock();
         if known.get(key) == Some(&Habit::Suspect) {
             known.remove(key);
@@ -54,7 +54,7 @@ impl Habits {
 }
 
 /// The key habits are kept under: the tool for `tools/call`, else the method.
-pub fn key_of(method: &str, params: Option<&serde_json::Value>) -> String {
+pub(super) fn key_of(method: &str, params: Option<&serde_json::Value>) -> String {
     match params.and_then(|p| p.get("name")).and_then(|n| n.as_str()) {
         Some(name) if method == method::TOOLS_CALL => format!("tools/call {name}"),
         _ => method.to_owned(),

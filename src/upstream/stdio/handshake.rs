@@ -19,7 +19,7 @@ const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The capabilities the process's one session declares. Servers register some tools
 /// only for clients that declared these; calls whose own client did not declare one
 /// get an error answer upstream if they are asked for it.
-pub fn declared_capabilities() -> Map<String, Value> {
+pub(super) fn declared_capabilities() -> Map<String, Value> {
     let caps = json!({
         "elicitation": {"form": {}, "url": {}},
         "sampling": {},
@@ -28,13 +28,13 @@ pub fn declared_capabilities() -> Map<String, Value> {
     caps.as_object().cloned().unwrap_or_default()
 }
 
-pub fn client_info() -> Value {
+pub(super) fn client_info() -> Value {
     mtg_protocol::names::gateway_info()
 }
 
 /// Runs the handshake; returns the server's description in `InitializeResult` shape
-/// (capabilities, serverInfo, instructions), whatever the era.
-pub async fn handshake(link: &Link) -> Result<Value, UpstreamError> {
+/// (capabilities, serverInfo, instructions), whatever the generation.
+pub(super) async fn handshake(link: &Link) -> Result<Value, UpstreamError> {
     match discover(link).await? {
         Some(result) => {
             link.set_generation(Generation::Stateless);
@@ -64,7 +64,7 @@ pub async fn handshake(link: &Link) -> Result<Value, UpstreamError> {
 }
 
 /// `Some(result)` for a 2026-07-28 server, `None` for a 2025-xx one. As the stdio
-/// transport says, any error other than a recognised modern one, or no answer at
+/// transport says, any error other than a recognised 2026-07-28 one, or no answer at
 /// all, means 2025-xx.
 async fn discover(link: &Link) -> Result<Option<Value>, UpstreamError> {
     let params = json!({"_meta": {

@@ -22,11 +22,11 @@ use mtg_protocol::meta;
 /// It normally stops counting sooner: see `Link::cancel`.
 const GHOST_GRACE: Duration = Duration::from_secs(30);
 
-pub type Events = mpsc::UnboundedReceiver<Result<UpstreamEvent, UpstreamError>>;
+pub(super) type Events = mpsc::UnboundedReceiver<Result<UpstreamEvent, UpstreamError>>;
 type EventSender = mpsc::UnboundedSender<Result<UpstreamEvent, UpstreamError>>;
 
 /// What every process of one upstream shares.
-pub struct LinkContext {
+pub(super) struct LinkContext {
     /// Ids for requests sent upstream and for upstream requests shown to callers;
     /// unique across processes and restarts, so an answer can never reach the wrong
     /// process.
@@ -37,7 +37,7 @@ pub struct LinkContext {
 }
 
 impl LinkContext {
-    pub fn new(roots: &[String]) -> Self {
+    pub(super) fn new(roots: &[String]) -> Self {
         let roots: Vec<Value> = roots.iter().map(|uri| json!({"uri": uri})).collect();
         Self {
             next_id: AtomicU64::new(1),
@@ -51,11 +51,11 @@ impl LinkContext {
     }
 }
 
-pub use mtg_protocol::names::Generation;
+pub(super) use mtg_protocol::names::Generation;
 
 /// What the client behind a call declared it can be asked.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Grants {
+pub(super) struct Grants {
     elicitation_form: bool,
     elicitation_url: bool,
     sampling: bool,
@@ -63,7 +63,7 @@ pub struct Grants {
 }
 
 impl Grants {
-    pub fn from_capabilities(capabilities: &Map<String, Value>) -> Self {
+    pub(super) fn from_capabilities(capabilities: &Map<String, Value>) -> Self {
         let elicitation = capabilities.get("elicitation").and_then(Value::as_object);
         Self {
             // `elicitation: {}` means form mode, for clients older than the modes.
@@ -75,7 +75,7 @@ impl Grants {
     }
 
     /// Whether the client can be given elicitations or sampling requests at all.
-    pub fn can_be_asked(&self) -> bool {
+    pub(super) fn can_be_asked(&self) -> bool {
         self.elicitation_form || self.elicitation_url || self.sampling
     }
 
@@ -95,7 +95,7 @@ impl Grants {
 }
 
 /// A request to send.
-pub struct Outgoing<'a> {
+pub(super) struct Outgoing<'a> {
     pub method: &'a str,
     pub params: Option<Value>,
     /// False for requests that cannot ask for input; they never own a request.
@@ -113,7 +113,7 @@ struct CallEntry {
     progress: Option<(Value, Value)>,
     habit: String,
     asked: bool,
-    /// Set once the caller stopped listening; the entry lingers until this passes.
+    /// Set once the caller stopped reading; the entry lingers until this passes.
     ghost_until: Option<Instant>,
 }
 
@@ -146,7 +146,7 @@ enum Verdict {
     Gateway,
 }
 
-pub struct Link {
+pub(super) struct Link {
     pub slot: usize,
     pub pid: u32,
     context: Arc<LinkContext>,
@@ -160,7 +160,7 @@ pub struct Link {
 }
 
 impl Link {
-    pub fn new(
+    pub(super) fn new(
         slot: usize,
         pid: u32,
         context: Arc<LinkContext>,
@@ -177,24 +177,24 @@ impl Link {
         }
     }
 
-    pub fn generation(&self) -> Option<Generation> {
+    pub(super) fn generation(&self) -> Option<Generation> {
         self.generation.get().copied()
     }
 
-    pub fn set_generation(&self, generation: Generation) {
+    pub(super) fn set_generation(&self, generation: Generation) {
         let _ = self.generation.set(generation);
     }
 
-    pub fn set_server(&self, server: Value) {
+    pub(super) fn set_server(&self, server: Value) {
         let _ = self.server.set(server);
     }
 
-    pub fn server(&self) -> Option<&Value> {
+    pub(super) fn server(&self) -> Option<&Value> {
         self.server.get()
     }
 
     /// Registers the call, then sends it; what comes back arrives on the receiver.
-    pub fn start(&self, outgoing: Outgoing<'_>) -> Result<(u64, Events), UpstreamError> {
+    pub(super) fn start(&self, outgoing: Outgoing<'_>) -> Result<(u64, Events), UpstreamError> {
         let id = self.context.next_id();
         let mut params = outgoing.params;
         // Notifications carry no stream on stdio: the token routes progress back, so
@@ -209,7 +209,7 @@ impl Link {
             progress = Some((std::mem::replace(token, ours.clone()), ours));
         }
         if self.generation() == Some(Generation::Stateless) {
-            params = Some(meta::with_modern_meta(params, outgoing.capabilities));
+            params = Some(meta::with_stateless_meta(params, outgoing.capabilities));
         }
         let (events, receiver) = mpsc::unbounded_channel();
         {
@@ -239,7 +239,7 @@ impl Link {
     }
 
     /// Answers an upstream request that was handed to a caller under `id`.
-    pub fn answer(
+    pub(super) fn answer(
         &self,
         id: &Value,
         outcome: Result<Value, ErrorObject>,
@@ -258,7 +258,7 @@ impl Link {
     /// candidate until the ping is answered: the server reads stdin in order, so by
     /// then it has seen the cancellation, and anything it sent for the call before
     /// came earlier on stdout.
-    pub fn cancel(&self, id: u64, reason: &str) -> Result<(), UpstreamError> {
+    pub(super) fn cancel(&self, id: u64, reason: &str) -> Result<(), UpstreamError> {
         self.forget(id);
         let notice = jsonrpc::notification_value(
             method::CANCELLED,
@@ -274,9 +274,9 @@ impl Link {
         ))
     }
 
-    /// The caller stopped listening: the call lingers as a ghost so its late requests
+    /// The caller stopped reading: the call lingers as a ghost so its late requests
     /// are not taken for another call's, and its pending requests are refused.
-    pub fn forget(&self, id: u64) {
+    pub(super) fn forget(&self, id: u64) {
         let refused: Vec<Value> = {
             let mut state = self.lock();
             match state.calls.get_mut(&id) {
@@ -306,12 +306,12 @@ impl Link {
     }
 
     /// Sends a notification from a caller (e.g. a session client's cancellation).
-    pub fn notify(&self, method: &str, params: Option<Value>) -> Result<(), UpstreamError> {
+    pub(super) fn notify(&self, method: &str, params: Option<Value>) -> Result<(), UpstreamError> {
         self.send(&jsonrpc::notification_value(method, params))
     }
 
     /// The process is gone: every call in flight fails with `error`.
-    pub fn close(&self, error: UpstreamError) {
+    pub(super) fn close(&self, error: UpstreamError) {
         let calls = {
             let mut state = self.lock();
             state.closed.get_or_insert(error.clone());
@@ -325,16 +325,16 @@ impl Link {
     }
 
     /// Closes the process's stdin, the polite way to ask a stdio server to exit.
-    pub fn close_stdin(&self) {
+    pub(super) fn close_stdin(&self) {
         self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
-    pub fn is_closed(&self) -> bool {
+    pub(super) fn is_closed(&self) -> bool {
         self.lock().closed.is_some()
     }
 
     /// Handles one line the process wrote on stdout.
-    pub fn dispatch(&self, line: &[u8]) {
+    pub(super) fn dispatch(&self, line: &[u8]) {
         let message = match Message::parse(line) {
             Ok(message) => message,
             Err(e) => {

@@ -9,7 +9,7 @@
 //! - `pool`: several processes and which call runs where; `exchange`: one call.
 
 mod attribution;
-pub mod command;
+pub(crate) mod command;
 mod exchange;
 mod framing;
 mod habits;
@@ -23,9 +23,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 
-pub use command::StdioCommand;
+pub(crate) use command::StdioCommand;
 use exchange::StdioExchange;
-pub use pool::Health;
+pub(crate) use pool::Health;
 
 use super::{Caller, Opened, Upstream, UpstreamError};
 use link::{Grants, Outgoing};
@@ -44,20 +44,20 @@ const QUIET_METHODS: [&str; 8] = [
     "logging/setLevel",
 ];
 
-pub struct StdioUpstream {
+pub(crate) struct StdioUpstream {
     pool: Arc<Pool>,
 }
 
 impl StdioUpstream {
     /// Starts the first process at once; up to `pool_size` run when calls need them.
-    pub fn start(command: StdioCommand, pool_size: usize, roots: &[String]) -> Arc<Self> {
+    pub(crate) fn start(command: StdioCommand, pool_size: usize, roots: &[String]) -> Arc<Self> {
         Arc::new(Self {
             pool: Pool::start(command, pool_size, roots),
         })
     }
 
     /// Ready while at least one process is running; the detail says why not.
-    pub fn health(&self) -> Health {
+    pub(crate) fn health(&self) -> Health {
         self.pool.health()
     }
 }

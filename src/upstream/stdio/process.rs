@@ -20,7 +20,7 @@ const MAX_STDERR_LINE_BYTES: usize = 64 * 1024;
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// Writes queued lines to stdin until the queue closes, then closes stdin.
-pub fn spawn_writer(mut stdin: ChildStdin, mut lines: mpsc::UnboundedReceiver<Vec<u8>>) {
+pub(super) fn spawn_writer(mut stdin: ChildStdin, mut lines: mpsc::UnboundedReceiver<Vec<u8>>) {
     tokio::spawn(async move {
         while let Some(line) = lines.recv().await {
             if let Err(e) = write_line(&mut stdin, &line).await {
@@ -37,7 +37,7 @@ async fn write_line(stdin: &mut ChildStdin, line: &[u8]) -> std::io::Result<()> 
 }
 
 /// Routes every stdout line to the link; ends at end of stream.
-pub fn spawn_reader(link: Arc<Link>, stdout: ChildStdout) -> JoinHandle<()> {
+pub(super) fn spawn_reader(link: Arc<Link>, stdout: ChildStdout) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut lines = LineReader::new(BufReader::new(stdout), MAX_LINE_BYTES);
         loop {
@@ -65,7 +65,7 @@ pub fn spawn_reader(link: Arc<Link>, stdout: ChildStdout) -> JoinHandle<()> {
 }
 
 /// Every stderr line goes to the log (target `upstream_stderr`): servers log there.
-pub fn spawn_stderr_logger(slot: usize, pid: u32, stderr: ChildStderr) {
+pub(super) fn spawn_stderr_logger(slot: usize, pid: u32, stderr: ChildStderr) {
     tokio::spawn(async move {
         let mut lines = LineReader::new(BufReader::new(stderr), MAX_STDERR_LINE_BYTES);
         while let Ok(Some(line)) = lines.next().await {
@@ -83,7 +83,7 @@ pub fn spawn_stderr_logger(slot: usize, pid: u32, stderr: ChildStderr) {
 
 /// Stops a process: stdin is already closed (the spec's polite request), then SIGTERM,
 /// then SIGKILL, each after a grace period. Returns how it ended.
-pub async fn stop(child: &mut Child, pid: u32) -> Option<ExitStatus> {
+pub(super) async fn stop(child: &mut Child, pid: u32) -> Option<ExitStatus> {
     if let Ok(status) = tokio::time::timeout(STOP_GRACE, child.wait()).await {
         signal_group(pid, Signal::Term);
         return status.ok();
@@ -98,14 +98,14 @@ pub async fn stop(child: &mut Child, pid: u32) -> Option<ExitStatus> {
 }
 
 #[derive(Clone, Copy)]
-pub enum Signal {
+pub(super) enum Signal {
     Term,
     Kill,
 }
 
 /// Signals the process group the child leads, so what it started (e.g. `npx` and the
 /// server it runs) goes too.
-pub fn signal_group(pid: u32, signal: Signal) {
+pub(super) fn signal_group(pid: u32, signal: Signal) {
     #[cfg(unix)]
     {
         let Ok(pid) = i32::try_from(pid) else {
@@ -130,7 +130,7 @@ pub fn signal_group(pid: u32, signal: Signal) {
 }
 
 /// "status 1", or "status 137 (signal 9)" as a shell would put it.
-pub fn describe_exit(status: Option<ExitStatus>) -> String {
+pub(super) fn describe_exit(status: Option<ExitStatus>) -> String {
     let Some(status) = status else {
         return "an unknown status".to_owned();
     };

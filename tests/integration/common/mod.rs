@@ -18,7 +18,7 @@ pub use test_support::{DEADLINE, Proc, free_port};
 
 pub mod mrtr;
 
-pub const MODERN: &str = "2026-07-28";
+pub const STATELESS: &str = "2026-07-28";
 pub const TASKS_EXT: &str = "io.modelcontextprotocol/tasks";
 
 fn repo_root() -> PathBuf {
@@ -180,7 +180,7 @@ impl Client {
 
     pub fn params(&self, mut params: Value) -> Value {
         params["_meta"] = json!({
-            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/protocolVersion": STATELESS,
             "io.modelcontextprotocol/clientCapabilities": self.capabilities,
             "io.modelcontextprotocol/clientInfo": {"name": "gateway-tests", "version": "0"},
         });
@@ -229,7 +229,7 @@ impl Client {
             .iter()
             .any(|(name, _)| *name == "mcp-protocol-version")
         {
-            request = request.header("mcp-protocol-version", MODERN);
+            request = request.header("mcp-protocol-version", STATELESS);
         }
         for (name, value) in headers {
             request = request.header(*name, value);
@@ -255,7 +255,7 @@ impl Client {
             .post(&self.url)
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", MODERN)
+            .header("mcp-protocol-version", STATELESS)
             .header("mcp-method", "subscriptions/listen")
             .json(&body);
         if let Some(auth) = &self.authorization {

@@ -69,7 +69,7 @@ pub async fn upstream_calls(upstream_url: &str, tool: &str) -> u64 {
 
 /// A 2025-11-25 (session) client written for the tests: `initialize`, `Mcp-Session-Id`
 /// on every request, and SSE answers read message by message.
-pub struct LegacySession {
+pub struct BridgedSession {
     http: reqwest::Client,
     url: String,
     pub session_id: String,
@@ -116,7 +116,7 @@ impl SseMessages {
     }
 }
 
-impl LegacySession {
+impl BridgedSession {
     pub async fn initialize(url: &str, capabilities: Value) -> (Self, Value) {
         let http = reqwest::Client::new();
         let body = serde_json::json!({

@@ -26,8 +26,8 @@ pub(crate) use takeover::*;
 pub(crate) use wakeups::*;
 
 use super::{
-    CANCELLED_BY_CLIENT, CancelOutcome, Outcome, Store, StoreError, TaskRecord, UpdateOutcome,
-    WAKE_ALL, WakeReceiver, now_ms,
+    CANCELLED_BY_CLIENT, CancelOutcome, NewTask, Outcome, Store, StoreError, TaskRecord,
+    UpdateOutcome, WAKE_ALL, WakeReceiver, now_ms,
 };
 use mtg_protocol::wire::{InputRequest, TaskStatus};
 
@@ -93,27 +93,15 @@ const PATIENCE: Duration = Duration::from_secs(5);
 
 /// A new working task of `alice`, run by `owner`, with a fresh UUID and a 60 s TTL.
 pub(crate) fn record(owner: &str) -> TaskRecord {
-    let now = now_ms();
-    TaskRecord {
+    let new = NewTask {
         task_id: uuid::Uuid::new_v4().to_string(),
         principal: ALICE.into(),
         owner: owner.into(),
-        status: TaskStatus::Working,
-        status_message: None,
-        created_at_ms: now,
-        last_updated_at_ms: now,
+        request: raw(r#"{"name":"echo"}"#),
         ttl_ms: 60_000,
         poll_interval_ms: 1000,
-        input_requests: Default::default(),
-        answers: Default::default(),
-        next_input_key: 0,
-        result: None,
-        error: None,
-        request: raw(r#"{"name":"echo"}"#),
-        upstream_state: None,
-        resume: None,
-        takeovers: 0,
-    }
+    };
+    TaskRecord::working(new, now_ms())
 }
 
 pub(crate) fn raw(json: &str) -> Box<RawValue> {

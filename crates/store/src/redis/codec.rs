@@ -114,70 +114,33 @@ pub(super) enum DecodeError {
 /// The task stored in `fields` (an HGETALL reply).
 pub(super) fn decode(
     task_id: &str,
-    mut fields: HashMap<String, String>,
+    fields: HashMap<String, String>,
 ) -> Result<TaskRecord, DecodeError> {
-    let mut take = |field: &'static str| {
-        fields.remove(field).ok_or_else(|| DecodeError::Missing {
-            task_id: task_id.to_owned(),
-            field,
-        })
-    };
-    let number = |field: &'static str, text: String| {
-        text.parse::<u64>()
-            .map_err(|source| DecodeError::NotANumber {
-                task_id: task_id.to_owned(),
-                field,
-                source,
-            })
-    };
-    let json_err = |field: &str| {
-        let field = field.to_owned();
-        move |source| DecodeError::Json {
-            task_id: task_id.to_owned(),
-            field,
-            source,
-        }
-    };
-
-    let principal = take("principal")?;
-    let owner = take("owner")?;
-    let status_text = take("status")?;
-    let status = parse_status(&status_text).ok_or_else(|| DecodeError::UnknownStatus {
-        task_id: task_id.to_owned(),
-        status: status_text,
-    })?;
-    let created_at_ms = number("created", take("created")?)?;
-    let last_updated_at_ms = number("updated", take("updated")?)?;
-    let ttl_ms = number("ttl", take("ttl")?)?;
-    let poll_interval_ms = number("poll", take("poll")?)?;
-    let next_input_key = number("next", take("next")?)?;
-    let request = RawValue::from_string(take("request")?).map_err(json_err("request"))?;
-    let status_message = fields.remove("msg");
-    let result = fields
+    let mut hash = Hash { task_id, fields };
+    let principal = hash.take("principal")?;
+    let owner = hash.take("owner")?;
+    let status = hash.status()?;
+    let created_at_ms = hash.number("created")?;
+    let last_updated_at_ms = hash.number("updated")?;
+    let ttl_ms = hash.number("ttl")?;
+    let poll_interval_ms = hash.number("poll")?;
+    let next_input_key = hash.number("next")?;
+    let request =
+        RawValue::from_string(hash.take("request")?).map_err(hash.json_error("request"))?;
+    let status_message = hash.fields.remove("msg");
+    let result = hash
+        .fields
         .remove("result")
         .map(RawValue::from_string)
         .transpose()
-        .map_err(json_err("result"))?;
-    let error: Option<ErrorObject> = fields
-        .remove("error")
-        .map(|e| serde_json::from_str(&e))
-        .transpose()
-        .map_err(json_err("error"))?;
-    let upstream_state: Option<Value> = fields
-        .remove("ustate")
-        .map(|s| serde_json::from_str(&s))
-        .transpose()
-        .map_err(json_err("ustate"))?;
-    let resume: Option<Value> = fields
-        .remove("resume")
-        .map(|s| serde_json::from_str(&s))
-        .transpose()
-        .map_err(json_err("resume"))?;
-    let takeovers = match fields.remove("takeovers") {
-        Some(text) => number("takeovers", text)? as u32,
+        .map_err(hash.json_error("result"))?;
+    let error: Option<ErrorObject> = hash.json_if_any("error")?;
+    let upstream_state: Option<Value> = hash.json_if_any("ustate")?;
+    let resume: Option<Value> = hash.json_if_any("resume")?;
+    let takeovers = match hash.fields.remove("takeovers") {
+        Some(text) => hash.parse_number("takeovers", text)? as u32,
         None => 0,
     };
-
     let mut task = TaskRecord {
         task_id: task_id.to_owned(),
         principal,
@@ -198,16 +161,84 @@ pub(super) fn decode(
         resume,
         takeovers,
     };
-    for (name, value) in fields {
-        if let Some(key) = name.strip_prefix(INPUT_PREFIX) {
-            let request: InputRequest = serde_json::from_str(&value).map_err(json_err(&name))?;
-            task.input_requests.insert(key.to_owned(), request);
-        } else if let Some(key) = name.strip_prefix(ANSWER_PREFIX) {
-            let answer: Value = serde_json::from_str(&value).map_err(json_err(&name))?;
-            task.answers.insert(key.to_owned(), answer);
+    hash.add_round(&mut task)?;
+    Ok(task)
+}
+
+/// One task's hash, read field by field; each error names the task and the field.
+struct Hash<'a> {
+    task_id: &'a str,
+    fields: HashMap<String, String>,
+}
+
+impl Hash<'_> {
+    fn take(&mut self, field: &'static str) -> Result<String, DecodeError> {
+        self.fields
+            .remove(field)
+            .ok_or_else(|| DecodeError::Missing {
+                task_id: self.task_id.to_owned(),
+                field,
+            })
+    }
+
+    fn status(&mut self) -> Result<TaskStatus, DecodeError> {
+        let text = self.take("status")?;
+        parse_status(&text).ok_or_else(|| DecodeError::UnknownStatus {
+            task_id: self.task_id.to_owned(),
+            status: text,
+        })
+    }
+
+    fn number(&mut self, field: &'static str) -> Result<u64, DecodeError> {
+        let text = self.take(field)?;
+        self.parse_number(field, text)
+    }
+
+    fn parse_number(&self, field: &'static str, text: String) -> Result<u64, DecodeError> {
+        text.parse::<u64>()
+            .map_err(|source| DecodeError::NotANumber {
+                task_id: self.task_id.to_owned(),
+                field,
+                source,
+            })
+    }
+
+    /// A JSON field the task may lack.
+    fn json_if_any<T: serde::de::DeserializeOwned>(
+        &mut self,
+        field: &str,
+    ) -> Result<Option<T>, DecodeError> {
+        self.fields
+            .remove(field)
+            .map(|text| serde_json::from_str(&text))
+            .transpose()
+            .map_err(self.json_error(field))
+    }
+
+    fn json_error(&self, field: &str) -> impl FnOnce(serde_json::Error) -> DecodeError + use<> {
+        let (task_id, field) = (self.task_id.to_owned(), field.to_owned());
+        move |source| DecodeError::Json {
+            task_id,
+            field,
+            source,
         }
     }
-    Ok(task)
+
+    /// The round left in the hash: the outstanding input requests and the answers not
+    /// yet forwarded, one field each.
+    fn add_round(self, task: &mut TaskRecord) -> Result<(), DecodeError> {
+        for (name, value) in &self.fields {
+            if let Some(key) = name.strip_prefix(INPUT_PREFIX) {
+                let request: InputRequest =
+                    serde_json::from_str(value).map_err(self.json_error(name))?;
+                task.input_requests.insert(key.to_owned(), request);
+            } else if let Some(key) = name.strip_prefix(ANSWER_PREFIX) {
+                let answer: Value = serde_json::from_str(value).map_err(self.json_error(name))?;
+                task.answers.insert(key.to_owned(), answer);
+            }
+        }
+        Ok(())
+    }
 }
 
 pub(super) fn parse_status(text: &str) -> Option<TaskStatus> {

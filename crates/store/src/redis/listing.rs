@@ -27,6 +27,15 @@ pub(super) enum Index<'a> {
     Created,
 }
 
+impl<'a> Index<'a> {
+    fn principal(self) -> Option<&'a str> {
+        match self {
+            Index::Principal(principal) => Some(principal),
+            Index::Created => None,
+        }
+    }
+}
+
 /// The creation times a walk keeps, both ends included.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Window {
@@ -34,12 +43,14 @@ pub(super) struct Window {
     pub(super) at_least: Option<u64>,
 }
 
-pub(super) async fn list(
-    store: &RedisStore,
-    principal: &str,
-    after: Option<&ListCursor>,
+/// A principal's tasks (`tasks/list`). Not an `async fn`: one more level of nested
+/// futures overflows the compiler's layout depth in the callers.
+pub(super) fn list<'a>(
+    store: &'a RedisStore,
+    principal: &'a str,
+    after: Option<&'a ListCursor>,
     limit: usize,
-) -> Result<Vec<Arc<TaskRecord>>, StoreError> {
+) -> impl Future<Output = Result<Vec<Arc<TaskRecord>>, StoreError>> + Send + 'a {
     walk(
         store,
         Index::Principal(principal),
@@ -47,7 +58,6 @@ pub(super) async fn list(
         Window::default(),
         limit,
     )
-    .await
 }
 
 /// Created before this, a task is past any TTL the gateway gives.
@@ -68,60 +78,131 @@ pub(super) async fn walk(
     if limit == 0 || after.is_some_and(|cursor| !is_task_id(&cursor.task_id)) {
         return Ok(Vec::new());
     }
-    let key = match index {
-        Index::Principal(principal) => store.keys.by_principal(principal),
-        Index::Created => store.keys.by_created(),
-    };
-    let now = now_ms();
-    let grace = KEY_GRACE.as_millis() as u64;
-    let surely_expired = surely_expired(store, now);
-    // On a Cluster a create writes the index and the task concurrently, so a young member
-    // without a task may be a create under way: skipped, but not removed. (A create takes
-    // at most two attempts and a script load, each within the timeout.)
-    let settled = now.saturating_sub(grace + 3 * store.settings.timeout.as_millis() as u64);
-
-    // Members at or above `from` were listed (an empty id: every member of that score).
-    let mut from = after.map(|cursor| (cursor.created_at_ms, cursor.task_id.clone()));
-    if let Some(most) = window.at_most.and_then(|most| most.checked_add(1)) {
-        let ceiling = (most, String::new());
-        if from.as_ref().is_none_or(|from| *from > ceiling) {
-            from = Some(ceiling);
-        }
-    }
-    let floor = window
-        .at_least
-        .map_or("-inf".to_owned(), |least| least.to_string());
-    let mut offset = 0;
-    let mut first = true;
-    let mut found = Vec::new();
-    let mut dropped = 0;
-    let mut gone = Vec::new();
+    let mut page = Page::new(store, index, after, window, limit);
     loop {
         // Read more at a time once members turn out to be dead.
-        let want = (limit - found.len()).max(dropped).min(MAX_BATCH);
+        let want = (limit - page.found.len()).max(page.dropped).min(MAX_BATCH);
+        let members = page.range(want).await?;
+        let exhausted = members.len() < want;
+        let fresh = page.past_bound(members);
+        if fresh.is_empty() {
+            if exhausted {
+                break;
+            }
+            continue;
+        }
+        page.read(fresh).await?;
+        if page.found.len() == limit || exhausted {
+            break;
+        }
+    }
+    if !page.gone.is_empty() {
+        store.unlist(index.principal(), page.gone);
+    }
+    Ok(page.found)
+}
+
+/// One page being listed: where the next range starts, and what was found so far.
+struct Page<'a> {
+    store: &'a RedisStore,
+    index: Index<'a>,
+    limit: usize,
+    key: String,
+    /// The lowest score read: `-inf`, or the window's oldest creation time.
+    floor: String,
+    now: u64,
+    /// Created before this, a task is past any TTL the gateway gives.
+    surely_expired: u64,
+    /// Created before this, a member without a task is gone (see [`Page::new`]).
+    settled: u64,
+    /// The last member listed, (score, id): the next range starts there (an empty id:
+    /// every member of that score is still to come).
+    from: Option<(u64, String)>,
+    /// Members of `from`'s score to pass over (many created in one millisecond).
+    offset: usize,
+    /// Whether the set was trimmed yet (once, with the first range).
+    trimmed: bool,
+    found: Vec<Arc<TaskRecord>>,
+    /// Members read that are not (or no longer) live tasks of the index.
+    dropped: usize,
+    /// Members whose task is surely gone, removed from the set at the end.
+    gone: Vec<String>,
+}
+
+impl<'a> Page<'a> {
+    fn new(
+        store: &'a RedisStore,
+        index: Index<'a>,
+        after: Option<&ListCursor>,
+        window: Window,
+        limit: usize,
+    ) -> Self {
+        let now = now_ms();
+        let grace = KEY_GRACE.as_millis() as u64;
+        // On a Cluster a create writes the index and the task concurrently, so a young
+        // member without a task may be a create under way: skipped, but not removed. (A
+        // create takes at most two attempts and a script load, each within the timeout.)
+        let settled = now.saturating_sub(grace + 3 * store.settings.timeout.as_millis() as u64);
+        let mut from = after.map(|cursor| (cursor.created_at_ms, cursor.task_id.clone()));
+        if let Some(most) = window.at_most.and_then(|most| most.checked_add(1)) {
+            let ceiling = (most, String::new());
+            if from.as_ref().is_none_or(|from| *from > ceiling) {
+                from = Some(ceiling);
+            }
+        }
+        Self {
+            store,
+            index,
+            limit,
+            key: match index {
+                Index::Principal(principal) => store.keys.by_principal(principal),
+                Index::Created => store.keys.by_created(),
+            },
+            floor: window
+                .at_least
+                .map_or("-inf".to_owned(), |least| least.to_string()),
+            now,
+            surely_expired: surely_expired(store, now),
+            settled,
+            from,
+            offset: 0,
+            trimmed: false,
+            found: Vec::new(),
+            dropped: 0,
+            gone: Vec::new(),
+        }
+    }
+
+    /// Up to `want` members from `from` down, newest first; the first range also trims
+    /// what is surely expired.
+    async fn range(&mut self, want: usize) -> Result<Vec<(u64, String)>, StoreError> {
         let mut range = redis::cmd("ZRANGE");
         range
-            .arg(&key)
+            .arg(&self.key)
             .arg(
-                from.as_ref()
+                self.from
+                    .as_ref()
                     .map_or("+inf".into(), |(score, _)| score.to_string()),
             )
-            .arg(&floor)
+            .arg(&self.floor)
             .arg("BYSCORE")
             .arg("REV")
             .arg("LIMIT")
-            .arg(offset)
+            .arg(self.offset)
             .arg(want)
             .arg("WITHSCORES");
         let mut group = redis::pipe();
-        if first {
+        if !self.trimmed {
             let mut trim = redis::cmd("ZREMRANGEBYSCORE");
-            trim.arg(&key).arg("-inf").arg(format!("({surely_expired}"));
+            trim.arg(&self.key)
+                .arg("-inf")
+                .arg(format!("({}", self.surely_expired));
             group.add_command(trim);
         }
         group.add_command(range);
-        first = false;
-        let reply = store
+        self.trimmed = true;
+        let reply = self
+            .store
             .conn
             .run("list", vec![group])
             .await?
@@ -129,81 +210,78 @@ pub(super) async fn walk(
             .next()
             .and_then(|group| group.into_iter().last())
             .unwrap_or(Value::Nil);
-        let members = scored(reply)?;
-        let exhausted = members.len() < want;
-        // The range starts at the bound's score: members of that score up to the bound
-        // itself were listed already. They come first.
-        let passed = from.as_ref().map_or(0, |(score, id)| {
+        scored(reply)
+    }
+
+    /// The members not listed yet, and the bound moved past them. The range starts at
+    /// the bound's score: members of that score up to the bound itself were listed
+    /// already. They come first. None new (only many tasks created in the same
+    /// millisecond get here): the next range passes over these.
+    fn past_bound(&mut self, mut members: Vec<(u64, String)>) -> Vec<(u64, String)> {
+        let passed = self.from.as_ref().map_or(0, |(score, id)| {
             members
                 .iter()
                 .take_while(|(s, m)| (*s, m.as_str()) >= (*score, id.as_str()))
                 .count()
         });
         if passed == members.len() {
-            if exhausted {
-                break;
-            }
-            // Only many tasks created in the same millisecond get here.
-            offset += members.len();
-            continue;
+            self.offset += members.len();
+            return Vec::new();
         }
-        let fresh = &members[passed..];
-        from = fresh.last().cloned();
-        offset = 0;
+        let fresh = members.split_off(passed);
+        self.from = fresh.last().cloned();
+        self.offset = 0;
+        fresh
+    }
 
+    /// Reads the tasks of `fresh` in one pipeline and keeps the index's live ones,
+    /// up to the limit.
+    async fn read(&mut self, fresh: Vec<(u64, String)>) -> Result<(), StoreError> {
         // Members that are not task ids never form a key.
-        let readable: Vec<&(u64, String)> = fresh.iter().filter(|(_, id)| is_task_id(id)).collect();
-        dropped += fresh.len() - readable.len();
+        let members = fresh.len();
+        let readable: Vec<(u64, String)> =
+            fresh.into_iter().filter(|(_, id)| is_task_id(id)).collect();
+        self.dropped += members - readable.len();
         let reads = readable
             .iter()
             .map(|(_, id)| {
                 let mut read = redis::cmd("HGETALL");
-                read.arg(store.keys.task(id));
+                read.arg(self.store.keys.task(id));
                 pipe_of([read])
             })
             .collect();
         let replies = if readable.is_empty() {
             Vec::new()
         } else {
-            store.conn.run("list", reads).await?
+            self.store.conn.run("list", reads).await?
         };
         for ((created, task_id), reply) in readable.into_iter().zip(replies) {
             let fields: HashMap<String, String> =
                 parse(reply.into_iter().next().unwrap_or(Value::Nil))?;
             if fields.is_empty() {
-                dropped += 1;
-                if *created < settled {
-                    gone.push(task_id.clone());
+                self.dropped += 1;
+                if created < self.settled {
+                    self.gone.push(task_id);
                 }
                 continue;
             }
-            let task = codec::decode(task_id, fields).map_err(corrupt)?;
-            let whose = match index {
-                Index::Principal(principal) => task.principal == principal,
-                Index::Created => true,
-            };
+            let task = codec::decode(&task_id, fields).map_err(corrupt)?;
             // Expired ones go with a later trim.
-            if !whose || task.expires_at_ms() <= now {
-                dropped += 1;
+            let whose = self
+                .index
+                .principal()
+                .is_none_or(|principal| task.principal == principal);
+            if !whose || task.expires_at_ms() <= self.now {
+                self.dropped += 1;
                 continue;
             }
-            found.push(Arc::new(task));
-            if found.len() == limit {
+            self.found.push(Arc::new(task));
+            if self.found.len() == self.limit {
                 break;
             }
         }
-        if found.len() == limit || exhausted {
-            break;
-        }
+        Ok(())
     }
-    if !gone.is_empty() {
-        let principal = match index {
-            Index::Principal(principal) => Some(principal),
-            Index::Created => None,
-        };
-        store.unlist(principal, gone);
-    }
-    Ok(found)
 }
 
 /// (score, member) pairs of a `ZRANGE … WITHSCORES` reply: flat on RESP2, pairs on RESP3.

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 /// How long polling stays off after the cgroup was last seen throttled: several CFS
 /// periods (100 ms by default), so that polling does not flap at the limit.
-pub const HOLD: Duration = Duration::from_secs(1);
+pub(super) const HOLD: Duration = Duration::from_secs(1);
 
 /// The cgroup's `cpu.stat`, read on demand.
-pub struct Throttling {
+pub(super) struct Throttling {
     /// `None` when the process is in no cgroup with a CPU controller: nothing limits it.
     file: Option<File>,
     /// `nr_throttled` at the last reading.
@@ -23,7 +23,7 @@ pub struct Throttling {
 }
 
 impl Throttling {
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self::at(cpu_stat_file())
     }
 
@@ -37,7 +37,7 @@ impl Throttling {
 
     /// Whether the cgroup was throttled within [`HOLD`] of `now`, as far as a new
     /// reading of its counter shows.
-    pub fn recent(&mut self, now: Instant) -> bool {
+    pub(super) fn recent(&mut self, now: Instant) -> bool {
         let Some(count) = self.file.as_ref().and_then(read_nr_throttled) else {
             return false;
         };

@@ -22,14 +22,16 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::session::{Answer, ClientSession};
+use super::session::{Answer, ServedSession};
 use crate::server::reply::{self, Body};
 use crate::server::sse::keepalive::ProgressKeepAlive;
 use crate::server::sse::{sse_event, sse_response_kept};
 use crate::tasks::upstream_mrtr::driver::{
     self, Answers, Reply, Round, RoundAnswers, RoundError, RoundTrip,
 };
-use crate::upstream::{Caller, Exchange, Upstream, UpstreamError, UpstreamEvent, forward};
+use crate::upstream::{
+    Caller, Exchange, StopReason, Upstream, UpstreamError, UpstreamEvent, forward,
+};
 use mtg_protocol::jsonrpc::{self, ErrorObject};
 use mtg_protocol::mrtr;
 
@@ -46,10 +48,7 @@ pub(super) struct CallContext {
     pub declared_tasks: bool,
     /// With `--defer-after-ms`: how long `get_task_result` waits, and the names the
     /// gateway's two tools go by, added to `tools/list`.
-    pub deferral: Option<(
-        mtg_protocol::wire::deferred::Waits,
-        mtg_protocol::wire::deferred::ToolNames,
-    )>,
+    pub deferral: Option<crate::tasks::deferral::Listing>,
     /// `--progress-keepalive-ms`.
     pub progress_keepalive: Option<crate::server::sse::keepalive::Every>,
 }
@@ -62,7 +61,7 @@ pub(super) struct ClientRequest {
 }
 
 pub(super) async fn serve(
-    session: Arc<ClientSession>,
+    session: Arc<ServedSession>,
     context: CallContext,
     request: ClientRequest,
 ) -> Response<Body> {
@@ -80,7 +79,7 @@ pub(super) async fn serve(
         auth: context.auth.as_ref(),
         session: None,
     };
-    let answer = forward::forward(
+    let answer = forward::request(
         context.upstream.as_ref(),
         &caller,
         &method,
@@ -99,9 +98,9 @@ pub(super) async fn serve(
                 );
             }
             if method == method::TOOLS_LIST
-                && let Some((waits, names)) = &context.deferral
+                && let Some(listing) = &context.deferral
             {
-                mtg_protocol::wire::deferred::advertise(&mut result, names, *waits);
+                listing.advertise(&mut result);
             }
             jsonrpc::success_body_of(&id, &result)
         }
@@ -132,7 +131,7 @@ impl From<UpstreamError> for Stop {
 }
 
 fn streamed(
-    session: Arc<ClientSession>,
+    session: Arc<ServedSession>,
     context: CallContext,
     request: ClientRequest,
 ) -> Response<Body> {
@@ -182,7 +181,7 @@ fn streamed(
 /// The client's side of a streamed call: its SSE stream and its way to stop the call.
 #[derive(Clone)]
 struct ClientStream<'a> {
-    session: &'a Arc<ClientSession>,
+    session: &'a Arc<ServedSession>,
     events: &'a mpsc::Sender<Bytes>,
     cancel: &'a CancellationToken,
 }
@@ -282,8 +281,8 @@ impl RoundTrip for SessionTrip<'_> {
                     exchange.reply(upstream_id, answer).await?;
                 }
                 () = self.client.stopped() => {
-                    if let Err(e) = exchange.cancel("cancelled by the client").await {
-                        tracing::debug!(error = %e, "could not cancel the call upstream");
+                    if let Err(e) = exchange.stop(StopReason::ClientCancelled).await {
+                        tracing::debug!(error = %e, "could not stop the call upstream");
                     }
                     return Err(Stop::Silent);
                 }

@@ -1,4 +1,4 @@
-//! The 2025-xx client sessions the gateway serves itself: every session-era client whose
+//! The 2025-xx client sessions the gateway serves itself: every 2025-xx client whose
 //! upstream has no session of its own to pass it through to (a stdio process, or a
 //! 2026-07-28 server, which is stateless). One table, whatever the upstream: sessions are
 //! minted at `initialize`, bound to the principal that opened them, forgotten after
@@ -23,14 +23,14 @@ use serde_json::{Map, Value, json};
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};
 use crate::server::session::tasks::{
-    self as session_tasks, Handled, TaskSession, negotiate::Declared,
+    self as session_tasks, Handled, SessionCaller, negotiate::Declared,
 };
 use crate::telemetry;
 use crate::upstream::Caller;
 use call::CallContext;
 use mtg_protocol::jsonrpc::{self, ErrorObject, Message, code};
 use mtg_protocol::names::SESSION_VERSION;
-use session::ClientSession;
+use session::ServedSession;
 
 use mtg_protocol::names::header::MCP_SESSION_ID as SESSION_HEADER;
 use mtg_protocol::names::{SESSION_VERSIONS, gateway_info};
@@ -39,20 +39,20 @@ const CLIENT_CAPABILITIES: [&str; 3] = ["elicitation", "sampling", "roots"];
 
 /// Limits of the session table, from the config.
 #[derive(Debug, Clone, Copy)]
-pub struct SessionLimits {
+pub(crate) struct SessionLimits {
     pub idle_timeout: Duration,
     pub max_sessions: usize,
 }
 
-pub struct GatewaySessions {
-    sessions: Mutex<HashMap<String, Arc<ClientSession>>>,
+pub(crate) struct ServedSessions {
+    sessions: Mutex<HashMap<String, Arc<ServedSession>>>,
     limits: SessionLimits,
     meter: telemetry::Meter,
 }
 
-impl GatewaySessions {
+impl ServedSessions {
     /// The table, and (inside a runtime) a sweep that forgets idle sessions.
-    pub fn start(limits: SessionLimits, meter: telemetry::Meter) -> Arc<Self> {
+    pub(crate) fn start(limits: SessionLimits, meter: telemetry::Meter) -> Arc<Self> {
         let table = Arc::new(Self {
             sessions: Mutex::default(),
             limits,
@@ -64,40 +64,19 @@ impl GatewaySessions {
         table
     }
 
-    pub async fn serve(&self, gateway: &Gateway, parts: &Parts, body: Bytes) -> Response<Body> {
+    pub(crate) async fn serve(
+        &self,
+        gateway: &Gateway,
+        parts: &Parts,
+        body: Bytes,
+    ) -> Response<Body> {
         let principal = gateway.edge.principal(parts);
         let session_id = parts
             .headers
             .get(SESSION_HEADER)
             .and_then(|v| v.to_str().ok());
-        if parts.method == Method::DELETE {
-            return match session_id.and_then(|id| self.remove(id, &principal)) {
-                Some(_) => reply::plain(StatusCode::OK, ""),
-                None => session_not_found(),
-            };
-        }
-        if parts.method == Method::GET
-            && let Some(id) = session_id
-            && let Some(session) = self.find(id, &principal)
-            && session.tasks.is_some()
-        {
-            // The pushes of the session's tasks; nothing else is sent outside a call.
-            return session_tasks::push::stream(
-                gateway.tasks.clone(),
-                id.to_owned(),
-                principal,
-                None,
-            );
-        }
         if parts.method != Method::POST {
-            let mut response = reply::plain(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "this gateway offers no standalone SSE stream for this upstream; messages come on each request's stream\n",
-            );
-            response
-                .headers_mut()
-                .insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
-            return response;
+            return self.serve_not_post(gateway, parts, session_id, principal);
         }
         let message = match Message::parse(&body) {
             Ok(message) => message,
@@ -121,19 +100,18 @@ impl GatewaySessions {
         let Some(session) = self.find(session_id, &principal) else {
             return session_not_found();
         };
-        let tasks_session = || TaskSession {
+        let caller = SessionCaller {
             id: session_id.to_owned(),
             upstream: None,
             capabilities: session.capabilities.clone(),
             auth: parts.headers.get(header::AUTHORIZATION).cloned(),
-            principal: principal.clone(),
+            principal,
             modes: session.tasks.is_some_and(|declared| declared.modes),
         };
         if session.tasks.is_some() || session_tasks::may_be_undeclared_tasks(&message) {
-            let tasks_session = tasks_session();
             let handled = match session.tasks {
-                Some(_) => session_tasks::handle(gateway, &tasks_session, &message).await,
-                None => session_tasks::handle_undeclared(gateway, &tasks_session, &message).await,
+                Some(_) => session_tasks::handle(gateway, &caller, &message).await,
+                None => session_tasks::handle_undeclared(gateway, &caller, &message).await,
             };
             if let Handled::Reply(response) = handled {
                 session.touch();
@@ -149,38 +127,8 @@ impl GatewaySessions {
                 ),
             ),
             Message::Request { id, method, params } => {
-                if method == method::TOOLS_CALL
-                    && let Some(response) = crate::server::session::deferred::serve(
-                        gateway,
-                        &tasks_session(),
-                        &id,
-                        params.as_ref(),
-                    )
-                    .await
-                {
-                    session.touch();
-                    return response;
-                }
-                // With deferral on, `tools/list` also lists the gateway's two tools.
-                let deferral = match gateway.deferrals.waits() {
-                    Some(waits) if method == method::TOOLS_LIST => Some((
-                        waits,
-                        crate::server::session::deferred::tool_names(gateway, &tasks_session())
-                            .await,
-                    )),
-                    _ => None,
-                };
-                let context = CallContext {
-                    upstream: gateway.upstream.clone(),
-                    auth: parts.headers.get(header::AUTHORIZATION).cloned(),
-                    timeout: gateway.upstream_timeout,
-                    tool_policies: gateway.policies.clone(),
-                    declared_tasks: session.tasks.is_some(),
-                    deferral,
-                    progress_keepalive: gateway.progress_keepalive.clone(),
-                };
                 let request = call::ClientRequest { id, method, params };
-                call::serve(session, context, request).await
+                serve_request(gateway, parts, session, &caller, request).await
             }
             Message::Notification { method, params } => {
                 if method == method::CANCELLED
@@ -197,6 +145,44 @@ impl GatewaySessions {
                 reply::accepted()
             }
         }
+    }
+
+    /// A GET or DELETE: the session's end, or the pushes of its tasks; any other method
+    /// is not allowed.
+    fn serve_not_post(
+        &self,
+        gateway: &Gateway,
+        parts: &Parts,
+        session_id: Option<&str>,
+        principal: String,
+    ) -> Response<Body> {
+        if parts.method == Method::DELETE {
+            return match session_id.and_then(|id| self.remove(id, &principal)) {
+                Some(_) => reply::plain(StatusCode::OK, ""),
+                None => session_not_found(),
+            };
+        }
+        if parts.method == Method::GET
+            && let Some(id) = session_id
+            && let Some(session) = self.find(id, &principal)
+            && session.tasks.is_some()
+        {
+            // The pushes of the session's tasks; nothing else is sent outside a call.
+            return session_tasks::push::stream(
+                gateway.tasks.clone(),
+                id.to_owned(),
+                principal,
+                None,
+            );
+        }
+        let mut response = reply::plain(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "this gateway offers no standalone SSE stream for this upstream; messages come on each request's stream\n",
+        );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
+        response
     }
 
     async fn initialize(
@@ -264,19 +250,19 @@ impl GatewaySessions {
             self.forget_idle(&mut sessions);
         }
         if sessions.len() >= self.limits.max_sessions {
-            self.meter.session_refused();
+            self.meter.sessions().refused();
             return None;
         }
         let id = uuid::Uuid::new_v4().simple().to_string();
         sessions.insert(
             id.clone(),
-            Arc::new(ClientSession::new(capabilities, tasks, principal)),
+            Arc::new(ServedSession::new(capabilities, tasks, principal)),
         );
-        self.meter.session_opened();
+        self.meter.sessions().opened();
         Some(id)
     }
 
-    fn find(&self, id: &str, principal: &str) -> Option<Arc<ClientSession>> {
+    fn find(&self, id: &str, principal: &str) -> Option<Arc<ServedSession>> {
         let mut sessions = self.lock();
         let session = sessions.get(id)?;
         if !session.belongs_to(principal) {
@@ -286,7 +272,7 @@ impl GatewaySessions {
         if session.idle_longer_than(self.limits.idle_timeout) {
             if let Some(session) = sessions.remove(id) {
                 session.close();
-                self.meter.session_ended("expired");
+                self.meter.sessions().ended("expired");
             }
             return None;
         }
@@ -294,35 +280,69 @@ impl GatewaySessions {
         Some(session.clone())
     }
 
-    fn remove(&self, id: &str, principal: &str) -> Option<Arc<ClientSession>> {
+    fn remove(&self, id: &str, principal: &str) -> Option<Arc<ServedSession>> {
         self.find(id, principal)?;
         let session = self.lock().remove(id)?;
         session.close();
-        self.meter.session_ended("deleted");
+        self.meter.sessions().ended("deleted");
         tracing::debug!(session = %id, "session ended by the client");
         Some(session)
     }
 
-    fn forget_idle(&self, sessions: &mut HashMap<String, Arc<ClientSession>>) {
+    fn forget_idle(&self, sessions: &mut HashMap<String, Arc<ServedSession>>) {
         let limit = self.limits.idle_timeout;
         sessions.retain(|id, session| {
             let keep = !session.idle_longer_than(limit);
             if !keep {
                 session.close();
-                self.meter.session_ended("expired");
+                self.meter.sessions().ended("expired");
                 tracing::debug!(session = %id, "idle session forgotten");
             }
             keep
         });
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<ClientSession>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<ServedSession>>> {
         self.sessions.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
+/// A request of the session's client the task handlers did not take: a plain call the
+/// gateway runs as a task (`tasks::deferred`), else sent upstream (`call`).
+async fn serve_request(
+    gateway: &Gateway,
+    parts: &Parts,
+    session: Arc<ServedSession>,
+    caller: &SessionCaller,
+    request: call::ClientRequest,
+) -> Response<Body> {
+    if request.method == method::TOOLS_CALL
+        && let Some(response) =
+            session_tasks::deferred::serve(gateway, caller, &request.id, request.params.as_ref())
+                .await
+    {
+        session.touch();
+        return response;
+    }
+    // With deferral on, `tools/list` also lists the gateway's two tools.
+    let deferral = match request.method == method::TOOLS_LIST {
+        true => gateway.deferrals.listing(&caller.caller()).await,
+        false => None,
+    };
+    let context = CallContext {
+        upstream: gateway.upstream.clone(),
+        auth: parts.headers.get(header::AUTHORIZATION).cloned(),
+        timeout: gateway.upstream_timeout,
+        tool_policies: gateway.policies.clone(),
+        declared_tasks: session.tasks.is_some(),
+        deferral,
+        progress_keepalive: gateway.progress_keepalive.clone(),
+    };
+    call::serve(session, context, request).await
+}
+
 /// Forgets idle sessions now and then, until the table is dropped.
-async fn sweep(table: Weak<GatewaySessions>) {
+async fn sweep(table: Weak<ServedSessions>) {
     let every = match table.upgrade() {
         Some(table) => (table.limits.idle_timeout / 4)
             .clamp(Duration::from_millis(100), Duration::from_secs(60)),
@@ -338,7 +358,7 @@ async fn sweep(table: Weak<GatewaySessions>) {
     }
 }
 
-/// The session-era `InitializeResult` for the upstream's server information; a
+/// The 2025-xx `InitializeResult` for the upstream's server information; a
 /// 2026-07-28 upstream's extensions are not shown to a 2025-xx client.
 fn initialize_result(server: &Value, version: &str) -> Value {
     let mut capabilities = mtg_protocol::upgrade::capabilities_of(server);
@@ -372,8 +392,8 @@ fn session_not_found() -> Response<Body> {
 mod tests {
     use super::*;
 
-    fn table(max_sessions: usize, idle_timeout: Duration) -> GatewaySessions {
-        GatewaySessions {
+    fn table(max_sessions: usize, idle_timeout: Duration) -> ServedSessions {
+        ServedSessions {
             sessions: Mutex::default(),
             limits: SessionLimits {
                 idle_timeout,

@@ -15,7 +15,7 @@ use mtg_protocol::jsonrpc::ErrorObject;
 
 pub(super) type Answer = Result<Value, ErrorObject>;
 
-pub(super) struct ClientSession {
+pub(super) struct ServedSession {
     /// What the client declared at `initialize` that the upstream must see.
     pub capabilities: Map<String, Value>,
     /// What the client declared about tasks, if it declared `capabilities.tasks`.
@@ -42,7 +42,7 @@ fn id_key(id: &Value) -> String {
     id.to_string()
 }
 
-impl ClientSession {
+impl ServedSession {
     pub(super) fn new(
         capabilities: Map<String, Value>,
         tasks: Option<Declared>,
@@ -126,7 +126,7 @@ impl ClientSession {
 
 /// A server-to-client request's answer to come; forgotten when dropped unanswered.
 pub(super) struct PendingAnswer {
-    session: Arc<ClientSession>,
+    session: Arc<ServedSession>,
     key: String,
     rx: oneshot::Receiver<Answer>,
 }
@@ -149,8 +149,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn session() -> Arc<ClientSession> {
-        Arc::new(ClientSession::new(Map::new(), None, "p".into()))
+    fn session() -> Arc<ServedSession> {
+        Arc::new(ServedSession::new(Map::new(), None, "p".into()))
     }
 
     #[tokio::test]

@@ -13,7 +13,7 @@ use http::{Response, StatusCode};
 use serde_json::Map;
 use sha2::{Digest, Sha256};
 
-use super::TaskSession;
+use super::SessionCaller;
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};
 use crate::upstream::{Caller, UpstreamError, forward};
@@ -29,10 +29,10 @@ const PING_TIMEOUT: Duration = Duration::from_secs(10);
 /// Sessions the upstream confirmed lately, by a hash of (principal, session id): a
 /// 5,000-byte id costs what a short one does.
 #[derive(Default)]
-pub struct Confirmed(Mutex<HashMap<[u8; 32], Instant>>);
+pub(crate) struct Confirmed(Mutex<HashMap<[u8; 32], Instant>>);
 
 impl Confirmed {
-    fn key(session: &TaskSession) -> [u8; 32] {
+    fn key(session: &SessionCaller) -> [u8; 32] {
         let mut hash = Sha256::new();
         hash.update(session.principal.as_bytes());
         hash.update([0]);
@@ -65,7 +65,10 @@ impl Confirmed {
 /// `None` when the gateway may answer for `session` (a pass-through session the
 /// upstream has, or one it could not tell about: the upstream failing is not a
 /// verdict); else the answer a session id no session has gets: HTTP 404.
-pub async fn unknown_session(gateway: &Gateway, session: &TaskSession) -> Option<Response<Body>> {
+pub(crate) async fn unknown_session(
+    gateway: &Gateway,
+    session: &SessionCaller,
+) -> Option<Response<Body>> {
     let upstream_session = session.upstream.as_ref()?;
     let key = Confirmed::key(session);
     if gateway.confirmed_sessions.fresh(&key) {
@@ -77,7 +80,7 @@ pub async fn unknown_session(gateway: &Gateway, session: &TaskSession) -> Option
         auth: session.auth.as_ref(),
         session: Some(upstream_session),
     };
-    let pinged = forward::forward(
+    let pinged = forward::request(
         gateway.upstream.as_ref(),
         &caller,
         mtg_protocol::names::method::PING,
@@ -99,7 +102,7 @@ pub async fn unknown_session(gateway: &Gateway, session: &TaskSession) -> Option
 }
 
 /// The 2025 transport's answer to a session id no session has.
-pub fn session_not_found() -> Response<Body> {
+pub(crate) fn session_not_found() -> Response<Body> {
     reply::error_with_status(
         StatusCode::NOT_FOUND,
         &ErrorObject::new(

@@ -3,15 +3,17 @@
 //! to the input requests a `tasks/result` stream delivered. Everything else such a
 //! session sends goes on as before (`Handled::PassOn`).
 //!
-//! Both kinds of session come here: those passed through to a 2025-xx HTTP upstream
-//! (`marked.rs`: the session id is marked, the call runs in the client's own
-//! upstream session) and those the gateway serves itself (`server/session/served/`).
+//! Both kinds of client session come here: those passed through to a 2025-xx HTTP
+//! upstream (`passthrough/marked.rs`: the session id is marked, the call runs in the
+//! client's own upstream session) and those the gateway serves itself (`served/`).
+//! `results.rs` answers `tasks/result`; `deferred.rs` runs a plain call of either kind
+//! as a task of the session, answered on the call (`tasks::deferral`).
 
-pub mod confirm;
-pub mod marked;
-pub mod negotiate;
-pub mod push;
-pub mod results;
+pub(crate) mod confirm;
+pub(crate) mod deferred;
+pub(crate) mod negotiate;
+pub(crate) mod push;
+pub(crate) mod results;
 
 use http::{HeaderValue, Response, StatusCode};
 use serde::Deserialize;
@@ -23,7 +25,7 @@ use crate::server::Gateway;
 use crate::server::reply::{self, Body};
 use crate::tasks::dialect_2025::SessionLink;
 use crate::tasks::{Started, ToolCall, render};
-use crate::upstream::SessionRef;
+use crate::upstream::{Caller, PassThroughSession};
 use mtg_protocol::jsonrpc::{self, ErrorObject, Message, code};
 use mtg_protocol::names::method;
 use mtg_protocol::task_support::TaskSupport;
@@ -32,13 +34,15 @@ use mtg_protocol::wire::dialect_2025::{
     self as wire, CreateTaskResult, FALLBACK_MODE, ListParams, ListTasksResult, TaskParam,
 };
 
-/// The session a message came in, as the task handlers need it.
+/// Who sends a session client's message, as the handlers need it: the client session it
+/// came in (its id as the client knows it), the client's upstream session for a
+/// pass-through one, and the caller's capabilities, credentials and principal.
 #[derive(Clone)]
-pub struct TaskSession {
+pub(crate) struct SessionCaller {
     /// The session id as the client sends it.
     pub id: String,
     /// Pass-through: the client's session upstream, where its task calls run.
-    pub upstream: Option<SessionRef>,
+    pub upstream: Option<PassThroughSession>,
     /// Gateway-served: what the client declared (elicitation, sampling, roots), which
     /// the upstream is told of with each call.
     pub capabilities: Map<String, Value>,
@@ -48,9 +52,19 @@ pub struct TaskSession {
     pub modes: bool,
 }
 
-impl TaskSession {
+impl SessionCaller {
+    /// Whom the gateway's own requests for this session (its tool lists) go out as: the
+    /// session's capabilities and credentials, in an upstream session of the gateway's.
+    pub(crate) fn caller(&self) -> Caller<'_> {
+        Caller {
+            capabilities: &self.capabilities,
+            auth: self.auth.as_ref(),
+            session: None,
+        }
+    }
+
     /// A call of this session's to run as its task; `params` as the upstream gets them.
-    pub fn tool_call(
+    pub(crate) fn tool_call(
         &self,
         params: &impl serde::Serialize,
         immediate: bool,
@@ -74,13 +88,17 @@ impl TaskSession {
     }
 }
 
-pub enum Handled {
+pub(crate) enum Handled {
     Reply(Response<Body>),
     /// Not the gateway's: on to the upstream as it is.
     PassOn,
 }
 
-pub async fn handle(gateway: &Gateway, session: &TaskSession, message: &Message) -> Handled {
+pub(crate) async fn handle(
+    gateway: &Gateway,
+    session: &SessionCaller,
+    message: &Message,
+) -> Handled {
     match message {
         Message::Request {
             id,
@@ -130,9 +148,9 @@ pub async fn handle(gateway: &Gateway, session: &TaskSession, message: &Message)
 /// Such a session's `tasks/get|result|cancel` are the gateway's when they name one of
 /// its tasks (anything else may be the upstream's own), and so are its answers to the
 /// gateway's input requests; the rest, `tasks/list` included, goes on as it is.
-pub async fn handle_undeclared(
+pub(crate) async fn handle_undeclared(
     gateway: &Gateway,
-    session: &TaskSession,
+    session: &SessionCaller,
     message: &Message,
 ) -> Handled {
     if !may_be_undeclared_tasks(message) {
@@ -167,13 +185,13 @@ pub async fn handle_undeclared(
 /// Whether [`handle`] may answer `message` itself rather than pass it on: a
 /// `tools/call` asking for a task, a `tasks/*` request, an answer to one of the
 /// gateway's input requests.
-pub fn gateway_may_answer(message: &Message) -> bool {
+pub(crate) fn gateway_may_answer(message: &Message) -> bool {
     may_be_tasks(message, |name| name.starts_with("tasks/"))
 }
 
 /// What [`handle_undeclared`] may take, judged without the store: a `tools/call` with
 /// `task`, `tasks/get|result|cancel`, an answer to one of the gateway's input requests.
-pub fn may_be_undeclared_tasks(message: &Message) -> bool {
+pub(crate) fn may_be_undeclared_tasks(message: &Message) -> bool {
     may_be_tasks(message, |name| {
         [
             method::TASKS_GET,
@@ -203,13 +221,13 @@ fn may_be_tasks(message: &Message, tasks_method: impl Fn(&str) -> bool) -> bool 
 
 /// Whether a session's message may be one [`handle_undeclared`] takes, judged from its
 /// bytes, so that other traffic of an undeclared pass-through session is not parsed.
-pub fn may_concern_tasks(body: &[u8]) -> bool {
+pub(crate) fn may_concern_tasks(body: &[u8]) -> bool {
     let has = |needle: &[u8]| memchr::memmem::find(body, needle).is_some();
     has(b"\"task") || has(wire::INPUT_REQUEST_ID.as_bytes())
 }
 
 /// A JSON-RPC error as a session client gets it: HTTP 200, the error in the body.
-pub fn session_error(id: Option<&Value>, error: &ErrorObject) -> Response<Body> {
+pub(crate) fn session_error(id: Option<&Value>, error: &ErrorObject) -> Response<Body> {
     reply::json(StatusCode::OK, jsonrpc::error_body(id, error))
 }
 
@@ -219,7 +237,7 @@ type Outcome = Result<Box<RawValue>, ErrorObject>;
 /// `None` when the call is not the gateway's: no `task`, and the tool may run inline.
 async fn tools_call(
     gateway: &Gateway,
-    session: &TaskSession,
+    session: &SessionCaller,
     params: Option<&Value>,
 ) -> Option<Outcome> {
     let tool = params?.get("name")?.as_str()?;
@@ -243,7 +261,12 @@ async fn tools_call(
     Some(create(gateway, session, params?, task).await)
 }
 
-async fn create(gateway: &Gateway, session: &TaskSession, params: &Value, task: &Value) -> Outcome {
+async fn create(
+    gateway: &Gateway,
+    session: &SessionCaller,
+    params: &Value,
+    task: &Value,
+) -> Outcome {
     let task = TaskParam::deserialize(task).map_err(|e| {
         ErrorObject::invalid_params(format!(
             "params.task must be an object {{ttl?, responseModes?}}: {e}"
@@ -297,13 +320,13 @@ fn task_id_of(name: &str, params: Option<&Value>) -> Result<String, ErrorObject>
     Ok(params.task_id)
 }
 
-async fn tasks_get(gateway: &Gateway, session: &TaskSession, params: Option<&Value>) -> Outcome {
+async fn tasks_get(gateway: &Gateway, session: &SessionCaller, params: Option<&Value>) -> Outcome {
     let task_id = task_id_of(method::TASKS_GET, params)?;
     let task = gateway.tasks.get(&task_id, &session.principal).await?;
     to_raw(&render::session_task(&task))
 }
 
-async fn tasks_list(gateway: &Gateway, session: &TaskSession, params: Option<&Value>) -> Outcome {
+async fn tasks_list(gateway: &Gateway, session: &SessionCaller, params: Option<&Value>) -> Outcome {
     let params: ListParams = parse_optional(method::TASKS_LIST, params)?;
     let (tasks, next_cursor) = gateway
         .dialect
@@ -315,7 +338,11 @@ async fn tasks_list(gateway: &Gateway, session: &TaskSession, params: Option<&Va
     })
 }
 
-async fn tasks_cancel(gateway: &Gateway, session: &TaskSession, params: Option<&Value>) -> Outcome {
+async fn tasks_cancel(
+    gateway: &Gateway,
+    session: &SessionCaller,
+    params: Option<&Value>,
+) -> Outcome {
     let task_id = task_id_of(method::TASKS_CANCEL, params)?;
     let task = gateway
         .dialect
@@ -327,7 +354,7 @@ async fn tasks_cancel(gateway: &Gateway, session: &TaskSession, params: Option<&
 /// The client's answer to an input request a `tasks/result` stream delivered.
 async fn answer(
     gateway: &Gateway,
-    session: &TaskSession,
+    session: &SessionCaller,
     task_id: &str,
     key: &str,
     outcome: Result<Value, ErrorObject>,

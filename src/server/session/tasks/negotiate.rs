@@ -10,13 +10,13 @@ use mtg_protocol::wire::dialect_2025::{declares_response_modes, server_tasks_cap
 
 /// What a client's `initialize` declared about tasks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Declared {
+pub(crate) struct Declared {
     /// SEP-1905 `tasks.responses.modes`.
     pub modes: bool,
 }
 
 /// `Some` when the client's `initialize` params declare `capabilities.tasks`.
-pub fn declared(params: Option<&Value>) -> Option<Declared> {
+pub(crate) fn declared(params: Option<&Value>) -> Option<Declared> {
     let tasks = params?
         .get("capabilities")?
         .get("tasks")
@@ -29,7 +29,7 @@ pub fn declared(params: Option<&Value>) -> Option<Declared> {
 /// The client's `initialize` params as the upstream sees them: without `tasks`, which
 /// the gateway answers for (an upstream told of it could send task-augmented requests
 /// the gateway would have to carry out).
-pub fn without_client_tasks(params: &mut Value) {
+pub(crate) fn without_client_tasks(params: &mut Value) {
     if let Some(capabilities) = params
         .get_mut("capabilities")
         .and_then(Value::as_object_mut)
@@ -40,7 +40,7 @@ pub fn without_client_tasks(params: &mut Value) {
 
 /// The `InitializeResult` with the gateway's `tasks` capability in place of any the
 /// upstream had.
-pub fn advertise_tasks(result: &mut Value, declared: Declared) {
+pub(crate) fn advertise_tasks(result: &mut Value, declared: Declared) {
     let Some(result) = result.as_object_mut() else {
         return;
     };
@@ -50,7 +50,7 @@ pub fn advertise_tasks(result: &mut Value, declared: Declared) {
 }
 
 /// A `tools/list` result with each tool's `execution.taskSupport` from `--tool-policy`.
-pub fn annotate_tools(result: &mut Value, policies: &Policies) {
+pub(crate) fn annotate_tools(result: &mut Value, policies: &Policies) {
     let Some(tools) = result.get_mut("tools").and_then(Value::as_array_mut) else {
         return;
     };
@@ -83,7 +83,7 @@ pub fn annotate_tools(result: &mut Value, policies: &Policies) {
 /// runs only as its own task is `optional` there, since the gateway runs its plain call
 /// as a task (`tasks::deferral`). Left `required`, the TypeScript SDK 1.x client would
 /// refuse to call it. A tool the operator marked `required` or `forbidden` stays so.
-pub fn offer_task_only_tools(result: &mut Value, policies: &Policies) {
+pub(crate) fn offer_task_only_tools(result: &mut Value, policies: &Policies) {
     let Some(tools) = result.get_mut("tools").and_then(Value::as_array_mut) else {
         return;
     };
@@ -105,7 +105,7 @@ pub fn offer_task_only_tools(result: &mut Value, policies: &Policies) {
 /// A session's `tools/list` result with each tool's task support as the gateway
 /// serves it: from its policies for a session that declared tasks, else with the
 /// upstream's task-only tools offered for plain calls.
-pub fn show_task_support(result: &mut Value, policies: &Policies, declared: bool) {
+pub(crate) fn show_task_support(result: &mut Value, policies: &Policies, declared: bool) {
     match declared {
         true => annotate_tools(result, policies),
         false => offer_task_only_tools(result, policies),

@@ -27,7 +27,7 @@ const BACKLOG: usize = 64;
 
 /// The GET stream of session `session` (as the client knows it) for `principal`;
 /// `upstream` is the upstream's own GET stream, when it has one.
-pub fn stream(
+pub(crate) fn stream(
     tasks: Arc<TaskService>,
     session: String,
     principal: String,
@@ -112,7 +112,7 @@ async fn progress_push(
 }
 
 /// Whether an upstream's answer to GET is an event stream to relay.
-pub fn is_event_stream(response: &Response<Body>) -> bool {
+pub(crate) fn is_event_stream(response: &Response<Body>) -> bool {
     response.status().is_success()
         && response
             .headers()
@@ -122,6 +122,6 @@ pub fn is_event_stream(response: &Response<Body>) -> bool {
 }
 
 /// Drains a response not relayed, so its connection can be reused.
-pub async fn discard(response: Response<Body>) {
+pub(crate) async fn discard(response: Response<Body>) {
     let _ = response.into_body().collect().await;
 }

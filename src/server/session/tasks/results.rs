@@ -7,7 +7,7 @@ use http::{Response, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::{TaskSession, session_error};
+use super::{SessionCaller, session_error};
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};
 use crate::server::sse::{sse_event, sse_response};
@@ -20,9 +20,9 @@ use mtg_protocol::wire::{InputRequest, TaskIdParams};
 /// Room for events the client has not read yet; a client this far behind is gone.
 const BACKLOG: usize = 64;
 
-pub async fn tasks_result(
+pub(crate) async fn tasks_result(
     gateway: &Gateway,
-    session: &TaskSession,
+    session: &SessionCaller,
     id: &Value,
     params: Option<&Value>,
 ) -> Response<Body> {
@@ -78,7 +78,7 @@ fn final_answer(id: &Value, outcome: Result<Value, ErrorObject>) -> Response<Bod
 }
 
 /// Input request `key` as a server-to-client request tied to its task.
-pub fn input_request(task_id: &str, key: &str, request: &InputRequest) -> Vec<u8> {
+pub(crate) fn input_request(task_id: &str, key: &str, request: &InputRequest) -> Vec<u8> {
     let mut params = request.params.clone().unwrap_or_else(|| json!({}));
     if let Some(object) = params.as_object_mut() {
         let meta = object.entry("_meta").or_insert_with(|| json!({}));

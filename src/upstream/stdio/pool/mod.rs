@@ -26,7 +26,7 @@ const READY_WAIT: Duration = Duration::from_secs(30);
 const CRASH_LOOP: u32 = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(super) enum Kind {
     /// Cannot ask for input (`tools/list`, `ping`): runs anywhere.
     Quiet,
     /// Shares a process with other calls.
@@ -54,12 +54,12 @@ impl Slot {
 
 /// Whether the upstream can serve, for `/readyz`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Health {
+pub(crate) struct Health {
     pub ready: bool,
     pub detail: String,
 }
 
-pub struct Pool {
+pub(super) struct Pool {
     me: Weak<Pool>,
     pub command: StdioCommand,
     pub context: Arc<LinkContext>,
@@ -70,7 +70,7 @@ pub struct Pool {
 }
 
 impl Pool {
-    pub fn start(command: StdioCommand, size: usize, roots: &[String]) -> Arc<Self> {
+    pub(super) fn start(command: StdioCommand, size: usize, roots: &[String]) -> Arc<Self> {
         let pool = Arc::new_cyclic(|me| Pool {
             me: me.clone(),
             command,
@@ -85,7 +85,7 @@ impl Pool {
     }
 
     /// A process for a call of `kind`, waiting while none fits.
-    pub async fn acquire(&self, kind: Kind) -> Result<Lease, UpstreamError> {
+    pub(super) async fn acquire(&self, kind: Kind) -> Result<Lease, UpstreamError> {
         let mut changes = self.changes.subscribe();
         let mut reservation = Reservation {
             pool: self.strong(),
@@ -139,7 +139,7 @@ impl Pool {
                     i
                 }
                 None => {
-                    // Everything is held for input: more processes, if allowed.
+                    // Every process waits for input: more processes, if allowed.
                     if !slots
                         .iter()
                         .any(|s| s.started && !s.exclusive && !s.reserved)
@@ -201,13 +201,13 @@ impl Pool {
     }
 
     /// A process finished its handshake and takes calls.
-    pub fn publish(&self, slot: usize, link: Arc<Link>) {
+    pub(super) fn publish(&self, slot: usize, link: Arc<Link>) {
         self.lock()[slot].link = Some(link);
         self.changed();
     }
 
     /// A process is gone: no new call may pick it.
-    pub fn unpublish(&self, slot: usize, link: &Arc<Link>) {
+    pub(super) fn unpublish(&self, slot: usize, link: &Arc<Link>) {
         {
             let mut slots = self.lock();
             let slot = &mut slots[slot];
@@ -220,7 +220,7 @@ impl Pool {
 
     /// A process ended (or never started); returns the failures in a row so far. An
     /// exit after a stable run starts a new count.
-    pub fn record_exit(&self, slot: usize, reason: &str, stable: bool) -> u32 {
+    pub(super) fn record_exit(&self, slot: usize, reason: &str, stable: bool) -> u32 {
         let failures = {
             let mut slots = self.lock();
             let slot = &mut slots[slot];
@@ -232,7 +232,7 @@ impl Pool {
         failures
     }
 
-    pub fn health(&self) -> Health {
+    pub(super) fn health(&self) -> Health {
         let slots = self.lock();
         let running = slots.iter().filter(|s| s.ready()).count();
         if running > 0 {
@@ -252,7 +252,7 @@ impl Pool {
     }
 
     /// Stops every process and waits for their supervisors.
-    pub async fn stop(&self) {
+    pub(super) async fn stop(&self) {
         self.shutdown.cancel();
         let handles =
             std::mem::take(&mut *self.supervisors.lock().unwrap_or_else(|p| p.into_inner()));
@@ -302,7 +302,7 @@ fn not_running(slot: &Slot) -> UpstreamError {
 }
 
 /// A call's claim on a process; released when the call's exchange is dropped.
-pub struct Lease {
+pub(super) struct Lease {
     pool: Arc<Pool>,
     slot: usize,
     kind: Kind,
@@ -324,7 +324,7 @@ impl Drop for Lease {
     }
 }
 
-/// A process held for a waiting exclusive call; freed if the call stops waiting.
+/// A process reserved for a waiting exclusive call; freed if the call stops waiting.
 struct Reservation {
     pool: Arc<Pool>,
     slot: Option<usize>,

@@ -24,7 +24,7 @@ const DRAIN_WAIT: Duration = Duration::from_secs(1);
 /// After stdout closes, how long the process may take to exit before it is killed.
 const EXIT_WAIT: Duration = Duration::from_secs(2);
 
-pub async fn supervise(pool: Arc<Pool>, slot: usize) {
+pub(super) async fn supervise(pool: Arc<Pool>, slot: usize) {
     let span = tracing::info_span!("upstream_process", slot);
     async move {
         let mut delay = FIRST_BACKOFF;
@@ -70,26 +70,52 @@ impl Run {
     }
 }
 
-async fn run_once(pool: &Arc<Pool>, slot: usize) -> Run {
-    let mut child = match pool.command.spawn() {
-        Ok(child) => child,
-        Err(e) => {
-            return Run::failed(format!("cannot start `{}`: {e}", pool.command.display()));
-        }
-    };
+/// A process just started, its standard streams tied to its link.
+struct Started {
+    child: tokio::process::Child,
+    pid: u32,
+    link: Arc<Link>,
+    /// Reads the process's stdout into the link; ends when stdout closes.
+    reader: tokio::task::JoinHandle<()>,
+}
+
+fn start_process(pool: &Arc<Pool>, slot: usize) -> Result<Started, Run> {
+    let mut child = pool
+        .command
+        .spawn()
+        .map_err(|e| Run::failed(format!("cannot start `{}`: {e}", pool.command.display())))?;
     let pid = child.id().unwrap_or(0);
     let (Some(stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
-        return Run::failed("the process's standard streams were not piped".into());
+        return Err(Run::failed(
+            "the process's standard streams were not piped".into(),
+        ));
     };
     tracing::info!(pid, command = %pool.command.display(), "upstream process started");
     let (lines, queue) = mpsc::unbounded_channel();
     process::spawn_writer(stdin, queue);
     let link = Arc::new(Link::new(slot, pid, pool.context.clone(), lines));
-    let mut reader = process::spawn_reader(link.clone(), stdout);
+    let reader = process::spawn_reader(link.clone(), stdout);
     process::spawn_stderr_logger(slot, pid, stderr);
+    Ok(Started {
+        child,
+        pid,
+        link,
+        reader,
+    })
+}
 
+async fn run_once(pool: &Arc<Pool>, slot: usize) -> Run {
+    let Started {
+        mut child,
+        pid,
+        link,
+        mut reader,
+    } = match start_process(pool, slot) {
+        Ok(started) => started,
+        Err(run) => return run,
+    };
     let handshake = tokio::select! {
         result = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake::handshake(&link)) => {
             result.unwrap_or(Err(UpstreamError::Timeout(HANDSHAKE_TIMEOUT.as_millis() as u64)))

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::TaskService;
+use crate::tasks::TaskService;
 
 /// Longest a readiness check waits for the store or the upstream.
 const READY_WITHIN: Duration = Duration::from_secs(3);
@@ -31,7 +31,7 @@ impl TaskService {
     pub fn in_flight(&self) -> InFlight {
         let (runners, held_calls, deferred_calls) = self
             .runners
-            .counts(|principal| principal.starts_with(super::mrtr_bridge::HELD_PREFIX));
+            .counts(|principal| principal.starts_with(crate::tasks::mrtr_bridge::HELD_PREFIX));
         InFlight {
             runners,
             held_calls,
@@ -41,7 +41,7 @@ impl TaskService {
 
     /// A plain call was answered with a deferred result; its task runs on.
     pub fn call_deferred(&self, task_id: &str) {
-        self.meter().call_deferred();
+        self.meter().calls().deferred();
         self.runners.mark_deferred(task_id);
     }
 

@@ -15,7 +15,7 @@ type FeedSender = mpsc::UnboundedSender<(String, Option<serde_json::Value>)>;
 type SessionFeeds = Arc<Mutex<HashMap<String, FeedSender>>>;
 
 #[derive(Default)]
-pub struct Watchers {
+pub struct Waiters {
     tasks: Mutex<HashMap<String, Arc<Notify>>>,
     sessions: SessionFeeds,
     /// Feeds of sessions that created a task before opening their GET stream: the
@@ -29,14 +29,14 @@ type FeedReceiver = mpsc::UnboundedReceiver<(String, Option<serde_json::Value>)>
 /// How long changes wait for a session's GET stream to open.
 const EARLY_FEED_KEPT: Duration = Duration::from_secs(60);
 
-/// A watch on one task; dropping the last one for a task forgets the task.
-pub struct TaskWatch<'a> {
-    watchers: &'a Watchers,
+/// A waiter on one task; dropping the last one for a task forgets the task.
+pub struct TaskWaiter<'a> {
+    waiters: &'a Waiters,
     task_id: String,
     notify: Arc<Notify>,
 }
 
-impl TaskWatch<'_> {
+impl TaskWaiter<'_> {
     /// Resolves at the next change after this call (register before reading the record,
     /// so a change in between is not missed: `Notified::enable`).
     pub fn changed(&self) -> std::pin::Pin<Box<tokio::sync::futures::Notified<'_>>> {
@@ -46,10 +46,10 @@ impl TaskWatch<'_> {
     }
 }
 
-impl Drop for TaskWatch<'_> {
+impl Drop for TaskWaiter<'_> {
     fn drop(&mut self) {
-        let mut tasks = lock(&self.watchers.tasks);
-        // Two references left: this watch and the map's.
+        let mut tasks = lock(&self.waiters.tasks);
+        // Two references left: this waiter and the map's.
         if Arc::strong_count(&self.notify) <= 2 {
             tasks.remove(&self.task_id);
         }
@@ -73,14 +73,14 @@ impl Drop for SessionFeed {
     }
 }
 
-impl Watchers {
-    pub fn watch_task(&self, task_id: &str) -> TaskWatch<'_> {
+impl Waiters {
+    pub fn wait_on(&self, task_id: &str) -> TaskWaiter<'_> {
         let notify = lock(&self.tasks)
             .entry(task_id.to_owned())
             .or_default()
             .clone();
-        TaskWatch {
-            watchers: self,
+        TaskWaiter {
+            waiters: self,
             task_id: task_id.to_owned(),
             notify,
         }
@@ -157,10 +157,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_change_after_registering_is_never_missed() {
-        let watchers = Watchers::default();
-        let watch = watchers.watch_task("t");
-        let changed = watch.changed();
-        watchers.dispatch(&change("t", None));
+        let waiters = Waiters::default();
+        let waiter = waiters.wait_on("t");
+        let changed = waiter.changed();
+        waiters.dispatch(&change("t", None));
         tokio::time::timeout(std::time::Duration::from_secs(1), changed)
             .await
             .expect("the change before awaiting still counts");
@@ -168,35 +168,35 @@ mod tests {
 
     #[tokio::test]
     async fn changes_before_the_stream_opens_wait_for_it() {
-        let watchers = Watchers::default();
-        watchers.expect_session("s");
-        watchers.dispatch(&change("t1", Some("s")));
-        let mut feed = watchers.feed_session("s");
-        watchers.dispatch(&change("t2", Some("s")));
+        let waiters = Waiters::default();
+        waiters.expect_session("s");
+        waiters.dispatch(&change("t1", Some("s")));
+        let mut feed = waiters.feed_session("s");
+        waiters.dispatch(&change("t2", Some("s")));
         assert_eq!(feed.changes.recv().await.unwrap().0, "t1");
         assert_eq!(feed.changes.recv().await.unwrap().0, "t2");
         // A session with a stream open already gets no queue of its own.
-        watchers.expect_session("s");
-        assert!(lock(&watchers.early).is_empty());
+        waiters.expect_session("s");
+        assert!(lock(&waiters.early).is_empty());
     }
 
     #[tokio::test]
     async fn sessions_get_their_own_tasks_changes() {
-        let watchers = Watchers::default();
-        let mut feed = watchers.feed_session("s");
-        watchers.dispatch(&change("t1", Some("other")));
-        watchers.dispatch(&change("t2", Some("s")));
+        let waiters = Waiters::default();
+        let mut feed = waiters.feed_session("s");
+        waiters.dispatch(&change("t1", Some("other")));
+        waiters.dispatch(&change("t2", Some("s")));
         assert_eq!(feed.changes.recv().await.unwrap().0, "t2");
     }
 
     #[test]
-    fn the_last_watch_dropped_forgets_the_task() {
-        let watchers = Watchers::default();
-        let a = watchers.watch_task("t");
-        let b = watchers.watch_task("t");
+    fn the_last_waiter_dropped_forgets_the_task() {
+        let waiters = Waiters::default();
+        let a = waiters.wait_on("t");
+        let b = waiters.wait_on("t");
         drop(a);
-        assert!(lock(&watchers.tasks).contains_key("t"));
+        assert!(lock(&waiters.tasks).contains_key("t"));
         drop(b);
-        assert!(!lock(&watchers.tasks).contains_key("t"));
+        assert!(!lock(&waiters.tasks).contains_key("t"));
     }
 }

@@ -11,7 +11,7 @@ use crate::upstream::{CallStream, UpstreamError};
 use mtg_transport::CallBody;
 
 /// The upstream's side of the call.
-pub enum Answer {
+pub(super) enum Answer {
     /// The response head has not come.
     Waiting(PendingHead),
     /// An SSE stream, cut into events.
@@ -29,7 +29,7 @@ pub enum Answer {
 }
 
 /// What the upstream did next.
-pub enum Step {
+pub(super) enum Step {
     Head(Result<hyper::Response<Incoming>, UpstreamError>),
     Frame(Option<Result<Frame<Bytes>, hyper::Error>>),
     Whole(Result<Bytes, mtg_transport::CallBodyError>),
@@ -37,7 +37,7 @@ pub enum Step {
 
 impl Answer {
     /// Cancel-safe: each state keeps what it read.
-    pub async fn step(&mut self) -> Step {
+    pub(super) async fn step(&mut self) -> Step {
         match self {
             Answer::Waiting(head) => Step::Head(head.await),
             Answer::Sse { body, .. } => Step::Frame(body.frame().await),
@@ -47,7 +47,7 @@ impl Answer {
     }
 
     /// What is left to read, for a task's runner.
-    pub fn into_stream(self) -> Option<CallStream> {
+    pub(super) fn into_stream(self) -> Option<CallStream> {
         match self {
             Answer::Waiting(head) => Some(CallStream::pending(head)),
             Answer::Sse { body, events } => Some(CallStream::resumed(events.rest(), body)),

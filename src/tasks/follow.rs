@@ -56,24 +56,24 @@ impl Followers {
         principal: &str,
         sink: &mpsc::Sender<Arc<TaskRecord>>,
     ) {
-        let watches: Vec<_> = task_ids
+        let waiters: Vec<_> = task_ids
             .iter()
-            .map(|id| (id.as_str(), self.tasks.watchers.watch_task(id)))
+            .map(|id| (id.as_str(), self.tasks.waiters.wait_on(id)))
             .collect();
-        let mut open: Vec<usize> = (0..watches.len()).collect();
+        let mut open: Vec<usize> = (0..waiters.len()).collect();
         let mut seen: HashMap<usize, Seen> = HashMap::new();
         loop {
             // Register before reading, so a change in between is not missed.
-            let changes: Vec<_> = open.iter().map(|&i| watches[i].1.changed()).collect();
+            let changes: Vec<_> = open.iter().map(|&i| waiters[i].1.changed()).collect();
             let mut still_open = Vec::with_capacity(open.len());
             let mut look_again = LOOK_ANYWAY;
             for &i in &open {
-                let task = match self.tasks.store.get(watches[i].0, principal).await {
+                let task = match self.tasks.store.get(waiters[i].0, principal).await {
                     Ok(Some(task)) => task,
                     // Expired: nothing more will be said of it.
                     Ok(None) => continue,
                     Err(e) => {
-                        tracing::warn!(task_id = watches[i].0, error = %e, "a listener could not read a task; will look again");
+                        tracing::warn!(task_id = waiters[i].0, error = %e, "a follower could not read a task; will look again");
                         look_again = STORE_RETRY;
                         still_open.push(i);
                         continue;

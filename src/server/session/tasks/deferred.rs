@@ -1,9 +1,11 @@
-//! Deferred results for 2025-xx session clients the gateway serves itself
-//! (`--defer-after-ms`; a stdio or 2026-07-28 upstream): a plain `tools/call` runs as a
-//! task of the session, answered on SSE like a `tasks/result` stream (the upstream's
+//! Deferred calls of session clients, as their transport carries them (the policy, the
+//! gateway's tools and the "still running" answer are `tasks::deferral`'s): a plain
+//! `tools/call` of a gateway-served session (`--defer-after-ms`; a stdio or 2026-07-28
+//! upstream), or of a tool the upstream runs only as its own task in any session, runs
+//! as a task of the session, answered on SSE like a `tasks/result` stream (the upstream's
 //! questions as server-to-client requests, answered by POSTed responses) that ends with
 //! the call's result within the budget and with a deferred result past it; the gateway's
-//! `get_task_result` is the same stream, `cancel_task` cancels.
+//! `get_task_result` is the same stream, and its answer the session's shape.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,20 +14,19 @@ use http::Response;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::tasks::TaskSession;
-use super::tasks::results::input_request;
+use super::SessionCaller;
+use super::results::input_request;
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};
 use crate::server::sse::keepalive::ProgressKeepAlive;
 use crate::server::sse::{sse_event, sse_response_kept};
-use crate::tasks::deferral::{Asked, Deferrals, failure_of, tool_of};
+use crate::tasks::deferral::{Asked, Deferrals, GatewayTool, failure_of, not_completed, tool_of};
 use crate::tasks::{Started, TaskService};
-use crate::upstream::Caller;
 use mtg_protocol::jsonrpc::{self, ErrorObject};
 use mtg_protocol::names::method;
 use mtg_protocol::task_support::TaskSupport;
 use mtg_protocol::wire::TaskStatus;
-use mtg_protocol::wire::deferred::{self, CANCEL_TASK, GET_TASK_RESULT, ToolNames, Waits};
+use mtg_protocol::wire::deferred::{self, Fetch};
 use mtg_protocol::wire::dialect_2025::RELATED_TASK;
 use mtg_store::TaskRecord;
 
@@ -36,9 +37,9 @@ const BACKLOG: usize = 64;
 /// deferral on, any such call and the gateway's own tools; with it off, a call of a
 /// tool the upstream runs only as its own task. `None` for every other call (a
 /// task-augmented one, a tool whose policy is `required` or `forbidden`).
-pub async fn serve(
+pub(crate) async fn serve(
     gateway: &Gateway,
-    session: &TaskSession,
+    session: &SessionCaller,
     id: &Value,
     params: Option<&Value>,
 ) -> Option<Response<Body>> {
@@ -48,57 +49,38 @@ pub async fn serve(
     if params.get("task").is_some() || policy != TaskSupport::Optional {
         return None;
     }
-    if let Some(waits) = gateway.deferrals.waits()
-        && let Some(answer) = gateway_tool(gateway, session, id, params, waits).await
-    {
+    if let Some(answer) = gateway_tool(gateway, session, id, params).await {
         return Some(answer);
     }
-    let caller = Caller {
-        capabilities: &session.capabilities,
-        auth: session.auth.as_ref(),
-        session: None,
-    };
-    let limit = gateway.deferrals.answer_within(&caller, tool).await?;
+    let limit = gateway
+        .deferrals
+        .answer_within(&session.caller(), tool)
+        .await?;
     Some(call(gateway, session, id, params, tool, limit).await)
 }
 
-/// Answers a call of the gateway's `get_task_result` or `cancel_task`; `None` for any
-/// other tool. For the sessions passed through too (`super::watched`).
-pub async fn gateway_tool(
+/// Answers a call of the gateway's `get_task_result` or `cancel_task` (deferral on);
+/// `None` for any other tool. For the sessions passed through too (`passthrough::watched`).
+pub(crate) async fn gateway_tool(
     gateway: &Gateway,
-    session: &TaskSession,
+    session: &SessionCaller,
     id: &Value,
     params: &Value,
-    waits: Waits,
 ) -> Option<Response<Body>> {
-    let tool = params.get("name")?.as_str()?;
-    if !deferred::may_be_gateway_tool(tool) {
-        return None;
-    }
-    let names = tool_names(gateway, session).await;
-    if tool == names.get_result {
-        return Some(get_result(gateway, session, id, params, &names, waits).await);
-    }
-    if tool == names.cancel {
-        return Some(cancel(gateway, session, id, params).await);
-    }
-    None
-}
-
-/// The names of the gateway's tools for this session's upstream.
-pub async fn tool_names(gateway: &Gateway, session: &TaskSession) -> ToolNames {
-    let caller = Caller {
-        capabilities: &session.capabilities,
-        auth: session.auth.as_ref(),
-        session: None,
-    };
-    gateway.deferrals.tool_names(&caller).await
+    let asked = gateway
+        .deferrals
+        .gateway_tool(&session.caller(), &session.principal, params)
+        .await?;
+    Some(match asked {
+        GatewayTool::Answered(result) => tool_answer(id, result),
+        GatewayTool::GetResult(fetch) => get_result(gateway, session, id, fetch).await,
+    })
 }
 
 /// Runs the call as a task of the session and answers it on SSE within `after`.
-pub(super) async fn call(
+pub(crate) async fn call(
     gateway: &Gateway,
-    session: &TaskSession,
+    session: &SessionCaller,
     id: &Value,
     params: &Value,
     tool: &str,
@@ -172,29 +154,21 @@ enum Purpose {
     GetResult { attempt: Option<u64> },
 }
 
+/// `get_task_result`: the same stream as the call's, for `fetch.wait`.
 async fn get_result(
     gateway: &Gateway,
-    session: &TaskSession,
+    session: &SessionCaller,
     id: &Value,
-    params: &Value,
-    names: &ToolNames,
-    waits: Waits,
+    fetch: Fetch<'_>,
 ) -> Response<Body> {
-    let fetch = match deferred::fetch_arguments(params.get("arguments"), &names.get_result, waits) {
-        Ok(fetch) => fetch,
-        Err(refusal) => return tool_answer(id, refusal),
+    let Ok(task) = gateway.tasks.get(fetch.task_id, &session.principal).await else {
+        return tool_answer(id, deferred::unknown_task(fetch.task_id));
     };
-    let (task_id, limit) = (fetch.task_id, fetch.wait);
-    gateway.tasks.meter().gateway_tool_called(GET_TASK_RESULT);
-    let Ok(task) = gateway.tasks.get(task_id, &session.principal).await else {
-        return tool_answer(id, deferred::unknown_task(task_id));
-    };
-    let tool = tool_of(&task);
     let answering = Answering {
         id: id.clone(),
-        task_id: task_id.to_owned(),
-        tool,
-        limit,
+        task_id: fetch.task_id.to_owned(),
+        tool: tool_of(&task),
+        limit: fetch.wait,
         purpose: Purpose::GetResult {
             attempt: fetch.attempt,
         },
@@ -202,28 +176,6 @@ async fn get_result(
         keepalive: None,
     };
     stream(gateway, session, answering)
-}
-
-async fn cancel(
-    gateway: &Gateway,
-    session: &TaskSession,
-    id: &Value,
-    params: &Value,
-) -> Response<Body> {
-    let task_id = match deferred::task_id_argument(params.get("arguments"), CANCEL_TASK) {
-        Ok(task_id) => task_id,
-        Err(refusal) => return tool_answer(id, refusal),
-    };
-    gateway.tasks.meter().gateway_tool_called(CANCEL_TASK);
-    tool_answer(
-        id,
-        match gateway.tasks.cancel(task_id, &session.principal).await {
-            Ok(()) => deferred::text_result(&format!(
-                "Task {task_id} is cancelled (or had already ended); its tool call stops."
-            )),
-            Err(_) => deferred::unknown_task(task_id),
-        },
-    )
 }
 
 fn tool_answer(id: &Value, result: Value) -> Response<Body> {
@@ -243,7 +195,7 @@ struct Answering {
     keepalive: Option<ProgressKeepAlive>,
 }
 
-fn stream(gateway: &Gateway, session: &TaskSession, answering: Answering) -> Response<Body> {
+fn stream(gateway: &Gateway, session: &SessionCaller, answering: Answering) -> Response<Body> {
     let Answering {
         id,
         task_id,
@@ -287,7 +239,7 @@ fn stream(gateway: &Gateway, session: &TaskSession, answering: Answering) -> Res
             Some(Ok(Some(task))) => answer_of(&task, purpose),
             Some(Ok(None)) => return,
             Some(Err(error)) => Err(error),
-            None => still_running(&tasks, &deferrals, &session, &task_id, &tool, purpose).await,
+            None => past_budget(&tasks, &deferrals, &session, &task_id, &tool, purpose).await,
         };
         let body = match answer {
             Ok(result) => jsonrpc::success_body_of(&id, &result),
@@ -300,10 +252,10 @@ fn stream(gateway: &Gateway, session: &TaskSession, answering: Answering) -> Res
 
 /// The answer once the budget passed: the end if it came just now, else a deferred
 /// result.
-async fn still_running(
+async fn past_budget(
     tasks: &Arc<TaskService>,
     deferrals: &Deferrals,
-    session: &TaskSession,
+    session: &SessionCaller,
     task_id: &str,
     tool: &str,
     purpose: Purpose,
@@ -312,19 +264,14 @@ async fn still_running(
     if task.status.is_terminal() {
         return answer_of(&task, purpose);
     }
-    if purpose == Purpose::Call {
-        tasks.call_deferred(task_id);
-    }
-    let caller = Caller {
-        capabilities: &session.capabilities,
-        auth: session.auth.as_ref(),
-        session: None,
-    };
-    let asked = match purpose {
-        Purpose::Call => Asked::Call(tool),
-        Purpose::GetResult { attempt } => Asked::Fetch { attempt },
-    };
-    Ok(deferrals.still_running(&caller, &task, asked).await)
+    let caller = session.caller();
+    Ok(match purpose {
+        Purpose::Call => deferrals.defer(&caller, &task, tool).await,
+        Purpose::GetResult { attempt } => {
+            let asked = Asked::Fetch { attempt };
+            deferrals.still_running(&caller, &task, asked).await
+        }
+    })
 }
 
 /// An ended task as the client's answer: the upstream's own result, as without deferral.
@@ -347,13 +294,6 @@ fn answer_of(task: &TaskRecord, purpose: Purpose) -> Result<Value, ErrorObject> 
             .error
             .clone()
             .unwrap_or_else(|| ErrorObject::internal(failure_of(task)))),
-        TaskStatus::Failed => Ok(deferred::error_result(&format!(
-            "The tool call failed: {}",
-            failure_of(task)
-        ))),
-        _ => Ok(deferred::error_result(&format!(
-            "The tool call was cancelled: {}",
-            task.status_message.as_deref().unwrap_or("cancelled")
-        ))),
+        _ => Ok(not_completed(task)),
     }
 }

@@ -7,8 +7,18 @@
 //!   could not be forwarded as it came: it is answered when it ends (deferred past the
 //!   budget when deferral is on).
 //!
-//! Waiting for such a call, its "still running" answers, and which names the gateway's
-//! tools go by.
+//! Everything of deferral but its wire shapes (`mtg_protocol::wire::deferred`) is here,
+//! and the server paths call it; they keep only their transport (a session's SSE or a
+//! 2026-07-28 JSON answer, their headers):
+//! - `mod.rs`: the policy ([`Deferrals`]: which calls, for how long), waiting for one, and
+//!   its "still running" answer (a deferred result);
+//! - `tools.rs`: the gateway's two tools, `get_task_result` and `cancel_task`: the names
+//!   they go by, listing them, telling a call of one apart, cancelling, and a finished
+//!   task's answer in words.
+
+mod tools;
+
+pub use tools::{GatewayTool, Listing, failure_of, not_completed, tool_of};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,9 +28,7 @@ use super::halt::sleep_until;
 use crate::upstream::Caller;
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_protocol::wire::TaskStatus;
-use mtg_protocol::wire::deferred::{
-    self, CANCEL_TASK, Deferred, GET_TASK_RESULT, ToolNames, Waits, next_attempt,
-};
+use mtg_protocol::wire::deferred::{self, Deferred, ToolNames, Waits, next_attempt};
 use mtg_store::TaskRecord;
 use serde_json::Value;
 
@@ -28,7 +36,8 @@ use serde_json::Value;
 /// and the task's TTL still stop it).
 pub const UNTIL_IT_ENDS: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
-/// Deferred calls: waiting for one, and the gateway's tool names.
+/// One upstream's deferred calls: which calls, for how long, waiting for one, its "still
+/// running" answer, and the gateway's two tools (`tools.rs`).
 #[derive(Clone)]
 pub struct Deferrals {
     tasks: Arc<TaskService>,
@@ -64,16 +73,6 @@ impl Deferrals {
         self.tasks.tool_traits.may_have_own_task_only()
     }
 
-    /// The metrics of the upstream whose calls these are.
-    pub fn meter(&self) -> &crate::telemetry::Meter {
-        self.tasks.meter()
-    }
-
-    /// A call was answered with a deferred result (counted, and its runner marked).
-    pub fn call_deferred(&self, task_id: &str) {
-        self.tasks.call_deferred(task_id);
-    }
-
     pub fn new(tasks: Arc<TaskService>) -> Self {
         Self { tasks }
     }
@@ -90,6 +89,13 @@ impl Deferrals {
         settings
             .defer_after
             .map(|after| Waits::new(after, settings.deferred_max_wait))
+    }
+
+    /// The answer to a call that outlived its budget (a deferred result; counted): its
+    /// task `task` still runs.
+    pub async fn defer(&self, caller: &Caller<'_>, task: &TaskRecord, tool: &str) -> Value {
+        self.tasks.call_deferred(&task.task_id);
+        self.still_running(caller, task, Asked::Call(tool)).await
     }
 
     /// The answer that says `task` still runs, to the request `asked`: in words a model
@@ -129,20 +135,6 @@ impl Deferrals {
         })
     }
 
-    /// The names of the gateway's tools for this upstream: `gateway_`-prefixed where the
-    /// upstream has a tool of the name, which is then the upstream's to answer.
-    pub async fn tool_names(&self, caller: &Caller<'_>) -> ToolNames {
-        let upstream = self.tasks.upstream.as_ref();
-        let [get, cancel] = self
-            .tasks
-            .tool_traits
-            .has(upstream, caller, [GET_TASK_RESULT, CANCEL_TASK])
-            .await;
-        ToolNames::choose(|name| {
-            (name == GET_TASK_RESULT && get) || (name == CANCEL_TASK && cancel)
-        })
-    }
-
     /// The task once it ended or asks for input, or as it is when `limit` passed.
     pub async fn wait(
         &self,
@@ -151,10 +143,10 @@ impl Deferrals {
         limit: Duration,
     ) -> Result<Arc<TaskRecord>, ErrorObject> {
         let deadline = tokio::time::Instant::now() + limit;
-        let watch = self.tasks.watchers.watch_task(task_id);
+        let waiter = self.tasks.waiters.wait_on(task_id);
         loop {
             // Registered before the read, so a change in between is not missed.
-            let changed = watch.changed();
+            let changed = waiter.changed();
             let task = self.tasks.get(task_id, principal).await?;
             if task.status.is_terminal() || task.status == TaskStatus::InputRequired {
                 return Ok(task);
@@ -204,21 +196,4 @@ impl<'a> Answered<'a> {
             }
         }
     }
-}
-
-/// The tool a task's call is of, from its stored params.
-pub fn tool_of(task: &TaskRecord) -> String {
-    serde_json::from_str::<Value>(task.request.get())
-        .ok()
-        .and_then(|params| params.get("name")?.as_str().map(str::to_owned))
-        .unwrap_or_else(|| "tool".to_owned())
-}
-
-/// Why a failed task failed, in words.
-pub fn failure_of(task: &TaskRecord) -> String {
-    task.error
-        .as_ref()
-        .map(|error| error.message.clone())
-        .or_else(|| task.status_message.clone())
-        .unwrap_or_else(|| "no reason given".to_owned())
 }

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 /// SSE bytes read so far, not yet handed out as events.
 #[derive(Default)]
-pub struct Events {
+pub(super) struct Events {
     buffer: BytesMut,
     /// Where the scan for the next line end stopped.
     scanned: usize,
@@ -17,12 +17,12 @@ pub struct Events {
 }
 
 impl Events {
-    pub fn push(&mut self, chunk: &[u8]) {
+    pub(super) fn push(&mut self, chunk: &[u8]) {
         self.buffer.extend_from_slice(chunk);
     }
 
     /// The next whole event (through the blank line that ends it), as it came.
-    pub fn next_event(&mut self) -> Option<Bytes> {
+    pub(super) fn next_event(&mut self) -> Option<Bytes> {
         let mut at = self.scanned;
         while at < self.buffer.len() {
             let byte = self.buffer[at];
@@ -52,13 +52,13 @@ impl Events {
     }
 
     /// The bytes of an event not yet whole.
-    pub fn rest(self) -> Bytes {
+    pub(super) fn rest(self) -> Bytes {
         self.buffer.freeze()
     }
 }
 
 /// The JSON-RPC message an event carries (its `data:` lines), if any.
-pub fn message_of(event: &[u8]) -> Option<Value> {
+pub(super) fn message_of(event: &[u8]) -> Option<Value> {
     let mut data = Vec::new();
     let mut found = false;
     for line in event.split(|b| *b == b'\n' || *b == b'\r') {

@@ -21,23 +21,23 @@ use http_body::{Body, Frame, SizeHint};
 
 /// How long the head may wait for the body's first frame. Quick answers follow their
 /// head within microseconds; for slow ones a head a few milliseconds late goes unseen.
-pub const FIRST_FRAME_WINDOW: Duration = Duration::from_millis(5);
+pub(crate) const FIRST_FRAME_WINDOW: Duration = Duration::from_millis(5);
 
 /// How long a frame may wait to learn whether the stream ends after it. hyper's client
 /// hands over one chunk at a time, so the end of a stream is seen one task hop after
 /// its last chunk; without the wait the terminator costs a write of its own.
-pub const END_WINDOW: Duration = Duration::from_millis(1);
+pub(crate) const END_WINDOW: Duration = Duration::from_millis(1);
 
 /// `body` with its first frame fetched and settled, if that happens within
 /// [`FIRST_FRAME_WINDOW`], so that the head leaves in the same write as that frame.
-pub async fn with_first_frame<B>(body: B) -> Coalesced<B>
+pub(crate) async fn with_first_frame<B>(body: B) -> Coalesced<B>
 where
     B: Body<Data = Bytes> + Unpin,
 {
     let ended = body.is_end_stream();
     let mut body = Coalesced {
         inner: body,
-        held: None,
+        staged: None,
         ahead: None,
         window: None,
         end_deadline: None,
@@ -45,7 +45,7 @@ where
         ended,
     };
     if !ended && !within_hops(|cx| body.poll_settled(cx)).await {
-        // On time-out the state stays consistent: a frame already held is handed out later.
+        // On time-out the state stays consistent: a frame already staged is handed out later.
         let _ = tokio::time::timeout(
             FIRST_FRAME_WINDOW,
             std::future::poll_fn(|cx| body.poll_settled(cx)),
@@ -75,21 +75,21 @@ async fn within_hops(mut poll: impl FnMut(&mut Context<'_>) -> Poll<()>) -> bool
     .await
 }
 
-/// A body that holds each frame until it knows what follows (or [`END_WINDOW`]
+/// A body that stages each frame until it knows what follows (or [`END_WINDOW`]
 /// passes), so that it can tell hyper the stream has ended together with the last
 /// frame; hyper then writes the last chunk and the terminator at once.
-pub struct Coalesced<B: Body> {
+pub(crate) struct Coalesced<B: Body> {
     inner: B,
     /// The next frame to hand out, once settled.
-    held: Option<Result<Frame<Bytes>, B::Error>>,
-    /// The frame after `held`, read while looking ahead.
+    staged: Option<Result<Frame<Bytes>, B::Error>>,
+    /// The frame after `staged`, read while looking ahead.
     ahead: Option<Result<Frame<Bytes>, B::Error>>,
     /// The [`END_WINDOW`] timer, made on first use and reset for each frame that needs it.
     window: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// When the held frame's [`END_WINDOW`] closes; the timer is armed only once a look
+    /// When the staged frame's [`END_WINDOW`] closes; the timer is armed only once a look
     /// ahead has found nothing twice, a task hop apart.
     end_deadline: Option<tokio::time::Instant>,
-    /// The look ahead for the held frame has already waited one task hop.
+    /// The look ahead for the staged frame has already waited one task hop.
     hopped: bool,
     /// `inner` has ended.
     ended: bool,
@@ -99,10 +99,10 @@ impl<B> Coalesced<B>
 where
     B: Body<Data = Bytes> + Unpin,
 {
-    /// Ready once the next frame to hand out is known (`held`, or none at the end) and
+    /// Ready once the next frame to hand out is known (`staged`, or none at the end) and
     /// so is whether anything follows it, or the window for finding out has closed.
     fn poll_settled(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.held.is_none() {
+        if self.staged.is_none() {
             let frame = match self.ahead.take() {
                 Some(frame) => frame,
                 None if self.ended => return Poll::Ready(()),
@@ -115,14 +115,14 @@ where
                 },
             };
             let look_ahead = frame.is_ok() && !self.ended;
-            self.held = Some(frame);
+            self.staged = Some(frame);
             if !look_ahead {
                 return Poll::Ready(());
             }
             self.end_deadline = Some(tokio::time::Instant::now() + END_WINDOW);
             self.hopped = false;
         }
-        let looking = matches!(self.held, Some(Ok(_))) && self.ahead.is_none() && !self.ended;
+        let looking = matches!(self.staged, Some(Ok(_))) && self.ahead.is_none() && !self.ended;
         if looking {
             match Pin::new(&mut self.inner).poll_frame(cx) {
                 Poll::Ready(Some(next)) => self.ahead = Some(next),
@@ -140,7 +140,7 @@ where
         Poll::Ready(())
     }
 
-    /// Ready once the held frame's [`END_WINDOW`] has closed; arms the timer on first use.
+    /// Ready once the staged frame's [`END_WINDOW`] has closed; arms the timer on first use.
     fn poll_end_window(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         // The deadline is taken when the timer is set to it.
         if let Some(deadline) = self.end_deadline.take() {
@@ -172,15 +172,15 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = self.get_mut();
         ready!(this.poll_settled(cx));
-        Poll::Ready(this.held.take())
+        Poll::Ready(this.staged.take())
     }
 
     fn is_end_stream(&self) -> bool {
-        self.held.is_none() && self.ahead.is_none() && self.ended
+        self.staged.is_none() && self.ahead.is_none() && self.ended
     }
 
     fn size_hint(&self) -> SizeHint {
-        let buffered: u64 = [&self.held, &self.ahead]
+        let buffered: u64 = [&self.staged, &self.ahead]
             .into_iter()
             .flatten()
             .filter_map(|frame| frame.as_ref().ok()?.data_ref())
@@ -234,7 +234,7 @@ mod tests {
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(1);
         let body = StreamBody::new(tokio_stream_of(rx));
         let mut body = with_first_frame(body).await;
-        assert!(body.held.is_none(), "nothing came within the window");
+        assert!(body.staged.is_none(), "nothing came within the window");
         tx.send(Ok(Frame::data(Bytes::from_static(b"late"))))
             .await
             .unwrap();
@@ -246,7 +246,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_frame_of_a_stream_that_stays_open_is_not_held_for_the_next() {
+    async fn a_frame_of_a_stream_that_stays_open_is_not_kept_back_for_the_next() {
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(4);
         tx.send(Ok(Frame::data(Bytes::from_static(b"progress"))))
             .await

@@ -12,20 +12,14 @@ use http_body_util::{BodyExt, Full};
 use serde_json::{Map, Value};
 use sse_stream::SseStream;
 
-use super::negotiate::{self, Declared};
-use super::push;
-use super::{Handled, TaskSession};
+use crate::server::session::tasks::negotiate::{self, Declared};
+use crate::server::session::tasks::{self, Handled, SessionCaller, push};
 
-/// With deferral on, what `tools/list` adds: how long `get_task_result` waits, and the
-/// names of the gateway's two tools.
-type Listed = (
-    mtg_protocol::wire::deferred::Waits,
-    mtg_protocol::wire::deferred::ToolNames,
-);
+use super::pass_through;
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};
-use crate::server::session::passthrough::forward;
-use crate::upstream::SessionRef;
+use crate::tasks::deferral::Listing;
+use crate::upstream::PassThroughSession;
 use mtg_protocol::headers::MCP_PROTOCOL_VERSION;
 use mtg_protocol::jsonrpc::{self, ErrorObject, Message};
 use mtg_protocol::names::header::MCP_SESSION_ID;
@@ -38,7 +32,7 @@ const MARK: &str = "mtg-t.";
 const MARK_MODES: &str = "mtg-tm.";
 
 /// What a marked session id says.
-pub struct Marked {
+pub(crate) struct Marked {
     /// The id as the client sends it.
     client_id: String,
     /// The upstream's own id; `None` when the upstream issued none.
@@ -47,7 +41,7 @@ pub struct Marked {
 }
 
 /// `Some` when the request's session id is one the gateway marked.
-pub fn unmark(headers: &HeaderMap) -> Option<Marked> {
+pub(crate) fn unmark(headers: &HeaderMap) -> Option<Marked> {
     let client_id = headers.get(MCP_SESSION_ID)?.to_str().ok()?;
     let (rest, modes) = match client_id.strip_prefix(MARK_MODES) {
         Some(rest) => (rest, true),
@@ -72,7 +66,7 @@ fn mark(upstream: Option<&HeaderValue>, modes: bool) -> Option<HeaderValue> {
 }
 
 /// `initialize` from a client that declared `capabilities.tasks`.
-pub async fn initialize(
+pub(crate) async fn initialize(
     gateway: &Gateway,
     pinned: &PinnedConn,
     url: &Uri,
@@ -84,7 +78,7 @@ pub async fn initialize(
     negotiate::without_client_tasks(&mut params);
     let request = jsonrpc::request_value(id.clone(), method::INITIALIZE, Some(params));
     let body = Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
-    let mut response = forward(gateway, pinned, url, parts, body).await;
+    let mut response = pass_through(gateway, pinned, url, parts, body).await;
     if !response.status().is_success() {
         return response;
     }
@@ -99,7 +93,7 @@ pub async fn initialize(
 }
 
 /// What [`serve`] did with a request of a marked session.
-pub enum Served {
+pub(crate) enum Served {
     Answered(Response<Body>),
     /// A POST the task handlers did not take: the caller sends it upstream (under the
     /// upstream's session id, already in `parts`) and gives the answer to
@@ -107,32 +101,32 @@ pub enum Served {
     PassedOn(Box<PassedOn>),
 }
 
-pub struct PassedOn {
+pub(crate) struct PassedOn {
     pub parts: Parts,
     pub body: Bytes,
     pub call: MarkedCall,
 }
 
 /// A marked session's message on its way upstream.
-pub struct MarkedCall {
+pub(crate) struct MarkedCall {
     pub message: Message,
-    pub session: TaskSession,
+    pub session: SessionCaller,
     modes: bool,
 }
 
 impl MarkedCall {
     /// The upstream's answer as the client gets it: the session id marked again, and
-    /// `tools/list` annotated (with `listed`, the gateway's tools added).
-    pub async fn answer(
+    /// `tools/list` annotated (with `listing`, the gateway's tools added).
+    pub(crate) async fn answer(
         self,
         gateway: &Gateway,
         response: Response<Body>,
-        listed: Option<Listed>,
+        listing: Option<Listing>,
     ) -> Response<Body> {
         let response = remarked(response, self.modes);
         match self.message {
             Message::Request { id, method, .. } if method == method::TOOLS_LIST => {
-                list_tools(response, &id, &gateway.policies, true, listed).await
+                list_tools(response, &id, &gateway.policies, true, listing).await
             }
             _ => response,
         }
@@ -141,7 +135,7 @@ impl MarkedCall {
 
 /// Any request of a marked session: the gateway's own methods are answered here; the
 /// rest goes to the upstream under the upstream's session id.
-pub async fn serve(
+pub(crate) async fn serve(
     gateway: &Gateway,
     pinned: &PinnedConn,
     url: &Uri,
@@ -155,7 +149,7 @@ pub async fn serve(
     };
     if parts.method == Method::GET {
         let principal = gateway.edge.principal(&parts);
-        let upstream = forward(gateway, pinned, url, parts, body).await;
+        let upstream = pass_through(gateway, pinned, url, parts, body).await;
         let upstream = if push::is_event_stream(&upstream) {
             Some(upstream)
         } else {
@@ -170,7 +164,7 @@ pub async fn serve(
         ));
     }
     if parts.method != Method::POST {
-        let response = forward(gateway, pinned, url, parts, body).await;
+        let response = pass_through(gateway, pinned, url, parts, body).await;
         return Served::Answered(remarked(response, marked.modes));
     }
     let message = match Message::parse(&body) {
@@ -184,12 +178,12 @@ pub async fn serve(
         marked.upstream,
         marked.modes,
     );
-    if super::gateway_may_answer(&message)
-        && let Some(not_found) = Box::pin(super::confirm::unknown_session(gateway, &session)).await
+    if tasks::gateway_may_answer(&message)
+        && let Some(not_found) = Box::pin(tasks::confirm::unknown_session(gateway, &session)).await
     {
         return Served::Answered(not_found);
     }
-    if let Handled::Reply(response) = super::handle(gateway, &session, &message).await {
+    if let Handled::Reply(response) = tasks::handle(gateway, &session, &message).await {
         return Served::Answered(response);
     }
     let call = MarkedCall {
@@ -204,17 +198,17 @@ pub async fn serve(
 /// serves it (`negotiate::show_task_support`; `declared`: the session declared tasks)
 /// and, with deferral on, the gateway's two tools and the output schemas that admit a
 /// deferred result.
-pub async fn list_tools(
+pub(crate) async fn list_tools(
     response: Response<Body>,
     id: &Value,
     policies: &crate::tasks::policy::Policies,
     declared: bool,
-    listed: Option<Listed>,
+    listing: Option<Listing>,
 ) -> Response<Body> {
     rewrite_result(response, id, |result| {
         negotiate::show_task_support(result, policies, declared);
-        if let Some((waits, names)) = &listed {
-            mtg_protocol::wire::deferred::advertise(result, names, *waits);
+        if let Some(listing) = &listing {
+            listing.advertise(result);
         }
     })
     .await
@@ -223,12 +217,12 @@ pub async fn list_tools(
 /// A request of an unmarked session (it did not declare `capabilities.tasks`) that is
 /// the gateway's all the same (`super::handle_undeclared`): its answer, or `None` for
 /// everything else, which goes to the upstream byte for byte.
-pub async fn serve_undeclared(
+pub(crate) async fn serve_undeclared(
     gateway: &Gateway,
     parts: &Parts,
     body: &Bytes,
 ) -> Option<Response<Body>> {
-    if parts.method != Method::POST || !super::may_concern_tasks(body) {
+    if parts.method != Method::POST || !tasks::may_concern_tasks(body) {
         return None;
     }
     let message = Message::parse(body).ok()?;
@@ -237,7 +231,7 @@ pub async fn serve_undeclared(
     let client_id = id.to_str().ok()?.to_owned();
     let session = task_session(gateway, parts, client_id, Some(id.clone()), false);
     // Boxed: rare, and inline it would add 1.8 KB to every pass-through request's future.
-    match Box::pin(super::handle_undeclared(gateway, &session, &message)).await {
+    match Box::pin(tasks::handle_undeclared(gateway, &session, &message)).await {
         Handled::Reply(response) => Some(response),
         Handled::PassOn => None,
     }
@@ -245,7 +239,7 @@ pub async fn serve_undeclared(
 
 /// An unmarked pass-through session (it did not declare tasks) as the task handlers
 /// see it: the client's session id is the upstream's own.
-pub fn plain_session(gateway: &Gateway, parts: &Parts) -> TaskSession {
+pub(crate) fn plain_session(gateway: &Gateway, parts: &Parts) -> SessionCaller {
     let id = parts.headers.get(MCP_SESSION_ID);
     let client_id = id.and_then(|id| id.to_str().ok()).unwrap_or_default();
     task_session(gateway, parts, client_id.to_owned(), id.cloned(), false)
@@ -259,10 +253,10 @@ fn task_session(
     client_id: String,
     upstream_id: Option<HeaderValue>,
     modes: bool,
-) -> TaskSession {
-    TaskSession {
+) -> SessionCaller {
+    SessionCaller {
         id: client_id,
-        upstream: Some(SessionRef {
+        upstream: Some(PassThroughSession {
             id: upstream_id,
             protocol_version: parts
                 .headers

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{Response, StatusCode, header};
 use http_body_util::BodyExt;
+use hyper::body::Frame;
 use hyper_util::client::legacy::ResponseFuture;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
@@ -18,22 +19,22 @@ use super::client::{BACKLOG, Client, channel_body};
 use super::events::{Events, message_of};
 use crate::server::Gateway;
 use crate::server::reply::{self, Body};
-use crate::server::session::tasks::TaskSession;
+use crate::server::session::tasks::SessionCaller;
 use crate::server::sse::keepalive::ProgressKeepAlive;
 use crate::server::sse::{sse_event, sse_response};
 use crate::tasks::TaskService;
-use crate::tasks::deferral::{Asked, Deferrals};
+use crate::tasks::deferral::Deferrals;
 use crate::upstream::http::remove_hop_by_hop;
 use crate::upstream::stream::PendingHead;
-use crate::upstream::{Caller, Upstream, UpstreamError};
+use crate::upstream::{StopReason, Upstream, UpstreamError};
 use mtg_protocol::jsonrpc::{self, ErrorObject};
 use mtg_protocol::names::method;
 
-pub struct Watcher {
+pub(super) struct Watcher {
     tasks: Arc<TaskService>,
     upstream: Arc<dyn Upstream>,
     deferrals: Deferrals,
-    session: TaskSession,
+    session: SessionCaller,
     id: Value,
     params: Value,
     tool: String,
@@ -53,7 +54,12 @@ enum Flow {
 }
 
 impl Watcher {
-    pub fn new(gateway: &Gateway, session: TaskSession, watch: Watch, accepts_sse: bool) -> Self {
+    pub(super) fn new(
+        gateway: &Gateway,
+        session: SessionCaller,
+        watch: Watch,
+        accepts_sse: bool,
+    ) -> Self {
         Self {
             tasks: gateway.tasks.clone(),
             upstream: gateway.upstream.clone(),
@@ -70,7 +76,7 @@ impl Watcher {
     }
 
     /// Starts watching the request being sent; the client's answer once there is one.
-    pub async fn start(self, sending: ResponseFuture) -> Response<Body> {
+    pub(super) async fn start(self, sending: ResponseFuture) -> Response<Body> {
         let head: PendingHead = Box::pin(async move {
             sending
                 .await
@@ -92,7 +98,7 @@ impl Watcher {
             tokio::select! {
                 biased;
                 () = client.gone() => {
-                    self.cancel(upstream, "the client closed its request").await;
+                    self.stop(upstream, StopReason::ClientLeft).await;
                     return;
                 }
                 step = upstream.step() => {
@@ -154,54 +160,11 @@ impl Watcher {
                 Flow::Done
             }
             Step::Head(Ok(response)) => {
-                let (mut head, body) = response.into_parts();
-                remove_hop_by_hop(&mut head.headers);
-                let sse = head.status.is_success()
-                    && head
-                        .headers
-                        .get(header::CONTENT_TYPE)
-                        .and_then(|v| v.to_str().ok())
-                        .is_some_and(|ct| ct.starts_with("text/event-stream"));
-                if !sse {
-                    *upstream = Answer::Whole {
-                        head,
-                        body: mtg_transport::CallBody::from(body).collect(),
-                    };
-                    return Flow::Continue;
-                }
-                if let Client::Unanswered(_) = client {
-                    // Events may be raised or added: the length would not hold.
-                    head.headers.remove(header::CONTENT_LENGTH);
-                    let (events, stream) = mpsc::channel(BACKLOG);
-                    if let Client::Unanswered(answer) =
-                        std::mem::replace(client, Client::Streaming(events))
-                    {
-                        let _ = answer.send(Response::from_parts(head, channel_body(stream)));
-                    }
-                }
-                *upstream = Answer::Sse {
-                    body,
-                    events: Events::default(),
-                };
+                on_head(response, upstream, client);
                 Flow::Continue
             }
             Step::Frame(Some(Ok(frame))) => {
-                let Answer::Sse { events, .. } = upstream else {
-                    return Flow::Continue;
-                };
-                if let Ok(data) = frame.into_data() {
-                    events.push(&data);
-                }
-                let mut whole = Vec::new();
-                while let Some(event) = events.next_event() {
-                    whole.push(event);
-                }
-                for event in whole {
-                    let event = self.look_at(event);
-                    if let Client::Streaming(out) = client {
-                        let _ = out.send(event).await;
-                    }
-                }
+                self.on_frame(frame, upstream, client).await;
                 Flow::Continue
             }
             Step::Frame(ended) => {
@@ -222,36 +185,61 @@ impl Watcher {
                 let Answer::Whole { head, .. } = std::mem::replace(upstream, Answer::Ended) else {
                     return Flow::Done;
                 };
-                let bytes = match read {
-                    Ok(bytes) => bytes,
+                match read {
+                    Ok(bytes) => self.on_whole(head, bytes, client).await,
                     Err(e) => {
                         let lost = UpstreamError::Lost(e.to_string());
                         self.fail(client, &ErrorObject::from(lost)).await;
-                        return Flow::Done;
                     }
-                };
-                match std::mem::replace(client, Client::Done) {
-                    // As it came, to the byte.
-                    Client::Unanswered(answer) => {
-                        let _ = answer.send(Response::from_parts(head, reply::full(bytes)));
-                    }
-                    // The gateway's stream began (keep-alive): the answer is its last event.
-                    Client::Streaming(out) => {
-                        let message = if head.status.is_success() {
-                            bytes.trim_ascii().to_vec()
-                        } else {
-                            let error = UpstreamError::Status {
-                                status: head.status.as_u16(),
-                                body: String::from_utf8_lossy(&bytes).into_owned(),
-                            };
-                            jsonrpc::error_body(Some(&self.id), &ErrorObject::from(error))
-                        };
-                        let _ = out.send(sse_event(&message)).await;
-                    }
-                    Client::Done => {}
                 }
                 Flow::Done
             }
+        }
+    }
+
+    /// A chunk of the upstream's SSE answer: its whole events, looked at, go on to the
+    /// client as they came.
+    async fn on_frame(&mut self, frame: Frame<Bytes>, upstream: &mut Answer, client: &Client) {
+        let Answer::Sse { events, .. } = upstream else {
+            return;
+        };
+        if let Ok(data) = frame.into_data() {
+            events.push(&data);
+        }
+        let mut whole = Vec::new();
+        while let Some(event) = events.next_event() {
+            whole.push(event);
+        }
+        for event in whole {
+            let event = self.look_at(event);
+            if let Client::Streaming(out) = client {
+                let _ = out.send(event).await;
+            }
+        }
+    }
+
+    /// The upstream's answer read whole (not SSE): to the client as it came, or as the
+    /// last event of the gateway's stream once keep-alive began one.
+    async fn on_whole(&self, head: http::response::Parts, bytes: Bytes, client: &mut Client) {
+        match std::mem::replace(client, Client::Done) {
+            // As it came, to the byte.
+            Client::Unanswered(answer) => {
+                let _ = answer.send(Response::from_parts(head, reply::full(bytes)));
+            }
+            // The gateway's stream began (keep-alive): the answer is its last event.
+            Client::Streaming(out) => {
+                let message = if head.status.is_success() {
+                    bytes.trim_ascii().to_vec()
+                } else {
+                    let error = UpstreamError::Status {
+                        status: head.status.as_u16(),
+                        body: String::from_utf8_lossy(&bytes).into_owned(),
+                    };
+                    jsonrpc::error_body(Some(&self.id), &ErrorObject::from(error))
+                };
+                let _ = out.send(sse_event(&message)).await;
+            }
+            Client::Done => {}
         }
     }
 
@@ -341,20 +329,12 @@ impl Watcher {
             .tasks
             .start_adopted(reservation, call, exchange)
             .await?;
-        self.tasks.call_deferred(&task.task_id);
-        let caller = Caller {
-            capabilities: &self.session.capabilities,
-            auth: self.session.auth.as_ref(),
-            session: None,
-        };
-        Ok(self
-            .deferrals
-            .still_running(&caller, &task, Asked::Call(&self.tool))
-            .await)
+        let caller = self.session.caller();
+        Ok(self.deferrals.defer(&caller, &task, &self.tool).await)
     }
 
-    /// Tells the upstream the call is off (`notifications/cancelled`), unless it ended.
-    async fn cancel(&self, upstream: Answer, reason: &str) {
+    /// Stops the call upstream (`upstream::stop`), unless it ended.
+    async fn stop(&self, upstream: Answer, reason: StopReason) {
         if self.finished {
             return;
         }
@@ -364,12 +344,48 @@ impl Watcher {
         let adopted =
             self.upstream
                 .adopt(session, self.session.auth.as_ref(), self.id.clone(), stream);
-        if let Some(exchange) = adopted
-            && let Err(e) = exchange.cancel(reason).await
+        if let Some(mut exchange) = adopted
+            && let Err(e) = exchange.stop(reason).await
         {
-            tracing::debug!(error = %e, "could not cancel a watched call upstream");
+            tracing::debug!(error = %e, "could not stop a watched call upstream");
         }
     }
+}
+
+/// The upstream's response head: an SSE answer is read event by event (and its head,
+/// if the client has none yet, goes on at once), any other body is read whole.
+fn on_head(
+    response: hyper::Response<hyper::body::Incoming>,
+    upstream: &mut Answer,
+    client: &mut Client,
+) {
+    let (mut head, body) = response.into_parts();
+    remove_hop_by_hop(&mut head.headers);
+    let sse = head.status.is_success()
+        && head
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.starts_with("text/event-stream"));
+    if !sse {
+        *upstream = Answer::Whole {
+            head,
+            body: mtg_transport::CallBody::from(body).collect(),
+        };
+        return;
+    }
+    if let Client::Unanswered(_) = client {
+        // Events may be raised or added: the length would not hold.
+        head.headers.remove(header::CONTENT_LENGTH);
+        let (events, stream) = mpsc::channel(BACKLOG);
+        if let Client::Unanswered(answer) = std::mem::replace(client, Client::Streaming(events)) {
+            let _ = answer.send(Response::from_parts(head, channel_body(stream)));
+        }
+    }
+    *upstream = Answer::Sse {
+        body,
+        events: Events::default(),
+    };
 }
 
 /// Sleeps until `when`; forever without one.

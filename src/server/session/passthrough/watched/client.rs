@@ -12,10 +12,10 @@ use crate::server::reply::{self, Body};
 use crate::server::sse::sse_event;
 
 /// Room for events the client has not read yet.
-pub const BACKLOG: usize = 64;
+pub(super) const BACKLOG: usize = 64;
 
 /// The client's side.
-pub enum Client {
+pub(super) enum Client {
     /// Nothing sent yet.
     Unanswered(oneshot::Sender<Response<Body>>),
     /// A stream of events: the upstream's SSE, or the gateway's own.
@@ -26,7 +26,7 @@ pub enum Client {
 
 impl Client {
     /// Resolves when the client went away.
-    pub async fn gone(&mut self) {
+    pub(super) async fn gone(&mut self) {
         match self {
             Client::Unanswered(answer) => answer.closed().await,
             Client::Streaming(events) => events.closed().await,
@@ -35,7 +35,7 @@ impl Client {
     }
 
     /// The client's last message: a JSON body, or the last event of its stream.
-    pub async fn finish(self, message: Vec<u8>) {
+    pub(super) async fn finish(self, message: Vec<u8>) {
         match self {
             Client::Unanswered(answer) => {
                 let _ = answer.send(reply::json(StatusCode::OK, message));
@@ -49,7 +49,7 @@ impl Client {
 }
 
 /// A response body of the events sent on the channel.
-pub fn channel_body(mut events: mpsc::Receiver<Bytes>) -> Body {
+pub(super) fn channel_body(mut events: mpsc::Receiver<Bytes>) -> Body {
     let frames = futures_util::stream::poll_fn(move |cx| {
         events
             .poll_recv(cx)

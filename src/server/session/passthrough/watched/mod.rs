@@ -22,23 +22,20 @@ use http::request::Parts;
 use http::{Response, Uri, Version, header};
 use serde_json::Value;
 
-use super::deferred;
-use super::tasks::TaskSession;
 use crate::server::Gateway;
 use crate::server::reply::Body;
+use crate::server::session::tasks::{SessionCaller, deferred};
 use crate::server::sse::keepalive::ProgressKeepAlive;
-use crate::tasks::deferral::UNTIL_IT_ENDS;
-use crate::upstream::Caller;
+use crate::tasks::deferral::{Listing, UNTIL_IT_ENDS};
 use crate::upstream::http::prepare_to_send_on;
 use mtg_protocol::jsonrpc::Message;
 use mtg_protocol::names::method;
 use mtg_protocol::task_support::TaskSupport;
-use mtg_protocol::wire::deferred::{ToolNames, Waits};
 
 /// Whether a pass-through POST may be one to watch, judged from its bytes, so that no
 /// other message is parsed: a `tools/…` method with deferral on or while the upstream
 /// may have tools it runs only as its own tasks, or a progress token with keep-alive on.
-pub fn may_watch(gateway: &Gateway, body: &[u8]) -> bool {
+pub(crate) fn may_watch(gateway: &Gateway, body: &[u8]) -> bool {
     let has = |needle: &[u8]| memchr::memmem::find(body, needle).is_some();
     let deferrals = &gateway.deferrals;
     ((deferrals.after().is_some() || deferrals.may_run_task_only_tools()) && has(b"tools/"))
@@ -46,7 +43,7 @@ pub fn may_watch(gateway: &Gateway, body: &[u8]) -> bool {
 }
 
 /// What the gateway does with a parsed pass-through message.
-pub enum Route {
+pub(crate) enum Route {
     /// Answered by the gateway: its `get_task_result` or `cancel_task`, or a call of a
     /// tool the upstream runs only as its own task, run as a task of the session.
     Answer(Response<Body>),
@@ -60,7 +57,7 @@ pub enum Route {
 }
 
 /// One call to watch.
-pub struct Watch {
+pub(crate) struct Watch {
     id: Value,
     params: Value,
     tool: String,
@@ -69,7 +66,7 @@ pub struct Watch {
     keepalive: Option<ProgressKeepAlive>,
 }
 
-pub async fn route(gateway: &Gateway, session: &TaskSession, message: &Message) -> Route {
+pub(crate) async fn route(gateway: &Gateway, session: &SessionCaller, message: &Message) -> Route {
     let Message::Request { id, method, params } = message else {
         return Route::PassOn;
     };
@@ -86,16 +83,19 @@ pub async fn route(gateway: &Gateway, session: &TaskSession, message: &Message) 
     };
     let mut defer = None;
     if method == method::TOOLS_CALL {
-        if let Some(waits) = gateway.deferrals.waits()
-            && let Some(answer) = deferred::gateway_tool(gateway, session, id, params, waits).await
-        {
+        if let Some(answer) = deferred::gateway_tool(gateway, session, id, params).await {
             return Route::Answer(answer);
         }
         let tool = params.get("name").and_then(Value::as_str).unwrap_or("");
         let optional = gateway.policies.policy_of(tool) == TaskSupport::Optional;
         if params.get("task").is_none() && optional {
             // The upstream would refuse the call as it came: it runs as a task here.
-            if task_only && runs_only_as_task(gateway, session, tool).await {
+            if task_only
+                && gateway
+                    .deferrals
+                    .runs_only_as_task(&session.caller(), tool)
+                    .await
+            {
                 let limit = after.unwrap_or(UNTIL_IT_ENDS);
                 let answer = deferred::call(gateway, session, id, params, tool, limit).await;
                 return Route::Answer(answer);
@@ -121,30 +121,19 @@ pub async fn route(gateway: &Gateway, session: &TaskSession, message: &Message) 
     }))
 }
 
-async fn runs_only_as_task(gateway: &Gateway, session: &TaskSession, tool: &str) -> bool {
-    let caller = Caller {
-        capabilities: &session.capabilities,
-        auth: session.auth.as_ref(),
-        session: None,
-    };
-    gateway.deferrals.runs_only_as_task(&caller, tool).await
-}
-
-/// With deferral on: what `tools/list` adds (how long `get_task_result` waits, and the
-/// names of the gateway's two tools).
-pub async fn listed(gateway: &Gateway, session: &TaskSession) -> Option<(Waits, ToolNames)> {
-    let waits = gateway.deferrals.waits()?;
-    Some((waits, deferred::tool_names(gateway, session).await))
+/// With deferral on: what `tools/list` adds (the gateway's two tools).
+pub(crate) async fn listed(gateway: &Gateway, session: &SessionCaller) -> Option<Listing> {
+    gateway.deferrals.listing(&session.caller()).await
 }
 
 /// Sends the request upstream as the client sent it (through the pool: the call may
 /// outlive the client's connection) and answers as `watcher` decides.
-pub async fn call(
+pub(crate) async fn call(
     gateway: &Gateway,
     upstream: &Uri,
     mut parts: Parts,
     body: Bytes,
-    session: TaskSession,
+    session: SessionCaller,
     watch: Watch,
 ) -> Response<Body> {
     let accepts_sse = parts
