@@ -5,17 +5,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Tools a plain Rust + Node + Python machine lacks: the test runner, Redis (the tests
-# start their own redis-server processes on free ports) and strace.
+# start their own redis-server processes on free ports), strace, and Debian's headless
+# Chromium with its WebDriver (the console's tests, tests/integration/console.rs).
 if ! command -v cargo-nextest >/dev/null; then
   cargo install cargo-nextest --locked
 fi
 # strace watches the real host in tests/integration/hosts.rs (nothing beyond loopback).
-for tool in redis-server strace; do
+# Each is "command:package".
+for tool in redis-server:redis-server strace:strace chromium:chromium chromedriver:chromium-driver; do
+  package="${tool#*:}"
+  tool="${tool%%:*}"
   if ! command -v "$tool" >/dev/null; then
     if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-      apt-get update && apt-get install -y "$tool"
+      apt-get update && apt-get install -y "$package"
     elif command -v apt-get >/dev/null && command -v sudo >/dev/null; then
-      sudo apt-get update && sudo apt-get install -y "$tool"
+      sudo apt-get update && sudo apt-get install -y "$package"
     else
       echo "$tool is needed by the tests; install it with your package manager" >&2
       exit 1

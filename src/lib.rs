@@ -136,6 +136,14 @@ impl Operators {
                     )
                 })
                 .collect(),
+            console: admin::console::Console::new(
+                settings::console(config),
+                token.clone(),
+                worlds
+                    .iter()
+                    .map(|world| world.console_view(config))
+                    .collect(),
+            ),
             token,
         });
         tracing::info!(%addr, admin = api.is_some(), "serving Prometheus metrics at /metrics");
@@ -315,6 +323,16 @@ impl World {
             outbox: self.store.outbox.clone(),
             subscriptions: self.webhooks.subscriptions.clone(),
         })
+    }
+
+    fn console_view(&self, config: &Config) -> admin::console::WorldView {
+        admin::console::WorldView {
+            name: self.name().unwrap_or_default().to_owned(),
+            inspection: self.store.inspection.clone(),
+            tasks: self.tasks.clone(),
+            admin: self.admin(config),
+            ask_upstream: !config.operations.readyz_skip_upstream,
+        }
     }
 
     /// The stop after the listener closed: tasks still running here end now, visibly to

@@ -61,6 +61,18 @@ pub(crate) fn cluster(config: &Config) -> crate::cluster::ClusterSettings {
     }
 }
 
+/// The operator's console (`/admin/ui`, beside the admin API).
+pub(crate) fn console(config: &Config) -> crate::admin::console::ConsoleSettings {
+    crate::admin::console::ConsoleSettings {
+        session_ttl: Duration::from_millis(config.operations.admin_session_ttl_ms),
+        show_results: config.operations.admin_show_results,
+        // The admin listener serves plain HTTP (reached by port-forward): never `Secure`.
+        tls: false,
+        instance_id: config.cluster.instance_id.clone(),
+        lease_ttl: Duration::from_millis(config.cluster.lease_timeout_ms),
+    }
+}
+
 /// The task service's settings; `running_counts` is shared by every upstream's.
 pub(crate) fn tasks(config: &Config, running_counts: &RunningCounts) -> TaskSettings {
     TaskSettings {

@@ -32,6 +32,8 @@ pub struct AdminApi {
     /// with `?upstream=NAME`.
     pub admins: Vec<(String, Admin)>,
     pub token: String,
+    /// The pages at `/admin/ui`, signed in with the same token.
+    pub console: super::console::Console,
 }
 
 impl AdminApi {
@@ -167,6 +169,9 @@ impl Routes {
                 "the admin API is off: start the gateway with --admin-token-file",
             );
         };
+        if rest == "ui" || rest.starts_with("ui/") {
+            return api.console.serve(request).await;
+        }
         if !authorized(&request, &api.token) {
             let mut reply = error(
                 StatusCode::UNAUTHORIZED,

@@ -3,10 +3,12 @@
 //! calls that API.
 //!
 //! The API is off unless a token file is configured, and every call must carry the
-//! token. It reads through the store's inspection contract, so on Redis an instance shows
+//! token; with it comes the operator's console at `/admin/ui` (`console/`), signed in
+//! with the same token. It reads through the store's inspection contract, so on Redis an instance shows
 //! and cancels tasks that run on any other.
 
 pub mod cli;
+pub mod console;
 mod listener;
 mod service;
 mod webhooks;

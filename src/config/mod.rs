@@ -67,7 +67,7 @@ pub struct Config {
 
 /// The order `--help` lists the flags in, whichever group declares them: the order they
 /// were added in, before the flags were grouped.
-const HELP_ORDER: [&str; 69] = [
+const HELP_ORDER: [&str; 71] = [
     "listen",
     "upstream",
     "upstream-cmd",
@@ -117,6 +117,8 @@ const HELP_ORDER: [&str; 69] = [
     "config",
     "metrics-listen",
     "admin-token-file",
+    "admin-session-ttl-ms",
+    "admin-show-results",
     "drain-timeout-ms",
     "readyz-skip-upstream",
     "redis",

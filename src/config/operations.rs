@@ -15,6 +15,16 @@ pub struct OperationsConfig {
     #[arg(long, env = "MTG_ADMIN_TOKEN_FILE", requires = "metrics_listen")]
     pub admin_token_file: Option<std::path::PathBuf>,
 
+    /// How long a sign-in to the operator's console (`/admin/ui` on the metrics
+    /// listener, on with --admin-token-file) lasts.
+    #[arg(long, env = "MTG_ADMIN_SESSION_TTL_MS", default_value_t = 8 * 3_600_000, value_parser = clap::value_parser!(u64).range(1_000..=7 * 24 * 3_600_000))]
+    pub admin_session_ttl_ms: u64,
+
+    /// The operator's console shows a task's arguments and result (at most 64 KiB of
+    /// each); without it, only the result's size.
+    #[arg(long, env = "MTG_ADMIN_SHOW_RESULTS", default_value_t = false)]
+    pub admin_show_results: bool,
+
     /// On SIGTERM, how long running tasks may take to finish before the gateway exits
     /// (unfinished ones are then failed).
     #[arg(long, env = "MTG_DRAIN_TIMEOUT_MS", default_value_t = 30_000)]

@@ -32,8 +32,8 @@ use crate::upstream::Upstream;
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_store::{Changes, MembershipStore, TaskRecord, TaskStore, WakeUps};
 
-pub use service::Reservation;
 use service::ToStore;
+pub use service::{InFlight, Readiness, Reservation};
 
 /// Settings of the task machinery, taken from the config at start.
 #[derive(Debug, Clone)]

@@ -2,7 +2,7 @@
 //! whose call it runs, and the callers still waiting within the promotion budget for a
 //! task's first question.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -34,6 +34,8 @@ pub(super) struct Runners {
     /// Tasks whose creator still waits within the promotion budget: input the upstream
     /// asks for goes to that caller as the call's answer, and no task is kept.
     early_input: Mutex<HashMap<String, oneshot::Sender<Value>>>,
+    /// Runners here whose caller got a deferred result (`in_flight`).
+    deferred: Mutex<HashSet<String>>,
 }
 
 impl Runners {
@@ -44,11 +46,29 @@ impl Runners {
     /// The runner of `task_id` ended.
     pub(super) fn remove(&self, task_id: &str) {
         self.lock().remove(task_id);
+        self.lock_deferred().remove(task_id);
         self.ended.notify_waiters();
     }
 
     pub(super) fn count(&self) -> usize {
         self.lock().len()
+    }
+
+    /// The caller of `task_id`'s call, still running here, got a deferred result.
+    pub(super) fn mark_deferred(&self, task_id: &str) {
+        if self.lock().contains_key(task_id) {
+            self.lock_deferred().insert(task_id.to_owned());
+        }
+    }
+
+    /// The runners here: all, those of principals `held` says are held calls', and
+    /// those of deferred calls.
+    pub(super) fn counts(&self, held: impl Fn(&str) -> bool) -> (usize, usize, usize) {
+        let running = self.lock();
+        let held = running.values().filter(|r| held(&r.principal)).count();
+        let total = running.len();
+        drop(running);
+        (total, held, self.lock_deferred().len())
     }
 
     /// The task ids and principals of the runners here.
@@ -125,6 +145,10 @@ impl Runners {
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, RunnerHandle>> {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_deferred(&self) -> MutexGuard<'_, HashSet<String>> {
+        self.deferred.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn lock_early_input(&self) -> MutexGuard<'_, HashMap<String, oneshot::Sender<Value>>> {

@@ -448,6 +448,7 @@ DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 GRAFANA_BUILTINS = {"__rate_interval": "1m", "__interval": "30s", "__range": "6h",
                     "__interval_ms": "30000", "__range_s": "21600", "__range_ms": "21600000"}
 ADMIN_TOKEN_ENV = "MTG_ADMIN_TOKEN_FILE"
+CONSOLE_ENV = ("MTG_ADMIN_SESSION_TTL_MS", "MTG_ADMIN_SHOW_RESULTS")
 
 _metric_names: set[str] | None = None
 
@@ -827,7 +828,9 @@ def check_admin(docs: list[dict], merged: dict) -> None:
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
     chart_secret = [d for d in by_kind(docs, "Secret")
                     if d["metadata"]["name"] == f"{dep['metadata']['name']}-admin"]
+    console = {k: v for k, v in cm_data(docs).items() if k in CONSOLE_ENV}
     if not a["enabled"]:
+        assert not console, f"console settings without admin: {console}"
         assert ADMIN_TOKEN_ENV not in env, f"{ADMIN_TOKEN_ENV} set while admin.enabled is false"
         admin_secrets = {f"{dep['metadata']['name']}-admin", a["existingSecret"]} - {""}
         assert not any(v.get("secret", {}).get("secretName") in admin_secrets
@@ -835,6 +838,9 @@ def check_admin(docs: list[dict], merged: dict) -> None:
         assert "admin-token" not in volumes, "an admin-token volume without admin"
         assert not chart_secret, "an admin Secret without admin"
         return
+    # The operator's console comes with the API: its session TTL and whether it shows results.
+    assert console == {"MTG_ADMIN_SESSION_TTL_MS": str(a["sessionTtlMs"]),
+                       "MTG_ADMIN_SHOW_RESULTS": str(a["showResults"]).lower()}, console
     path = env[ADMIN_TOKEN_ENV].get("value")
     assert path and path.startswith("/"), f"{ADMIN_TOKEN_ENV} is not an absolute path: {env[ADMIN_TOKEN_ENV]}"
     mounts = [m for m in c["volumeMounts"] if path.startswith(m["mountPath"].rstrip("/") + "/")]

@@ -16,6 +16,7 @@ mod bad_input;
 mod bridged_clients;
 mod chart;
 mod conformance;
+mod console;
 mod deferred;
 mod fixture_servers;
 mod gateway_sessions;

@@ -26,7 +26,30 @@ pub enum Scope<'a> {
     Principal(&'a str),
 }
 
-/// One page of a [`TaskInspection::scan`].
+/// Which tasks a newest-first walk ([`TaskInspection::newest`]) lists: every live task
+/// or one principal's, created within a window (both ends included, ms since the epoch).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Newest<'a> {
+    pub principal: Option<&'a str>,
+    pub created_at_most: Option<u64>,
+    pub created_at_least: Option<u64>,
+}
+
+impl Newest<'_> {
+    /// Whether `task` is one of these (for the contract tests).
+    #[cfg(test)]
+    pub(crate) fn holds(&self, task: &TaskRecord) -> bool {
+        self.principal.is_none_or(|p| p == task.principal)
+            && self
+                .created_at_most
+                .is_none_or(|most| task.created_at_ms <= most)
+            && self
+                .created_at_least
+                .is_none_or(|least| task.created_at_ms >= least)
+    }
+}
+
+/// One page of a [`TaskInspection::scan`] or [`TaskInspection::newest`].
 #[derive(Debug, Default)]
 pub struct ScanPage {
     /// Live tasks found among the entries examined, in walk order; may be empty while
@@ -86,6 +109,19 @@ pub trait TaskInspection: Send + Sync + 'static {
     async fn scan(
         &self,
         scope: Scope<'_>,
+        cursor: Option<&str>,
+        budget: usize,
+    ) -> Result<ScanPage, InspectError>;
+
+    /// A page of at most `budget` live tasks of `which`, newest first: by createdAt, then
+    /// task id, both descending, from `cursor` (`None`: the newest). Each task's `after`
+    /// and the page's `next` are `<createdAt>.<taskId>`; walking on from either lists
+    /// every task that stays in `which` exactly once, in that order, whatever the order
+    /// tasks were created in. (A store that has just started keeping this order may not
+    /// list tasks created before.)
+    async fn newest(
+        &self,
+        which: Newest<'_>,
         cursor: Option<&str>,
         budget: usize,
     ) -> Result<ScanPage, InspectError>;

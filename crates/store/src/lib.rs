@@ -16,7 +16,8 @@
 //!   whoever watches it on any instance;
 //! - [`MembershipStore`] (`membership.rs`): instance leases, and taking over or failing
 //!   the unfinished tasks of instances that are gone;
-//! - [`TaskInspection`] (`inspect.rs`): every task and instance, for operators;
+//! - [`TaskInspection`] (`inspect.rs`): every task and instance, for operators, by scope
+//!   or newest first;
 //! - [`Outbox`] (`outbox.rs`): task events for webhook subscriptions, written in the same
 //!   step as the transition that causes them, until delivered or given up.
 //!
@@ -74,7 +75,7 @@ use std::sync::Arc;
 pub(crate) use changes::LocalChanges;
 pub use changes::{ChangeReceiver, Changes, TaskChange};
 pub use inspect::{
-    BadCursor, InspectError, InstanceInfo, ScanPage, Scanned, Scope, TaskInspection,
+    BadCursor, InspectError, InstanceInfo, Newest, ScanPage, Scanned, Scope, TaskInspection,
 };
 pub use membership::{GoneInstance, INSTANCE_LOST, INSTANCE_STOPPED, Lease, MembershipStore};
 pub use outbox::{

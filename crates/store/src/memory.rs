@@ -3,6 +3,7 @@
 mod outbox;
 
 use std::collections::{BTreeSet, HashMap};
+use std::ops::Bound;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use super::inspect::{
-    BadCursor, InspectError, InstanceInfo, ScanPage, Scanned, Scope, TaskInspection,
+    BadCursor, InspectError, InstanceInfo, Newest, ScanPage, Scanned, Scope, TaskInspection,
 };
 use super::{
     Adoption, CancelOutcome, GoneInstance, Lease, ListCursor, MembershipStore, Outcome, StoreError,
@@ -50,6 +51,8 @@ struct OwnedLease {
 struct Tasks {
     by_id: HashMap<String, Arc<TaskRecord>>,
     by_principal: HashMap<String, BTreeSet<(u64, String)>>,
+    /// Every task by (createdAt, id), for operators' newest-first listing.
+    by_created: BTreeSet<(u64, String)>,
     /// By expiry (a task's `createdAt + ttlMs` never changes), so the sweep touches only
     /// what expired: scanning every task each second kept the lock for milliseconds
     /// once tens of thousands were kept (docs/benchmarks.md, run 8).
@@ -67,6 +70,8 @@ impl Tasks {
             .insert((task.created_at_ms, task.task_id.clone()));
         self.by_expiry
             .insert((task.expires_at_ms(), task.task_id.clone()));
+        self.by_created
+            .insert((task.created_at_ms, task.task_id.clone()));
         self.by_id.insert(task.task_id.clone(), Arc::new(task));
     }
 
@@ -76,6 +81,8 @@ impl Tasks {
         };
         self.by_expiry
             .remove(&(task.expires_at_ms(), task.task_id.clone()));
+        self.by_created
+            .remove(&(task.created_at_ms, task.task_id.clone()));
         if let Some(listed) = self.by_principal.get_mut(&task.principal) {
             listed.remove(&(task.created_at_ms, task.task_id.clone()));
             if listed.is_empty() {
@@ -86,7 +93,10 @@ impl Tasks {
 
     #[cfg(test)]
     fn is_empty(&self) -> bool {
-        self.by_id.is_empty() && self.by_principal.is_empty() && self.by_expiry.is_empty()
+        self.by_id.is_empty()
+            && self.by_principal.is_empty()
+            && self.by_expiry.is_empty()
+            && self.by_created.is_empty()
     }
 }
 
@@ -527,6 +537,54 @@ impl TaskInspection for MemoryStore {
             .iter()
             .filter_map(|entry| Some((tasks.by_id.get(&entry.1)?, entry)))
             .filter(|(task, _)| task.expires_at_ms() > now && in_scope(task, scope))
+            .map(|(task, entry)| Scanned {
+                task: task.clone(),
+                after: position(entry),
+            })
+            .collect();
+        Ok(ScanPage { tasks: found, next })
+    }
+
+    async fn newest(
+        &self,
+        which: Newest<'_>,
+        cursor: Option<&str>,
+        budget: usize,
+    ) -> Result<ScanPage, InspectError> {
+        let after = cursor.map(parse_position).transpose()?;
+        let now = now_ms();
+        let tasks = self.lock();
+        let index = match which.principal {
+            None => &tasks.by_created,
+            Some(principal) => match tasks.by_principal.get(principal) {
+                Some(listed) => listed,
+                None => return Ok(ScanPage::default()),
+            },
+        };
+        // Below the cursor and the window's top; (t, "") sorts before every id of time t.
+        let mut below = after;
+        if let Some(top) = which.created_at_most.and_then(|most| most.checked_add(1)) {
+            let top = (top, String::new());
+            if below.as_ref().is_none_or(|below| *below > top) {
+                below = Some(top);
+            }
+        }
+        let floor = (which.created_at_least.unwrap_or(0), String::new());
+        if below.as_ref().is_some_and(|below| *below <= floor) {
+            return Ok(ScanPage::default());
+        }
+        let upper = match below {
+            Some(below) => Bound::Excluded(below),
+            None => Bound::Unbounded,
+        };
+        let mut walk = index.range((Bound::Included(floor), upper)).rev();
+        let (examined, more) = take_page(&mut walk, budget.max(1));
+        let position = |(at, id): &(u64, String)| format!("{at}.{id}");
+        let next = more.then(|| examined.last().map(position)).flatten();
+        let found = examined
+            .iter()
+            .filter_map(|entry| Some((tasks.by_id.get(&entry.1)?, entry)))
+            .filter(|(task, _)| task.expires_at_ms() > now)
             .map(|(task, entry)| Scanned {
                 task: task.clone(),
                 after: position(entry),

@@ -7,6 +7,9 @@
 //! - `mtg:<ns>:owned:{<instance>}`: set, ids of the unfinished tasks an instance runs;
 //! - `mtg:<ns>:by-principal:{<principal>}`: sorted set, a principal's task ids by
 //!   createdAt (see `listing`); TTL = max TTL + grace, refreshed on each create;
+//! - `mtg:<ns>:by-created`: sorted set, every task id by createdAt, for operators'
+//!   newest-first listing (`listing` too); trimmed of surely expired ids on each create,
+//!   same TTL;
 //! - `mtg:<ns>:lease:{<instance>}`: string (its advertise URL), the instance's lease;
 //! - `mtg:<ns>:instances`: set, the instances that own or owned a lease;
 //! - `mtg:<ns>:handover:{<instance>}`: string, set by an instance that stopped and left
@@ -188,17 +191,45 @@ impl RedisStore {
         self.conn.one(op, cmd).await
     }
 
-    /// Drops tasks from their principal's listing, in the background: the caller's answer
-    /// does not wait for it, and `list` skips members whose task is gone anyway.
-    fn unlist(&self, principal: &str, task_ids: Vec<String>) {
-        let mut cmd = redis::cmd("ZREM");
-        cmd.arg(self.keys.by_principal(principal)).arg(&task_ids);
+    /// Drops tasks from the newest-first listing and, when known, their principal's, in
+    /// the background: the caller's answer does not wait for it, and the listings skip
+    /// members whose task is gone anyway.
+    fn unlist(&self, principal: Option<&str>, task_ids: Vec<String>) {
+        let mut groups = Vec::with_capacity(2);
+        let mut everyone = redis::cmd("ZREM");
+        everyone.arg(self.keys.by_created()).arg(&task_ids);
+        groups.push(pipe_of([everyone]));
+        if let Some(principal) = principal {
+            let mut theirs = redis::cmd("ZREM");
+            theirs.arg(self.keys.by_principal(principal)).arg(&task_ids);
+            groups.push(pipe_of([theirs]));
+        }
         let conn = self.conn.clone();
         tokio::spawn(async move {
-            if let Err(e) = conn.one("unlist", cmd).await {
-                tracing::warn!(?task_ids, error = %e, "could not drop tasks from their principal's listing");
+            if let Err(e) = conn.run("unlist", groups).await {
+                tracing::warn!(?task_ids, error = %e, "could not drop tasks from the listings");
             }
         });
+    }
+
+    /// Adds a new task to the newest-first listing, and trims what is surely expired
+    /// there: nothing else would, while tasks keep coming.
+    fn list_created(&self, task: &TaskRecord) -> Pipeline {
+        let key = self.keys.by_created();
+        let max_ttl = self.settings.max_ttl.as_millis() as u64;
+        let mut add = redis::cmd("ZADD");
+        add.arg(&key)
+            .arg("NX")
+            .arg(task.created_at_ms)
+            .arg(&task.task_id);
+        let mut trim = redis::cmd("ZREMRANGEBYSCORE");
+        trim.arg(&key)
+            .arg("-inf")
+            .arg(format!("({}", listing::surely_expired(self, now_ms())));
+        let mut ttl = redis::cmd("PEXPIRE");
+        ttl.arg(&key)
+            .arg(Self::key_ttl_ms(task.ttl_ms.max(max_ttl)));
+        pipe_of([add, trim, ttl])
     }
 
     async fn remove_from_owned(&self, owner: &str, task_id: &str) {
@@ -252,10 +283,12 @@ impl TaskStore for RedisStore {
             pipe_of([index_add, index_ttl]),
             task_group,
             pipe_of([list_add, list_ttl]),
+            self.list_created(&task),
         ];
         let replies = self.conn.run("create", groups).await?;
         self.emitted(&plan);
-        let Ok([_owned, task_replies, _listed]) = <[Vec<Value>; 3]>::try_from(replies) else {
+        let Ok([_owned, task_replies, _listed, _created]) = <[Vec<Value>; 4]>::try_from(replies)
+        else {
             return Err(corrupt(
                 "create: Redis answered a different number of groups",
             ));
@@ -341,9 +374,7 @@ impl TaskStore for RedisStore {
             )
             .await?;
         let principal: Option<String> = parse(first_reply(replies))?;
-        if let Some(principal) = principal {
-            self.unlist(&principal, vec![task_id.to_owned()]);
-        }
+        self.unlist(principal.as_deref(), vec![task_id.to_owned()]);
         Ok(())
     }
 

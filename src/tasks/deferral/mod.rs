@@ -94,7 +94,7 @@ impl Deferrals {
     /// The answer to a call that outlived its budget (a deferred result; counted): its
     /// task `task` still runs.
     pub async fn defer(&self, caller: &Caller<'_>, task: &TaskRecord, tool: &str) -> Value {
-        self.tasks.meter().calls().deferred();
+        self.tasks.call_deferred(&task.task_id);
         self.still_running(caller, task, Asked::Call(tool)).await
     }
 

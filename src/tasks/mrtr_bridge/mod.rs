@@ -46,9 +46,12 @@ pub enum Resumed {
     StillRunning(Arc<TaskRecord>),
 }
 
+/// What a held call's principal starts with.
+pub const HELD_PREFIX: &str = "held:";
+
 /// Held calls live apart from tasks: a client's `tasks/get` never finds one.
 fn held_principal(principal: &str) -> String {
-    format!("held:{principal}")
+    format!("{HELD_PREFIX}{principal}")
 }
 
 /// Whether a request is a retry of a held call (it carries one of the gateway's states).

@@ -1,11 +1,13 @@
 //! [`TaskService`]'s verbs, one group a file: `create` (a `tools/call` becomes a task,
 //! or a held or adopted call does), `launch` (its runner), `inline` (the answer within
 //! the promotion budget), `read`, `update` (a client's answers), `cancel` and
-//! `announce` (telling waiters on every instance). Here: starting the service.
+//! `announce` (telling waiters on every instance), `in_flight` (what runs here, for the
+//! operator's console). Here: starting the service.
 
 mod announce;
 mod cancel;
 mod create;
+mod in_flight;
 mod inline;
 mod launch;
 mod read;
@@ -14,6 +16,7 @@ mod update;
 use std::sync::Arc;
 
 pub use create::Reservation;
+pub use in_flight::{InFlight, Readiness};
 pub(in crate::tasks) use launch::ToStore;
 
 use super::{TaskService, TaskSettings, limits, runners, tool_traits, waiters};

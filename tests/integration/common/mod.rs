@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod admin;
+pub mod browser;
 pub mod session;
 pub mod stdio;
 

@@ -1238,6 +1238,15 @@ fn tool_definitions() -> Value {
             "inputSchema": no_args,
         },
         {
+            "name": "ask_verbatim",
+            "description": "Reports `status` as a progress message, then asks `message` via elicitation/create, word for word (for showing untrusted text).",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"status": {"type": "string"}, "message": {"type": "string"}},
+                "required": ["status", "message"],
+            },
+        },
+        {
             "name": "test_tool_with_task",
             "description": "Asks the user's name via elicitation/create, then takes `delay_ms` (default 2000) to greet them: the conformance suite's tasks-mrtr-composition fixture.",
             "inputSchema": {
@@ -1343,6 +1352,7 @@ async fn call_tool(ctx: &RequestCtx, params: &Value) -> Outcome {
         "sleep" => sleep(ctx, &args).await,
         "lookup" => lookup(ctx, &args).await,
         "ask_name" => ask_name(ctx).await,
+        "ask_verbatim" => ask_verbatim(ctx, &args).await,
         "test_tool_with_task" => slow_greeting(ctx, &args).await,
         "two_questions" => two_questions(ctx).await,
         "sample" => sample(ctx, &args).await,
@@ -1515,6 +1525,22 @@ async fn ask_name(ctx: &RequestCtx) -> Outcome {
         (action, None) => format!("No name given ({action})"),
     };
     Ok(text_result(text))
+}
+
+async fn ask_verbatim(ctx: &RequestCtx, args: &Value) -> Outcome {
+    ctx.require_capability("elicitation", "ask_verbatim")?;
+    let text = |key: &str| {
+        args.get(key)
+            .and_then(Value::as_str)
+            .ok_or_else(|| invalid_params(format!("ask_verbatim needs arguments.{key} (a string)")))
+    };
+    let (status, message) = (text("status")?, text("message")?);
+    ctx.progress(1, 2, status.to_owned());
+    let answer = match elicit(ctx, message, "name").await? {
+        (_, Some(name)) => format!("Hello, {name}!"),
+        (action, None) => format!("No answer ({action})"),
+    };
+    Ok(text_result(answer))
 }
 
 /// The official conformance suite's fixtures (`@modelcontextprotocol/conformance`, task

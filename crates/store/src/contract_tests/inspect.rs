@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::*;
-use crate::{InspectError, Lease, Scope};
+use crate::{InspectError, Lease, Newest, Scope};
 
 /// Every task of `scope`, following cursors with a small budget, so a walk takes pages.
 /// Panics on a task seen twice.
@@ -256,4 +256,126 @@ pub(crate) async fn instances_show_their_leases_and_running_tasks(subject: &impl
         instances.iter().all(|i| i.instance != OWNER),
         "a released lease leaves: {instances:?}"
     );
+}
+
+/// Every task of a newest-first walk of `which`, in pages of `budget` cut after `take`
+/// tasks (going on from the last one taken), in the order listed. Panics on a task seen
+/// twice or out of order.
+async fn walk_newest(store: &Store, which: Newest<'_>, budget: usize, take: usize) -> Vec<String> {
+    let mut seen: Vec<(u64, String)> = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..1000 {
+        let mut page = store
+            .inspection
+            .newest(which, cursor.as_deref(), budget)
+            .await
+            .unwrap();
+        assert!(
+            page.tasks.len() <= budget,
+            "{which:?}: a page over its budget"
+        );
+        let cut = page.tasks.len() > take;
+        page.tasks.truncate(take);
+        for scanned in &page.tasks {
+            let task = &scanned.task;
+            let position = (task.created_at_ms, task.task_id.clone());
+            if let Some(last) = seen.last() {
+                assert!(position < *last, "{position:?} after {last:?} ({which:?})");
+            }
+            assert!(which.holds(task), "{position:?} outside {which:?}");
+            seen.push(position);
+        }
+        cursor = match (cut, page.tasks.pop()) {
+            (true, Some(last)) => Some(last.after),
+            _ => page.next,
+        };
+        if cursor.is_none() {
+            return seen.into_iter().map(|(_, id)| id).collect();
+        }
+    }
+    panic!("the newest-first walk of {which:?} did not end");
+}
+
+/// 17 tasks of two principals, in an order other than their creation times, some sharing
+/// a millisecond; one deleted and one ended. Their ids newest first, with principals.
+async fn created_out_of_order(store: &Store) -> Vec<(String, String, u64)> {
+    let base = now_ms() - 10_000;
+    let mut made = Vec::new();
+    for n in [5u64, 1, 16, 3, 3, 3, 9, 0, 12, 7, 7, 14, 2, 11, 8, 15, 4] {
+        let mut task = record(OWNER);
+        task.principal = if n % 2 == 0 { "bob" } else { ALICE }.into();
+        task.created_at_ms = base + n * 100;
+        task.last_updated_at_ms = task.created_at_ms;
+        made.push((
+            task.task_id.clone(),
+            task.principal.clone(),
+            task.created_at_ms,
+        ));
+        store.tasks.create(task).await.unwrap();
+    }
+    let deleted = made.remove(3);
+    store.tasks.delete(&deleted.0).await.unwrap();
+    let outcome = Outcome::Completed(raw("{}"));
+    assert!(store.tasks.finish(&made[0].0, outcome).await.unwrap());
+    made.sort_by(|a, b| (b.2, &b.0).cmp(&(a.2, &a.0)));
+    made
+}
+
+pub(crate) async fn newest_first_walks_every_task_once_in_order(subject: &impl Subject) {
+    let store = subject.instance(OWNER);
+    let made = created_out_of_order(&store).await;
+    let expected: Vec<String> = made.iter().map(|(id, _, _)| id.clone()).collect();
+    for (budget, take) in [(1, 1), (2, 2), (3, 1), (5, 2), (100, 100), (100, 4)] {
+        let seen = walk_newest(&store, Newest::default(), budget, take).await;
+        assert_eq!(seen, expected, "budget {budget}, take {take}");
+    }
+    // Another instance's view lists the same.
+    let other = subject.instance(OTHER);
+    assert_eq!(walk_newest(&other, Newest::default(), 4, 4).await, expected);
+    let refused = store
+        .inspection
+        .newest(Newest::default(), Some("garbage"), 5)
+        .await;
+    assert!(
+        matches!(refused, Err(InspectError::BadCursor(_))),
+        "{refused:?}"
+    );
+}
+
+pub(crate) async fn newest_first_keeps_to_its_window_and_principal(subject: &impl Subject) {
+    let store = subject.instance(OWNER);
+    let made = created_out_of_order(&store).await;
+    let newest = made[0].2;
+    let oldest = made[made.len() - 1].2;
+    let middle = made[made.len() / 2].2;
+    let windows = [
+        (Some(middle), None),
+        (None, Some(middle)),
+        (Some(middle), Some(middle)),
+        (Some(newest + 1), Some(oldest.saturating_sub(1))),
+        (Some(oldest.saturating_sub(1)), None),
+        (None, Some(newest + 1)),
+    ];
+    for principal in [None, Some("bob"), Some(ALICE), Some("nobody")] {
+        for (at_most, at_least) in windows {
+            let which = Newest {
+                principal,
+                created_at_most: at_most,
+                created_at_least: at_least,
+            };
+            let expected: Vec<String> = made
+                .iter()
+                .filter(|(_, whose, at)| {
+                    principal.is_none_or(|p| p == whose)
+                        && at_most.is_none_or(|most| *at <= most)
+                        && at_least.is_none_or(|least| *at >= least)
+                })
+                .map(|(id, _, _)| id.clone())
+                .collect();
+            for (budget, take) in [(1, 1), (3, 2), (100, 100)] {
+                let seen = walk_newest(&store, which, budget, take).await;
+                assert_eq!(seen, expected, "{which:?}, budget {budget}, take {take}");
+            }
+        }
+    }
 }

@@ -66,6 +66,8 @@ macro_rules! suite {
             expired_tasks_are_not_inspected,
             a_cursor_from_elsewhere_is_refused,
             a_walk_can_stop_after_any_task,
+            newest_first_walks_every_task_once_in_order,
+            newest_first_keeps_to_its_window_and_principal,
             instances_show_their_leases_and_running_tasks,
             racing_takeovers_have_one_winner,
             a_takeover_keeps_or_withdraws_the_round,

@@ -9,10 +9,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use redis::Value;
 
+use super::listing::{self, Index, Window};
 use super::walk::{self, Position, Step};
-use super::{RedisStore, codec, corrupt, is_task_id, listing, parse, pipe_of};
+use super::{RedisStore, codec, corrupt, is_task_id, parse, pipe_of};
 use crate::inspect::{
-    BadCursor, InspectError, InstanceInfo, ScanPage, Scanned, Scope, TaskInspection,
+    BadCursor, InspectError, InstanceInfo, Newest, ScanPage, Scanned, Scope, TaskInspection,
 };
 use crate::{ListCursor, StoreError, TaskRecord, now_ms};
 
@@ -40,6 +41,26 @@ impl TaskInspection for RedisStore {
             }
             Scope::All => scan_keys(self, cursor, budget).await,
         }
+    }
+
+    async fn newest(
+        &self,
+        which: Newest<'_>,
+        cursor: Option<&str>,
+        budget: usize,
+    ) -> Result<ScanPage, InspectError> {
+        let budget = budget.max(1);
+        let after = cursor.map(parse_list_cursor).transpose()?;
+        let index = match which.principal {
+            Some(principal) => Index::Principal(principal),
+            None => Index::Created,
+        };
+        let window = Window {
+            at_most: which.created_at_most,
+            at_least: which.created_at_least,
+        };
+        let tasks = listing::walk(self, index, after.as_ref(), window, budget).await?;
+        Ok(newest_first(tasks, budget))
     }
 
     async fn instances(&self) -> Result<Vec<InstanceInfo>, StoreError> {
@@ -94,6 +115,11 @@ async fn scan_principal(
 ) -> Result<ScanPage, InspectError> {
     let after = cursor.map(parse_list_cursor).transpose()?;
     let tasks = listing::list(store, principal, after.as_ref(), budget).await?;
+    Ok(newest_first(tasks, budget))
+}
+
+/// A page of tasks a listing index gave, newest first: more may follow if it is full.
+fn newest_first(tasks: Vec<Arc<TaskRecord>>, budget: usize) -> ScanPage {
     let position = |task: &TaskRecord| format!("{}.{}", task.created_at_ms, task.task_id);
     let next = (tasks.len() == budget)
         .then(|| tasks.last())
@@ -106,7 +132,7 @@ async fn scan_principal(
             task,
         })
         .collect();
-    Ok(ScanPage { tasks, next })
+    ScanPage { tasks, next }
 }
 
 fn parse_list_cursor(text: &str) -> Result<ListCursor, BadCursor> {

@@ -3,8 +3,9 @@
 //! look outside it.
 //!
 //! With namespace `ns`: `mtg:ns:{<taskId>}`, `mtg:ns:owned:{<instance>}`,
-//! `mtg:ns:by-principal:{<principal>}`, `mtg:ns:lease:{<instance>}`, `mtg:ns:instances`,
-//! `mtg:ns:handover:{<instance>}`, channels `mtg:ns:wake:<instance>` and `mtg:ns:changes`.
+//! `mtg:ns:by-principal:{<principal>}`, `mtg:ns:by-created`, `mtg:ns:lease:{<instance>}`,
+//! `mtg:ns:instances`, `mtg:ns:handover:{<instance>}`, channels `mtg:ns:wake:<instance>`
+//! and `mtg:ns:changes`.
 //! The namespace sits outside the hash tag, so a Cluster still spreads tasks by id. The
 //! unprefixed layout (no namespace, as before namespaces existed) is the same without
 //! `ns:`.
@@ -17,9 +18,10 @@ const MAX_LEN: usize = 64;
 /// The second segments of the unprefixed layout. A namespace spelled like one would make
 /// namespaced keys equal unprefixed ones (`mtg:owned:{x}` is both the unprefixed index
 /// of instance `x` and task `x` of namespace `owned`), so they are refused.
-const UNPREFIXED_SEGMENTS: [&str; 8] = [
+const UNPREFIXED_SEGMENTS: [&str; 9] = [
     "owned",
     "by-principal",
+    "by-created",
     "lease",
     "instances",
     "handover",
@@ -115,6 +117,12 @@ impl Keys {
         format!("{}by-principal:{{{principal}}}", self.prefix)
     }
 
+    /// Every task's id by creation time, for operators' newest-first listing. One key:
+    /// on a Cluster its slot takes one `ZADD` per task created.
+    pub(super) fn by_created(&self) -> String {
+        format!("{}by-created", self.prefix)
+    }
+
     /// The ids of the unfinished tasks an instance runs.
     pub(super) fn owned(&self, instance: &str) -> String {
         format!("{}owned:{{{instance}}}", self.prefix)
@@ -179,6 +187,7 @@ mod tests {
         assert_eq!(keys.task("t-1"), "mtg:prod-a:{t-1}");
         assert_eq!(keys.owned("gw-1"), "mtg:prod-a:owned:{gw-1}");
         assert_eq!(keys.by_principal("p"), "mtg:prod-a:by-principal:{p}");
+        assert_eq!(keys.by_created(), "mtg:prod-a:by-created");
         assert_eq!(keys.lease("gw-1"), "mtg:prod-a:lease:{gw-1}");
         assert_eq!(keys.handover("gw-1"), "mtg:prod-a:handover:{gw-1}");
         assert_eq!(keys.instances(), "mtg:prod-a:instances");
@@ -194,6 +203,7 @@ mod tests {
         assert_eq!(keys.task("t-1"), "mtg:{t-1}");
         assert_eq!(keys.owned("gw-1"), "mtg:owned:{gw-1}");
         assert_eq!(keys.by_principal("p"), "mtg:by-principal:{p}");
+        assert_eq!(keys.by_created(), "mtg:by-created");
         assert_eq!(keys.lease("gw-1"), "mtg:lease:{gw-1}");
         assert_eq!(keys.handover("gw-1"), "mtg:handover:{gw-1}");
         assert_eq!(keys.instances(), "mtg:instances");

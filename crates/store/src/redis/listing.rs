@@ -1,5 +1,6 @@
-//! A principal's tasks, newest first, from its sorted set `mtg:<ns>:by-principal:{<principal>}`
-//! (score: createdAt, member: task id). Redis orders equal scores by member, so the
+//! Tasks newest first from a sorted set of ids by createdAt: a principal's
+//! (`mtg:<ns>:by-principal:{<principal>}`, for `tasks/list`) or every task's
+//! (`mtg:<ns>:by-created`, for operators). Redis orders equal scores by member, so the
 //! reverse order is (createdAt, taskId) descending, the order of [`ListCursor`].
 //!
 //! Members may outlive their tasks (a task expires long before the set; a delete's ZREM
@@ -17,17 +18,67 @@ use crate::{ListCursor, StoreError, TaskRecord, now_ms};
 /// Most members read per round, so one page never pipelines an unbounded number of reads.
 const MAX_BATCH: usize = 256;
 
-pub(super) async fn list(
+/// Which sorted set a walk reads.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Index<'a> {
+    /// One principal's tasks; a member whose task is another's is skipped.
+    Principal(&'a str),
+    /// Every task.
+    Created,
+}
+
+impl<'a> Index<'a> {
+    fn principal(self) -> Option<&'a str> {
+        match self {
+            Index::Principal(principal) => Some(principal),
+            Index::Created => None,
+        }
+    }
+}
+
+/// The creation times a walk keeps, both ends included.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Window {
+    pub(super) at_most: Option<u64>,
+    pub(super) at_least: Option<u64>,
+}
+
+/// A principal's tasks (`tasks/list`). Not an `async fn`: one more level of nested
+/// futures overflows the compiler's layout depth in the callers.
+pub(super) fn list<'a>(
+    store: &'a RedisStore,
+    principal: &'a str,
+    after: Option<&'a ListCursor>,
+    limit: usize,
+) -> impl Future<Output = Result<Vec<Arc<TaskRecord>>, StoreError>> + Send + 'a {
+    walk(
+        store,
+        Index::Principal(principal),
+        after,
+        Window::default(),
+        limit,
+    )
+}
+
+/// Created before this, a task is past any TTL the gateway gives.
+pub(super) fn surely_expired(store: &RedisStore, now: u64) -> u64 {
+    let grace = KEY_GRACE.as_millis() as u64;
+    now.saturating_sub(store.settings.max_ttl.as_millis() as u64 + grace)
+}
+
+/// At most `limit` live tasks of `index`, newest first, after `after`, within `window`.
+pub(super) async fn walk(
     store: &RedisStore,
-    principal: &str,
+    index: Index<'_>,
     after: Option<&ListCursor>,
+    window: Window,
     limit: usize,
 ) -> Result<Vec<Arc<TaskRecord>>, StoreError> {
     // The cursor is parsed from client text: one the gateway cannot have made lists nothing.
     if limit == 0 || after.is_some_and(|cursor| !is_task_id(&cursor.task_id)) {
         return Ok(Vec::new());
     }
-    let mut page = Page::new(store, principal, after, limit);
+    let mut page = Page::new(store, index, after, window, limit);
     loop {
         // Read more at a time once members turn out to be dead.
         let want = (limit - page.found.len()).max(page.dropped).min(MAX_BATCH);
@@ -46,7 +97,7 @@ pub(super) async fn list(
         }
     }
     if !page.gone.is_empty() {
-        store.unlist(principal, page.gone);
+        store.unlist(index.principal(), page.gone);
     }
     Ok(page.found)
 }
@@ -54,22 +105,25 @@ pub(super) async fn list(
 /// One page being listed: where the next range starts, and what was found so far.
 struct Page<'a> {
     store: &'a RedisStore,
-    principal: &'a str,
+    index: Index<'a>,
     limit: usize,
     key: String,
+    /// The lowest score read: `-inf`, or the window's oldest creation time.
+    floor: String,
     now: u64,
     /// Created before this, a task is past any TTL the gateway gives.
     surely_expired: u64,
     /// Created before this, a member without a task is gone (see [`Page::new`]).
     settled: u64,
-    /// The last member listed, (score, id): the next range starts there.
+    /// The last member listed, (score, id): the next range starts there (an empty id:
+    /// every member of that score is still to come).
     from: Option<(u64, String)>,
     /// Members of `from`'s score to pass over (many created in one millisecond).
     offset: usize,
     /// Whether the set was trimmed yet (once, with the first range).
     trimmed: bool,
     found: Vec<Arc<TaskRecord>>,
-    /// Members read that are not (or no longer) this principal's live tasks.
+    /// Members read that are not (or no longer) live tasks of the index.
     dropped: usize,
     /// Members whose task is surely gone, removed from the set at the end.
     gone: Vec<String>,
@@ -78,8 +132,9 @@ struct Page<'a> {
 impl<'a> Page<'a> {
     fn new(
         store: &'a RedisStore,
-        principal: &'a str,
+        index: Index<'a>,
         after: Option<&ListCursor>,
+        window: Window,
         limit: usize,
     ) -> Self {
         let now = now_ms();
@@ -88,15 +143,28 @@ impl<'a> Page<'a> {
         // member without a task may be a create under way: skipped, but not removed. (A
         // create takes at most two attempts and a script load, each within the timeout.)
         let settled = now.saturating_sub(grace + 3 * store.settings.timeout.as_millis() as u64);
+        let mut from = after.map(|cursor| (cursor.created_at_ms, cursor.task_id.clone()));
+        if let Some(most) = window.at_most.and_then(|most| most.checked_add(1)) {
+            let ceiling = (most, String::new());
+            if from.as_ref().is_none_or(|from| *from > ceiling) {
+                from = Some(ceiling);
+            }
+        }
         Self {
             store,
-            principal,
+            index,
             limit,
-            key: store.keys.by_principal(principal),
+            key: match index {
+                Index::Principal(principal) => store.keys.by_principal(principal),
+                Index::Created => store.keys.by_created(),
+            },
+            floor: window
+                .at_least
+                .map_or("-inf".to_owned(), |least| least.to_string()),
             now,
-            surely_expired: now.saturating_sub(store.settings.max_ttl.as_millis() as u64 + grace),
+            surely_expired: surely_expired(store, now),
             settled,
-            from: after.map(|cursor| (cursor.created_at_ms, cursor.task_id.clone())),
+            from,
             offset: 0,
             trimmed: false,
             found: Vec::new(),
@@ -116,7 +184,7 @@ impl<'a> Page<'a> {
                     .as_ref()
                     .map_or("+inf".into(), |(score, _)| score.to_string()),
             )
-            .arg("-inf")
+            .arg(&self.floor)
             .arg("BYSCORE")
             .arg("REV")
             .arg("LIMIT")
@@ -166,7 +234,7 @@ impl<'a> Page<'a> {
         fresh
     }
 
-    /// Reads the tasks of `fresh` in one pipeline and keeps this principal's live ones,
+    /// Reads the tasks of `fresh` in one pipeline and keeps the index's live ones,
     /// up to the limit.
     async fn read(&mut self, fresh: Vec<(u64, String)>) -> Result<(), StoreError> {
         // Members that are not task ids never form a key.
@@ -199,7 +267,11 @@ impl<'a> Page<'a> {
             }
             let task = codec::decode(&task_id, fields).map_err(corrupt)?;
             // Expired ones go with a later trim.
-            if task.principal != self.principal || task.expires_at_ms() <= self.now {
+            let whose = self
+                .index
+                .principal()
+                .is_none_or(|principal| task.principal == principal);
+            if !whose || task.expires_at_ms() <= self.now {
                 self.dropped += 1;
                 continue;
             }
