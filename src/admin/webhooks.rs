@@ -3,11 +3,10 @@
 
 use std::sync::Arc;
 
-use super::service::{Admin, AdminError};
 use super::wire::{EventView, RedeliverReply, SubscriptionDetail, SubscriptionView, WebhookList};
 use crate::webhooks::Subscription;
 use mtg_protocol::wire::rfc3339_millis;
-use mtg_store::{Outbox, OutboxEntry, now_ms};
+use mtg_store::{Outbox, OutboxEntry, StoreError, now_ms};
 
 /// Most events of each kind a subscription's detail shows.
 const SHOWN: usize = 100;
@@ -24,7 +23,7 @@ impl AdminWebhooks {
         self.subscriptions.iter().find(|s| s.id == id)
     }
 
-    async fn view(&self, subscription: &Subscription) -> Result<SubscriptionView, AdminError> {
+    async fn view(&self, subscription: &Subscription) -> Result<SubscriptionView, StoreError> {
         let stats = self.outbox.stats(&subscription.id).await?;
         Ok(SubscriptionView {
             id: subscription.id.clone(),
@@ -56,47 +55,40 @@ fn event_view(entry: OutboxEntry) -> EventView {
     }
 }
 
-impl Admin {
-    pub async fn webhooks(&self) -> Result<WebhookList, AdminError> {
+impl AdminWebhooks {
+    pub(super) async fn list(&self) -> Result<WebhookList, StoreError> {
         let mut subscriptions = Vec::new();
-        if let Some(hooks) = &self.webhooks {
-            for subscription in hooks.subscriptions.iter() {
-                subscriptions.push(hooks.view(subscription).await?);
-            }
+        for subscription in self.subscriptions.iter() {
+            subscriptions.push(self.view(subscription).await?);
         }
         Ok(WebhookList { subscriptions })
     }
 
     /// `None`: no such subscription.
-    pub async fn webhook(&self, id: &str) -> Result<Option<SubscriptionDetail>, AdminError> {
-        let Some(hooks) = &self.webhooks else {
+    pub(super) async fn detail(&self, id: &str) -> Result<Option<SubscriptionDetail>, StoreError> {
+        let Some(subscription) = self.find(id) else {
             return Ok(None);
         };
-        let Some(subscription) = hooks.find(id) else {
-            return Ok(None);
-        };
-        let pending = hooks.outbox.pending(id, SHOWN).await?;
-        let dead = hooks.outbox.dead_letters(id, SHOWN).await?;
+        let pending = self.outbox.pending(id, SHOWN).await?;
+        let dead = self.outbox.dead_letters(id, SHOWN).await?;
         Ok(Some(SubscriptionDetail {
-            subscription: hooks.view(subscription).await?,
+            subscription: self.view(subscription).await?,
             pending: pending.into_iter().map(event_view).collect(),
             dead_letters: dead.into_iter().map(event_view).collect(),
         }))
     }
 
-    /// Puts one dead letter (`event`) or all of a subscription's back in its outbox.
-    pub async fn redeliver(
+    /// Puts one dead letter (`event`) or all of a subscription's back in its outbox;
+    /// `None`: no such subscription.
+    pub(super) async fn redeliver(
         &self,
         id: &str,
         event: Option<&str>,
-    ) -> Result<Option<RedeliverReply>, AdminError> {
-        let Some(hooks) = &self.webhooks else {
-            return Ok(None);
-        };
-        if hooks.find(id).is_none() {
+    ) -> Result<Option<RedeliverReply>, StoreError> {
+        if self.find(id).is_none() {
             return Ok(None);
         }
-        let redelivered = hooks.outbox.redeliver(id, event).await?;
+        let redelivered = self.outbox.redeliver(id, event).await?;
         tracing::info!(
             subscription = id,
             event,
