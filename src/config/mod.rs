@@ -3,7 +3,7 @@
 //! [`Config`] gathers one group of flags per concern, each in its own file and
 //! flattened into the command line: `edge` (listening, TLS, workers), `upstream`,
 //! `tasks`, `bridge` (MRTR), `limits`, `auth`, `store`, `cluster` (instances and
-//! takeover) and `operations` (metrics, admin, drain, logs). `file` reads `--config`,
+//! takeover), `operations` (metrics, admin, drain, logs) and `webhooks`. `file` reads `--config`,
 //! `upstreams` the named upstreams; `settings` turns all of it into each part's settings.
 
 pub mod auth;

@@ -25,8 +25,10 @@ const CONCURRENCY: usize = 64;
 const POLL: Duration = Duration::from_millis(500);
 /// How often the outbox's depth is measured.
 const MEASURE: Duration = Duration::from_secs(5);
-/// A claim outlives the request's time limit by this much.
-const CLAIM_SLACK: Duration = Duration::from_secs(30);
+/// A claim lasts twice the request's time limit and this much: the request ends within
+/// its limit (reqwest's timeout covers the whole exchange), the settling takes a round
+/// trip. A claimer killed mid-delivery holds its events no longer than this.
+const CLAIM_SLACK: Duration = Duration::from_secs(1);
 
 /// What every worker of a world shares.
 pub(crate) struct Shared {
@@ -57,7 +59,7 @@ pub(crate) async fn run(
         let free = permits.available_permits();
         let mut full = false;
         if free > 0 {
-            let visibility = subscription.timeout + CLAIM_SLACK;
+            let visibility = subscription.timeout * 2 + CLAIM_SLACK;
             let claimed = shared
                 .outbox
                 .claim(
