@@ -250,6 +250,59 @@ mod tests {
     }
 
     #[test]
+    fn webhook_tables_go_to_their_upstreams() {
+        let file = r#"
+            upstream = "http://127.0.0.1:9/mcp"
+            [[webhooks]]
+            url = "https://all.example/in"
+            secret-file = "/s"
+            [[webhooks]]
+            url = "https://files-only.example/in"
+            upstreams = ["files"]
+            events = ["task.created"]
+            [upstreams.files]
+            url = "http://127.0.0.1:9/files"
+            webhooks = [{ url = "https://own.example/in", include-result = true }]
+        "#;
+        let config = parse_with(file, "toml", &[]).unwrap();
+        let urls = |tables: Vec<crate::config::webhooks::WebhookTable>| -> Vec<String> {
+            tables.iter().map(|t| t.url.to_string()).collect()
+        };
+        assert_eq!(
+            urls(config.webhooks.tables_for(None)),
+            ["https://all.example/in"]
+        );
+        let files = config.for_upstream(&config.upstream.named[0]);
+        assert_eq!(
+            urls(files.webhooks.tables_for(Some("files"))),
+            [
+                "https://all.example/in",
+                "https://files-only.example/in",
+                "https://own.example/in"
+            ]
+        );
+        let bad = "upstream = \"http://x/mcp\"\n[[webhooks]]\nurl = \"ftp://x\"\n";
+        let err = parse_with(bad, "toml", &[]).unwrap_err();
+        assert!(err.contains("webhooks[0]: url"), "{err}");
+    }
+
+    #[test]
+    fn webhooks_are_refused_on_a_redis_cluster() {
+        let err = Config::from_args([
+            "mcp-task-gateway",
+            "--upstream",
+            "http://127.0.0.1:9/mcp",
+            "--redis-cluster",
+            "redis://127.0.0.1:7000",
+            "--webhook",
+            "https://hooks.example/in",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("--redis-cluster"), "{err}");
+    }
+
+    #[test]
     fn unknown_keys_are_errors() {
         let err = parse_with(
             "upstream = \"http://x/mcp\"\npoll-intervall-ms = 5\n",
