@@ -90,6 +90,12 @@ impl Webhooks {
         meter: crate::telemetry::Meter,
         closing: CancellationToken,
     ) -> Result<Self, WebhookError> {
+        if settings.subscriptions.is_empty() {
+            // Not routed: transitions write no event and pay nothing for webhooks.
+            return Ok(Self {
+                subscriptions: Arc::new(Vec::new()),
+            });
+        }
         for subscription in &settings.subscriptions {
             check_at_start(subscription, settings.allow_private).await?;
         }
