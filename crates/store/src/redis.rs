@@ -14,6 +14,9 @@
 //! - `mtg:<ns>:instances`: set, the instances that own or owned a lease;
 //! - `mtg:<ns>:handover:{<instance>}`: string, set by an instance that stopped and left
 //!   its unfinished tasks for live instances to take over;
+//! - `mtg:<ns>:outbox:<subscription>:{due,queues,events,attempts,ages,dead}`: a webhook
+//!   subscription's outbox (`outbox.rs`). These have no TTL and no hash tag: an event
+//!   stays until delivered or redelivered, and the gateway refuses webhooks on a Cluster;
 //! - channel `mtg:<ns>:wake:<instance>`: wake-ups for the owner (payload: a task id).
 //!
 //! Every change of a task is one Lua script on its hash; nothing on a request path uses
