@@ -10,7 +10,9 @@
 pub mod cli;
 pub mod console;
 mod listener;
+mod paging;
 mod service;
+mod task_facts;
 pub mod wire;
 
 pub use listener::{AdminApi, bind, serve};
