@@ -10,7 +10,9 @@
 pub mod cli;
 pub mod console;
 mod listener;
+mod paging;
 mod service;
+mod task_facts;
 mod webhooks;
 pub mod wire;
 

@@ -4,26 +4,21 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::value::RawValue;
-
+use super::paging;
+use super::task_facts::{owner_lease, tool_of};
 use super::wire::{
-    CancelReply, CancelResult, InstanceView, Instances, OwnerLease, TaskDetail, TaskList,
-    TaskSummary,
+    CancelReply, CancelResult, InstanceView, Instances, TaskDetail, TaskList, TaskSummary,
 };
 use crate::tasks::TaskService;
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_protocol::wire::{TaskStatus, rfc3339_millis};
 use mtg_store::{
-    CancelOutcome, InspectError, InstanceInfo, Scope, StoreError, TaskInspection, TaskRecord,
-    now_ms,
+    CancelOutcome, InspectError, Scope, StoreError, TaskInspection, TaskRecord, now_ms,
 };
 
 /// Most tasks one listing call returns.
 pub(super) const MAX_LIMIT: usize = 1000;
 pub(super) const DEFAULT_LIMIT: usize = 100;
-/// Most entries one listing call examines, whatever its filters: a sparse filter over a
-/// large store answers with a cursor instead of walking everything.
-const MAX_EXAMINED: usize = 10_000;
 
 /// What a listing keeps; every field that is set must match.
 #[derive(Debug, Default, Clone)]
@@ -158,14 +153,7 @@ impl Admin {
             return Ok(None);
         };
         let instances = self.inspection.instances().await?;
-        let owner_lease = match instances.iter().find(|i| i.instance == task.owner) {
-            Some(InstanceInfo {
-                lease_expires_in_ms: Some(_),
-                ..
-            }) => OwnerLease::Live,
-            Some(_) => OwnerLease::Lapsed,
-            None => OwnerLease::None,
-        };
+        let owner_lease = owner_lease(&task, &instances);
         Ok(Some(TaskDetail {
             summary: summary(&task, now_ms()),
             owner_lease,
@@ -240,47 +228,16 @@ pub(crate) async fn list_page(
 ) -> Result<TaskList, AdminError> {
     let limit = limit.clamp(1, MAX_LIMIT);
     let scope = filter.scope();
-    let mut cursor = cursor;
-    let mut found: Vec<Arc<TaskRecord>> = Vec::new();
-    let mut examined = 0;
-    // Ask for what is still missing; widen while steps find nothing (a sparse filter).
-    let mut step = limit;
-    loop {
-        let page = inspection.scan(scope, cursor.as_deref(), step).await?;
-        let now = now_ms();
-        let before = found.len();
-        let last = page.tasks.len().checked_sub(1);
-        // A step may hold more than was asked for: the page ends at the task that
-        // fills it, and the walk goes on right after that task.
-        let mut full_at = None;
-        for (index, scanned) in page.tasks.into_iter().enumerate() {
-            if filter.matches(&scanned.task, now) {
-                found.push(scanned.task);
-                if found.len() == limit {
-                    full_at = Some((index, scanned.after));
-                    break;
-                }
-            }
-        }
-        examined += step;
-        cursor = match full_at {
-            Some((index, after)) if Some(index) != last => Some(after),
-            _ => page.next,
-        };
-        if cursor.is_none() || found.len() >= limit || examined >= MAX_EXAMINED {
-            break;
-        }
-        step = if found.len() == before {
-            (step * 4).min(MAX_LIMIT)
-        } else {
-            limit - found.len()
-        };
-    }
-    found.sort_by(|a, b| (b.created_at_ms, &b.task_id).cmp(&(a.created_at_ms, &a.task_id)));
     let now = now_ms();
+    let step = |cursor: Option<String>, step| async move {
+        inspection.scan(scope, cursor.as_deref(), step).await
+    };
+    let mut page = paging::gather(step, |task| filter.matches(task, now), cursor, limit).await?;
+    page.tasks
+        .sort_by(|a, b| (b.created_at_ms, &b.task_id).cmp(&(a.created_at_ms, &a.task_id)));
     Ok(TaskList {
-        tasks: found.iter().map(|task| summary(task, now)).collect(),
-        next_cursor: cursor,
+        tasks: page.tasks.iter().map(|task| summary(task, now)).collect(),
+        next_cursor: page.next_cursor,
     })
 }
 
@@ -297,18 +254,6 @@ fn summary(task: &TaskRecord, now: u64) -> TaskSummary {
         status_message: task.status_message.clone(),
         pending_input: task.input_requests.len(),
     }
-}
-
-/// The tool of the task's `tools/call` (its stored params).
-fn tool_of(task: &TaskRecord) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Named {
-        name: Option<String>,
-    }
-    let request: &RawValue = &task.request;
-    serde_json::from_str::<Named>(request.get())
-        .ok()
-        .and_then(|named| named.name)
 }
 
 #[cfg(test)]
@@ -343,8 +288,8 @@ mod tests {
         TaskRecord::working(new, now_ms())
     }
 
-    fn raw(json: &str) -> Box<RawValue> {
-        RawValue::from_string(json.to_owned()).unwrap()
+    fn raw(json: &str) -> Box<serde_json::value::RawValue> {
+        serde_json::value::RawValue::from_string(json.to_owned()).unwrap()
     }
 
     /// `count` tasks over two owners and two principals, every fifth one completed;

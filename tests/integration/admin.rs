@@ -3,38 +3,19 @@
 //! cancelled through another). Calls without the token are refused, and the client port
 //! never serves the API.
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use crate::common;
-use crate::common::admin::listed_ids;
+use crate::common::admin::{self, listed_ids, token_file};
 use crate::common::*;
 use serde_json::{Value, json};
 use test_support::RedisServer;
 
 const TOKEN: &str = "an-operator-token-of-some-length";
 
-/// A token file of this test's own.
-fn token_file(token: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("mtg-admin-{}", uuid::Uuid::new_v4()));
-    std::fs::write(&path, format!("{token}\n")).unwrap();
-    path
-}
-
 /// A gateway with its metrics listener and admin API: (process, client URL, admin URL).
 fn start_admin_gateway(upstream_url: &str, extra: &[&str]) -> (Proc, String, String) {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let file = token_file(TOKEN);
-    let mut args = vec![
-        "--metrics-listen",
-        &listen,
-        "--admin-token-file",
-        file.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    let (gateway, url) = start_gateway(upstream_url, &args);
-    (gateway, url, format!("http://{listen}"))
+    admin::start_admin_gateway(upstream_url, TOKEN, extra)
 }
 
 /// `mcp-task-gateway admin <args>` against `admin_url` with the right token.

@@ -14,6 +14,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use test_support::RedisServer;
 
+use crate::common::admin;
 use crate::common::browser::Browser;
 use crate::common::*;
 
@@ -28,27 +29,12 @@ struct Admin {
     admin: String,
 }
 
-fn token_file() -> PathBuf {
-    let path = std::env::temp_dir().join(format!("mtg-console-{}", uuid::Uuid::new_v4()));
-    std::fs::write(&path, format!("{TOKEN}\n")).unwrap();
-    path
-}
-
 fn start(upstream_url: &str, extra: &[&str]) -> Admin {
-    let listen = format!("127.0.0.1:{}", free_port());
-    let file = token_file();
-    let mut args = vec![
-        "--metrics-listen",
-        &listen,
-        "--admin-token-file",
-        file.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    let (gateway, url) = start_gateway(upstream_url, &args);
+    let (gateway, url, admin) = admin::start_admin_gateway(upstream_url, TOKEN, extra);
     Admin {
         _gateway: gateway,
         url,
-        admin: format!("http://{listen}"),
+        admin,
     }
 }
 

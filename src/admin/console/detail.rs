@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::listing::{message_of, row};
 use super::views::{ErrorView, InputView, Shown, TaskView};
 use super::world::WorldView;
-use crate::admin::wire::OwnerLease;
+use crate::admin::task_facts::owner_lease;
 use mtg_protocol::wire::rfc3339_millis;
 use mtg_store::{InstanceInfo, TaskRecord, now_ms};
 
@@ -19,14 +19,7 @@ pub(super) fn task_view(
     instances: &[InstanceInfo],
     show_results: bool,
 ) -> TaskView {
-    let owner_lease = match instances.iter().find(|i| i.instance == task.owner) {
-        Some(InstanceInfo {
-            lease_expires_in_ms: Some(_),
-            ..
-        }) => OwnerLease::Live,
-        Some(_) => OwnerLease::Lapsed,
-        None => OwnerLease::None,
-    };
+    let owner_lease = owner_lease(task, instances);
     let inputs = task
         .input_requests
         .iter()

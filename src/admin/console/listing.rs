@@ -1,24 +1,16 @@
-//! The console's task table: newest first from the store's newest-first walk, with the
-//! filters the store cannot apply applied while paging. A page never holds more than its
-//! limit, and it ends right after its last task, so the next page neither skips nor
-//! repeats one; a sparse filter gets a short page and a cursor rather than a walk of the
-//! whole store.
+//! The console's task table: newest first from the store's newest-first walk, paged by
+//! `admin::paging` with the filters the store cannot apply.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::value::RawValue;
-
 use super::views::{TaskRow, TaskTable};
+use crate::admin::paging;
+use crate::admin::task_facts::tool_of;
 use mtg_protocol::wire::{InputRequest, TaskStatus, rfc3339_millis};
 use mtg_store::{InspectError, Newest, TaskInspection, TaskRecord, now_ms};
 
 pub(super) const DEFAULT_LIMIT: usize = 50;
 pub(super) const MAX_LIMIT: usize = 500;
-/// Most tasks one page examines whatever its filters.
-const MAX_EXAMINED: usize = 10_000;
-/// Most tasks asked of the store in one step.
-const MAX_STEP: usize = 1_000;
 
 /// What the table keeps; every filter that is set must match.
 #[derive(Debug, Default, Clone)]
@@ -58,45 +50,18 @@ pub(super) async fn page(
         created_at_most: filter.older_than.map(ago),
         created_at_least: filter.newer_than.map(ago),
     };
-    let mut cursor = cursor;
-    let mut found: Vec<Arc<TaskRecord>> = Vec::new();
-    let mut examined = 0;
-    let mut step = limit;
-    loop {
-        let page = inspection.newest(which, cursor.as_deref(), step).await?;
-        let before = found.len();
-        let last = page.tasks.len().checked_sub(1);
-        let mut full_at = None;
-        for (index, scanned) in page.tasks.into_iter().enumerate() {
-            if filter.matches(&scanned.task) {
-                found.push(scanned.task);
-                if found.len() == limit {
-                    full_at = Some((index, scanned.after));
-                    break;
-                }
-            }
-        }
-        examined += step;
-        // Full before the step's end: go on right after the task that filled it.
-        cursor = match full_at {
-            Some((index, after)) if Some(index) != last => Some(after),
-            _ => page.next,
-        };
-        if cursor.is_none() || found.len() >= limit || examined >= MAX_EXAMINED {
-            break;
-        }
-        // Ask for as many as the matches so far say the rest of the page needs.
-        let missing = limit - found.len();
-        step = if found.len() == before {
-            (step * 4).min(MAX_STEP)
-        } else {
-            (missing * examined / found.len()).clamp(missing, MAX_STEP)
-        };
-    }
+    let step = |cursor: Option<String>, step| async move {
+        inspection.newest(which, cursor.as_deref(), step).await
+    };
+    let page = paging::gather(step, |task| filter.matches(task), cursor, limit).await?;
     let now = now_ms();
     Ok(TaskTable {
-        tasks: found.iter().map(|task| row(task, upstream, now)).collect(),
-        next_cursor: cursor,
+        tasks: page
+            .tasks
+            .iter()
+            .map(|task| row(task, upstream, now))
+            .collect(),
+        next_cursor: page.next_cursor,
     })
 }
 
@@ -124,16 +89,4 @@ pub(super) fn message_of(request: &InputRequest) -> Option<String> {
         .get("message")?
         .as_str()
         .map(str::to_owned)
-}
-
-/// The tool of the task's `tools/call` (its stored params).
-pub(super) fn tool_of(task: &TaskRecord) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Named {
-        name: Option<String>,
-    }
-    let request: &RawValue = &task.request;
-    serde_json::from_str::<Named>(request.get())
-        .ok()
-        .and_then(|named| named.name)
 }
