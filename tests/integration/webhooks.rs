@@ -249,6 +249,24 @@ async fn a_private_destination_is_refused_at_start_naming_it() {
 }
 
 #[tokio::test]
+async fn mtg_webhooks_takes_comma_separated_urls_each_checked() {
+    let (_secret, secret_file) = secret();
+    let output = gateway_command(&["--upstream", "http://127.0.0.1:9/mcp"], &[], "warn")
+        .env("MTG_WEBHOOKS", "http://8.8.8.8/a,http://192.168.7.7/b")
+        .env("MTG_WEBHOOK_SECRET_FILE", &secret_file)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // Both were read: the first (public, an address literal: no lookup) passes, the
+    // second is refused, named.
+    assert!(
+        stderr.contains("http://192.168.7.7/b") && stderr.contains("private"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
 async fn a_redirect_or_410_lands_in_dead_letters_and_the_cli_redelivers_it() {
     let (_upstream, upstream_url) = start_plain_server();
     let (secret, secret_file) = secret();
