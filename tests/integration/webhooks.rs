@@ -379,15 +379,18 @@ fn instance(
     (proc, Client::with_tasks(&url), admin)
 }
 
+/// How long the receiver answers 503 in the kill -9 test (the 20 s).
+const FAILING_MS: u64 = 20_000;
+
 #[tokio::test]
 async fn the_other_instance_delivers_after_a_kill_9_with_the_same_webhook_id() {
     let redis = RedisServer::start();
     let (_upstream, upstream_url) = start_plain_server();
     let (secret, secret_file) = secret();
     let receiver = Receiver::start(&secret);
-    // 503, each after 200 ms, until the test says otherwise.
+    // 503, each after 200 ms, for 20 s from the first delivery; then 204.
     receiver
-        .control(json!({"default": {"status": 503, "delay_ms": 200}}))
+        .control(json!({"default": {"status": 503, "delay_ms": 200, "for_ms": FAILING_MS}}))
         .await;
     let config = temp_file(
         "webhooks.toml",
@@ -435,16 +438,30 @@ async fn the_other_instance_delivers_after_a_kill_9_with_the_same_webhook_id() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs_f64();
-    receiver.control(json!({})).await;
-    let record = receiver
-        .until("the acknowledged delivery", |r| !acked(r).is_empty())
-        .await;
+    // The receiver fails for 20 s; the survivor keeps retrying through it.
+    let deadline = Instant::now() + Duration::from_millis(FAILING_MS + 40_000);
+    let record = loop {
+        let record = receiver.record().await;
+        if !acked(&record).is_empty() {
+            break record;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no acknowledged delivery: {record}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let delivered = &record["acked"][0];
     assert_eq!(delivered["id"], event_id.as_str(), "the same webhook-id");
     assert_eq!(delivered["taskId"], task_id.as_str());
     assert!(
         delivered["at"].as_f64().unwrap() > killed_at,
         "after the kill"
+    );
+    let failing_since = record["rules_first_used"].as_f64().unwrap();
+    assert!(
+        delivered["at"].as_f64().unwrap() - failing_since >= FAILING_MS as f64 / 1000.0,
+        "acknowledged only once the receiver's 20 s of 503s were over"
     );
     assert_eq!(record["acked"].as_array().unwrap().len(), 1);
     // Once acknowledged, it leaves the outbox for good.
