@@ -19,6 +19,7 @@ mod settings;
 pub mod tasks;
 pub mod telemetry;
 mod upstream;
+mod webhooks;
 
 /// The runtime of a worker thread; `main` builds the first one with it.
 pub use server::edge::idle_poll::worker_runtime;
@@ -231,6 +232,7 @@ struct Shared<'a> {
 struct World {
     gateway: Arc<server::Gateway>,
     store: Store,
+    webhooks: crate::webhooks::Webhooks,
     store_namespace: Option<String>,
     tasks: Arc<TaskService>,
     takeovers: Arc<Takeovers>,
@@ -256,6 +258,17 @@ impl World {
                 Store::new(redis.with_namespace(namespace))
             }
         };
+        // Routed before the first transition, so no event is missed.
+        let webhooks = crate::webhooks::Webhooks::start(
+            settings::webhooks(config)?,
+            &store,
+            name.clone(),
+            config.cluster.instance_id.clone(),
+            telemetry::Meter::new(name.as_deref()),
+            shared.closing.clone(),
+        )
+        .await
+        .map_err(std::io::Error::other)?;
         let tasks = TaskService::start(
             &store,
             upstream.clone(),
@@ -286,6 +299,7 @@ impl World {
         Ok(Self {
             gateway,
             store,
+            webhooks,
             store_namespace,
             tasks,
             takeovers,
@@ -305,6 +319,10 @@ impl World {
             config.cluster.instance_id.clone(),
             self.store_namespace.clone(),
         )
+        .with_webhooks(admin::AdminWebhooks {
+            outbox: self.store.outbox.clone(),
+            subscriptions: self.webhooks.subscriptions.clone(),
+        })
     }
 
     fn console_view(&self, config: &Config) -> admin::console::WorldView {

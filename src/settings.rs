@@ -254,6 +254,78 @@ pub(crate) fn redis_target(config: &Config) -> Option<Target> {
     }
 }
 
+/// A world's webhook subscriptions: the `--webhook` URLs (the default events, the
+/// `--webhook-secret-file` secrets) and the `[[webhooks]]` tables that hear this
+/// upstream. Reads the secret files; refuses a URL without a secret or given twice.
+pub(crate) fn webhooks(config: &Config) -> std::io::Result<crate::webhooks::WebhookSettings> {
+    use crate::config::webhooks::{DEFAULT_EVENTS, DEFAULT_TIMEOUT_MS, WebhookTable};
+    use crate::webhooks::{Subscription, WebhookSettings};
+    let hooks = &config.webhooks;
+    let from_flags = hooks.webhooks.iter().map(|url| WebhookTable {
+        url: url.clone(),
+        events: DEFAULT_EVENTS.to_vec(),
+        upstreams: Vec::new(),
+        secret_files: hooks.webhook_secret_file.clone(),
+        timeout_ms: DEFAULT_TIMEOUT_MS,
+        include_result: false,
+    });
+    let tables = from_flags.chain(hooks.tables_for(config.upstream.name.as_deref()));
+    let mut subscriptions: Vec<Subscription> = Vec::new();
+    for table in tables {
+        let id = Subscription::id_of(&table.url);
+        if subscriptions.iter().any(|s| s.id == id) {
+            return Err(std::io::Error::other(format!(
+                "webhook {} is configured twice",
+                table.url
+            )));
+        }
+        subscriptions.push(Subscription {
+            id,
+            secrets: webhook_secrets(&table)?,
+            url: table.url,
+            events: table.events,
+            timeout: Duration::from_millis(table.timeout_ms),
+            include_result: table.include_result,
+        });
+    }
+    Ok(WebhookSettings {
+        subscriptions,
+        max_result_bytes: hooks.webhook_max_body_bytes,
+        retry_first: Duration::from_millis(hooks.webhook_retry_first_ms),
+        retry_max: Duration::from_millis(hooks.webhook_retry_max_ms),
+        retry_window: Duration::from_secs_f64(hooks.webhook_retry_hours * 3600.0),
+        allow_private: hooks.webhook_allow_private,
+        ca: hooks
+            .webhook_ca_file
+            .as_ref()
+            .map(std::fs::read)
+            .transpose()?,
+    })
+}
+
+fn webhook_secrets(
+    table: &crate::config::webhooks::WebhookTable,
+) -> std::io::Result<Vec<crate::webhooks::Secret>> {
+    if table.secret_files.is_empty() {
+        return Err(std::io::Error::other(format!(
+            "webhook {} has no secret (--webhook-secret-file, or secret-file in its table)",
+            table.url
+        )));
+    }
+    table
+        .secret_files
+        .iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                std::io::Error::other(format!("webhook secret file {}: {e}", path.display()))
+            })?;
+            crate::webhooks::Secret::parse(&text).map_err(|e| {
+                std::io::Error::other(format!("webhook secret file {}: {e}", path.display()))
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,6 +3,8 @@
 //! Inside a gateway's pod it needs no flags: the token file and the listener's address
 //! come from the same environment variables the gateway reads.
 
+mod webhooks;
+
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -52,6 +54,9 @@ enum Command {
     Tasks(TasksCommand),
     /// Instances holding (or lately holding) a lease, with their running tasks.
     Instances,
+    /// Webhook subscriptions: outboxes, dead letters, redelivery.
+    #[command(subcommand)]
+    Webhooks(webhooks::WebhooksCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -140,6 +145,7 @@ async fn run(cli: AdminCli) -> Result<(), String> {
             });
         }
         Command::Tasks(TasksCommand::List(args)) => list(&api, args, cli.json).await?,
+        Command::Webhooks(command) => webhooks::run(&api, command, cli.json).await?,
     }
     Ok(())
 }

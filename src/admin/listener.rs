@@ -199,13 +199,20 @@ impl Routes {
                 found(admin.cancel(task_id).await, task_id)
             }
             (&Method::GET, ["instances"]) => json(admin.instances().await),
+            (&Method::GET, ["webhooks"]) => json(admin.webhooks().await),
+            (&Method::GET, ["webhooks", id]) => subscription(admin.webhook(id).await, id),
+            (&Method::POST, ["webhooks", id, "redeliver"]) => redeliver(admin, id, &query).await,
+            (_, ["webhooks"] | ["webhooks", _]) => Err(Refusal::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "use GET (POST /admin/webhooks/<id>/redeliver[?event=<id>] to redeliver)",
+            )),
             (_, ["tasks"] | ["tasks", _] | ["instances"]) => Err(Refusal::new(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "use GET (POST /admin/tasks/<id>/cancel to cancel)",
             )),
             _ => Err(Refusal::new(
                 StatusCode::NOT_FOUND,
-                "unknown admin path: /admin/tasks, /admin/tasks/<id>, /admin/tasks/<id>/cancel, /admin/instances",
+                "unknown admin path: /admin/tasks, /admin/tasks/<id>, /admin/tasks/<id>/cancel, /admin/instances, /admin/webhooks, /admin/webhooks/<id>, /admin/webhooks/<id>/redeliver",
             )),
         };
         outcome.unwrap_or_else(Refusal::reply)
@@ -275,6 +282,31 @@ async fn list(admin: &Admin, query: &str) -> Result<Reply, Refusal> {
     };
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
     json(admin.list(&filter, query.cursor, limit).await)
+}
+
+/// `POST /admin/webhooks/<id>/redeliver`: one dead letter, or all without `event`.
+#[derive(serde::Deserialize)]
+struct RedeliverQuery {
+    event: Option<String>,
+}
+
+async fn redeliver(admin: &Admin, id: &str, query: &str) -> Result<Reply, Refusal> {
+    let query: RedeliverQuery = parse_query(query)?;
+    subscription(admin.redeliver(id, query.event.as_deref()).await, id)
+}
+
+fn subscription<T: Serialize>(
+    outcome: Result<Option<T>, AdminError>,
+    id: &str,
+) -> Result<Reply, Refusal> {
+    match outcome {
+        Ok(None) => Err(Refusal::new(
+            StatusCode::NOT_FOUND,
+            format!("no webhook subscription {id:?} (GET /admin/webhooks lists them)"),
+        )),
+        Ok(Some(value)) => json(Ok(value)),
+        Err(e) => Err(failure(e)),
+    }
 }
 
 fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, Refusal> {

@@ -13,10 +13,12 @@ mod listener;
 mod paging;
 mod service;
 mod task_facts;
+mod webhooks;
 pub mod wire;
 
 pub use listener::{AdminApi, bind, serve};
 pub use service::Admin;
+pub(crate) use webhooks::AdminWebhooks;
 
 /// The token in `path`: read once at start, surrounding whitespace dropped (a Secret
 /// mounted from a file often ends with a newline).

@@ -79,6 +79,8 @@ pub struct Admin {
     instance_id: String,
     /// The Redis store's namespace (`""`: the unprefixed layout); `None` in memory.
     store_namespace: Option<String>,
+    /// The world's webhook subscriptions, if any (`admin/webhooks.rs`).
+    webhooks: Option<super::webhooks::AdminWebhooks>,
 }
 
 impl Admin {
@@ -93,7 +95,47 @@ impl Admin {
             tasks,
             instance_id,
             store_namespace,
+            webhooks: None,
         }
+    }
+
+    /// The world's webhook subscriptions and their outboxes (none without webhooks).
+    pub async fn webhooks(&self) -> Result<super::wire::WebhookList, AdminError> {
+        match &self.webhooks {
+            Some(hooks) => Ok(hooks.list().await?),
+            None => Ok(super::wire::WebhookList {
+                subscriptions: Vec::new(),
+            }),
+        }
+    }
+
+    /// One subscription's pending events and dead letters; `None`: no such one.
+    pub async fn webhook(
+        &self,
+        id: &str,
+    ) -> Result<Option<super::wire::SubscriptionDetail>, AdminError> {
+        match &self.webhooks {
+            Some(hooks) => Ok(hooks.detail(id).await?),
+            None => Ok(None),
+        }
+    }
+
+    /// Redelivers one dead letter or all of a subscription's; `None`: no such one.
+    pub async fn redeliver(
+        &self,
+        id: &str,
+        event: Option<&str>,
+    ) -> Result<Option<super::wire::RedeliverReply>, AdminError> {
+        match &self.webhooks {
+            Some(hooks) => Ok(hooks.redeliver(id, event).await?),
+            None => Ok(None),
+        }
+    }
+
+    /// With the world's webhook subscriptions and their outboxes.
+    pub(crate) fn with_webhooks(mut self, webhooks: super::webhooks::AdminWebhooks) -> Self {
+        self.webhooks = Some(webhooks);
+        self
     }
 
     /// One page of at most `limit` tasks that match `filter`, from `cursor`.

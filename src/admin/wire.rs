@@ -112,3 +112,64 @@ pub struct Instances {
 pub struct ErrorReply {
     pub error: String,
 }
+
+/// A webhook subscription and its outbox in numbers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscriptionView {
+    pub id: String,
+    pub url: String,
+    pub events: Vec<String>,
+    pub pending: u64,
+    pub dead_letters: u64,
+    /// How long ago the oldest pending event happened.
+    #[serde(default)]
+    pub oldest_pending_age_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookList {
+    pub subscriptions: Vec<SubscriptionView>,
+}
+
+/// An event in an outbox or among the dead letters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventView {
+    pub event_id: String,
+    pub task_id: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// When the transition happened (RFC 3339).
+    pub at: String,
+    pub attempts: u32,
+    #[serde(default)]
+    pub last_error: Option<String>,
+    /// In how long it is tried next (negative: overdue); only a task's oldest pending
+    /// event has one.
+    #[serde(default)]
+    pub next_try_in_ms: Option<i64>,
+    /// The instance that claimed it last.
+    #[serde(default)]
+    pub claimed_by: Option<String>,
+    #[serde(default)]
+    pub dead_at: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscriptionDetail {
+    pub subscription: SubscriptionView,
+    /// The oldest pending events (at most 100).
+    pub pending: Vec<EventView>,
+    /// The oldest dead letters (at most 100).
+    pub dead_letters: Vec<EventView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RedeliverReply {
+    pub subscription: String,
+    pub redelivered: usize,
+}

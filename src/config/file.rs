@@ -48,12 +48,14 @@ pub fn merge_into_args(args: Vec<OsString>) -> Result<Merged, ConfigFileError> {
         return Ok(Merged {
             args,
             upstreams: Vec::new(),
+            webhooks: Vec::new(),
         });
     };
     let settings = read(&path)?;
     let command = Config::command();
     let mut merged = args;
     let mut upstreams = Vec::new();
+    let mut webhooks = Vec::new();
     for (key, value) in settings {
         let flag = key.replace('_', "-");
         let content_error = |detail: String| ConfigFileError::Content {
@@ -63,6 +65,11 @@ pub fn merge_into_args(args: Vec<OsString>) -> Result<Merged, ConfigFileError> {
         // Not a flag: a table of named upstreams, each with settings of its own.
         if flag == "upstreams" {
             upstreams = crate::config::upstreams::from_file(&value).map_err(content_error)?;
+            continue;
+        }
+        // Not a flag either: `[[webhooks]]` tables.
+        if flag == "webhooks" {
+            webhooks = crate::config::webhooks::tables_from_file(&value).map_err(content_error)?;
             continue;
         }
         if flag == "config" {
@@ -99,6 +106,7 @@ pub fn merge_into_args(args: Vec<OsString>) -> Result<Merged, ConfigFileError> {
     Ok(Merged {
         args: merged,
         upstreams,
+        webhooks,
     })
 }
 
@@ -106,6 +114,7 @@ pub fn merge_into_args(args: Vec<OsString>) -> Result<Merged, ConfigFileError> {
 pub struct Merged {
     pub args: Vec<OsString>,
     pub upstreams: Vec<crate::config::upstreams::NamedUpstream>,
+    pub webhooks: Vec<crate::config::webhooks::WebhookTable>,
 }
 
 fn config_path(args: &[OsString]) -> Option<String> {
@@ -238,6 +247,59 @@ mod tests {
                 mtg_protocol::task_support::TaskSupport::Forbidden
             )]
         );
+    }
+
+    #[test]
+    fn webhook_tables_go_to_their_upstreams() {
+        let file = r#"
+            upstream = "http://127.0.0.1:9/mcp"
+            [[webhooks]]
+            url = "https://all.example/in"
+            secret-file = "/s"
+            [[webhooks]]
+            url = "https://files-only.example/in"
+            upstreams = ["files"]
+            events = ["task.created"]
+            [upstreams.files]
+            url = "http://127.0.0.1:9/files"
+            webhooks = [{ url = "https://own.example/in", include-result = true }]
+        "#;
+        let config = parse_with(file, "toml", &[]).unwrap();
+        let urls = |tables: Vec<crate::config::webhooks::WebhookTable>| -> Vec<String> {
+            tables.iter().map(|t| t.url.to_string()).collect()
+        };
+        assert_eq!(
+            urls(config.webhooks.tables_for(None)),
+            ["https://all.example/in"]
+        );
+        let files = config.for_upstream(&config.upstream.named[0]);
+        assert_eq!(
+            urls(files.webhooks.tables_for(Some("files"))),
+            [
+                "https://all.example/in",
+                "https://files-only.example/in",
+                "https://own.example/in"
+            ]
+        );
+        let bad = "upstream = \"http://x/mcp\"\n[[webhooks]]\nurl = \"ftp://x\"\n";
+        let err = parse_with(bad, "toml", &[]).unwrap_err();
+        assert!(err.contains("webhooks[0]: url"), "{err}");
+    }
+
+    #[test]
+    fn webhooks_are_refused_on_a_redis_cluster() {
+        let err = Config::from_args([
+            "mcp-task-gateway",
+            "--upstream",
+            "http://127.0.0.1:9/mcp",
+            "--redis-cluster",
+            "redis://127.0.0.1:7000",
+            "--webhook",
+            "https://hooks.example/in",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("--redis-cluster"), "{err}");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! [`Config`] gathers one group of flags per concern, each in its own file and
 //! flattened into the command line: `edge` (listening, TLS, workers), `upstream`,
 //! `tasks`, `bridge` (MRTR), `limits`, `auth`, `store`, `cluster` (instances and
-//! takeover) and `operations` (metrics, admin, drain, logs). `file` reads `--config`,
+//! takeover), `operations` (metrics, admin, drain, logs) and `webhooks`. `file` reads `--config`,
 //! `upstreams` the named upstreams; `settings` turns all of it into each part's settings.
 
 pub mod auth;
@@ -17,6 +17,7 @@ pub mod store;
 pub mod tasks;
 pub mod upstream;
 pub mod upstreams;
+pub mod webhooks;
 
 use clap::Parser;
 
@@ -55,6 +56,9 @@ pub struct Config {
     #[command(flatten)]
     pub operations: operations::OperationsConfig,
 
+    #[command(flatten)]
+    pub webhooks: webhooks::WebhookConfig,
+
     /// TOML or YAML file mirroring these flags (keys are flag names). Flags and
     /// environment variables override it.
     #[arg(long, env = "MTG_CONFIG")]
@@ -63,7 +67,7 @@ pub struct Config {
 
 /// The order `--help` lists the flags in, whichever group declares them: the order they
 /// were added in, before the flags were grouped.
-const HELP_ORDER: [&str; 63] = [
+const HELP_ORDER: [&str; 71] = [
     "listen",
     "upstream",
     "upstream-cmd",
@@ -127,6 +131,14 @@ const HELP_ORDER: [&str; 63] = [
     "advertise-url",
     "lease-timeout-ms",
     "log-format",
+    "webhook",
+    "webhook-secret-file",
+    "webhook-max-body-bytes",
+    "webhook-retry-hours",
+    "webhook-retry-first-ms",
+    "webhook-retry-max-ms",
+    "webhook-allow-private",
+    "webhook-ca-file",
 ];
 
 /// Places a flag in `--help` by [`HELP_ORDER`] (a flag missing there goes last).
@@ -153,6 +165,7 @@ impl Config {
         let merged =
             crate::config::file::merge_into_args(args.into_iter().map(Into::into).collect())?;
         let mut config = Self::try_parse_from(merged.args)?;
+        config.webhooks.tables = merged.webhooks;
         config.resolve_upstreams(merged.upstreams)?;
         config.check()?;
         Ok(config)
@@ -184,6 +197,8 @@ impl Config {
         let mut world = self.clone();
         world.upstream.named = Vec::new();
         world.upstream.name = Some(named.name.clone());
+        world.webhooks.tables = self.webhooks.tables_for(Some(&named.name));
+        world.webhooks.tables.extend(named.webhooks.iter().cloned());
         let upstream = &mut world.upstream;
         match &named.source {
             upstreams::Source::Url(url) => {
@@ -240,6 +255,15 @@ impl Config {
     /// Rules across flags, which clap checks one at a time.
     pub fn check(&self) -> Result<(), ConfigError> {
         self.auth.check()?;
+        self.webhooks.check()?;
+        if !self.store.redis_cluster.is_empty() && self.webhooks.any() {
+            // A transition and its events are one script; on a Cluster the outbox's keys
+            // would sit in other slots than the task's.
+            return Err(ConfigError::Inconsistent(
+                "webhooks are not supported with --redis-cluster (use one Redis server or                  Sentinel)"
+                    .into(),
+            ));
+        }
         self.tasks.check()
     }
 }

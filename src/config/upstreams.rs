@@ -27,6 +27,8 @@ pub struct NamedUpstream {
     pub upstream_credential: Option<String>,
     pub upstream_credential_file: Option<PathBuf>,
     pub auth_jwt_audience: Option<String>,
+    /// Its own `webhooks` tables (they hear only this upstream's tasks).
+    pub webhooks: Vec<super::webhooks::WebhookTable>,
 }
 
 /// Where a named upstream is: a URL, or a command run over stdio.
@@ -96,6 +98,7 @@ struct Entry {
     upstream_credential: Option<String>,
     upstream_credential_file: Option<PathBuf>,
     auth_jwt_audience: Option<String>,
+    webhooks: Option<Value>,
 }
 
 /// `env` as a table (`{ KEY = "value" }`) or as `--upstream-env` takes it (`["KEY=value"]`).
@@ -139,6 +142,16 @@ fn from_entry(name: &str, entry: &Value) -> Result<NamedUpstream, String> {
         upstream_credential: entry.upstream_credential,
         upstream_credential_file: entry.upstream_credential_file,
         auth_jwt_audience: entry.auth_jwt_audience,
+        webhooks: match &entry.webhooks {
+            None => Vec::new(),
+            Some(tables) => super::webhooks::tables_from_file(tables)?
+                .into_iter()
+                .map(|table| super::webhooks::WebhookTable {
+                    upstreams: Vec::new(),
+                    ..table
+                })
+                .collect(),
+        },
     })
 }
 
@@ -242,6 +255,7 @@ pub fn from_arg(name: String, url: http::Uri) -> NamedUpstream {
         upstream_credential: None,
         upstream_credential_file: None,
         auth_jwt_audience: None,
+        webhooks: Vec::new(),
     }
 }
 

@@ -494,7 +494,7 @@ UPSTREAM_LABELLED = {"mtg_requests_total", "mtg_request_duration_seconds",
 # (MtgTaskStoreUnavailable) is rightly per pod: the store is the gateway's, so it is left
 # out of the list above.
 UPSTREAM_LABELLED_PREFIXES = ("mtg_tasks_", "mtg_input_requests_", "mtg_sessions_",
-                              "mtg_taken_over_")
+                              "mtg_taken_over_", "mtg_webhook_")
 # Alerts over such metrics that are nevertheless not per upstream: the unlabelled metric that
 # makes a per-upstream ratio impossible.
 NOT_PER_UPSTREAM: dict[str, str] = {}
@@ -1115,7 +1115,7 @@ def expect_operations(docs: list[dict], notes: str) -> None:
     rule = one(docs, "PrometheusRule")
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
-    assert len(rules) == 6, sorted(rules)
+    assert len(rules) == 7, sorted(rules)
     assert rules["MtgUpstreamErrors"]["for"] == "15m"
     assert "> 0.25 # threshold" in rules["MtgUpstreamErrors"]["expr"]
     assert rules["MtgTasksRefusedAtLimit"]["labels"]["severity"] == "warning"
@@ -1135,6 +1135,16 @@ def expect_operations(docs: list[dict], notes: str) -> None:
         "defaultMode": 0o440}, volumes["admin-token"]
     assert "config-file" in volumes, "the config file's volume is gone"
     assert "mcp-task-gateway admin tasks list" in notes, "NOTES.txt does not show the admin CLI"
+    # Webhooks: the tables in the config file, each signed with both mounted secrets.
+    assert volumes["webhook-secrets"]["secret"]["secretName"] == "mtg-webhooks"
+    assert cm_data(docs)["MTG_WEBHOOK_ALLOW_PRIVATE"] == "true"
+    file = yaml.safe_load(one(docs, "ConfigMap", f"{RELEASE}-mcp-task-gateway-file")["data"]["config.yaml"])
+    secrets = ["/etc/mcp-task-gateway-webhooks/new", "/etc/mcp-task-gateway-webhooks/old"]
+    assert file["webhooks"] == [
+        {"url": "https://hooks.example.com/mcp-tasks", "events": ["task.completed", "task.failed"],
+         "timeout-ms": 5000, "secret-file": secrets},
+        {"url": "http://audit.audit.svc:8080/in", "include-result": True, "secret-file": secrets},
+    ], file["webhooks"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1257,6 +1267,15 @@ def check_upstreams(docs: list[dict], merged: dict) -> None:
     expected = copy.deepcopy(g["configFile"] or {})
     if ups:
         expected["upstreams"] = {n: expected_upstream_entry(n, u) for n, u in ups.items()}
+    hooks = merged.get("webhooks") or {}
+    if hooks.get("subscriptions"):
+        secrets = [f"/etc/mcp-task-gateway-webhooks/{k}" for k in hooks["secretKeys"]]
+        keys = {"events": "events", "upstreams": "upstreams", "timeoutMs": "timeout-ms",
+                "includeResult": "include-result"}
+        expected["webhooks"] = [
+            {"url": s["url"], "secret-file": secrets,
+             **{keys[k]: v for k, v in s.items() if k in keys}}
+            for s in hooks["subscriptions"]]
     assert (cfg or {}) == expected, f"config file {cfg}, expected {expected}"
     if ups:
         check_upstream_contract(cfg["upstreams"])
@@ -1631,7 +1650,8 @@ MUST_FAIL: list[tuple[str, dict, str]] = [
      with_upstream({"metrics": {"prometheusRule": {"enabled": True, "alerts": {
          n: {"enabled": False} for n in ("MtgTasksFailingFast", "MtgInstanceLost",
                                          "MtgTaskStoreUnavailable", "MtgAcceptErrors",
-                                         "MtgTasksRefusedAtLimit", "MtgUpstreamErrors")}}}}),
+                                         "MtgTasksRefusedAtLimit", "MtgUpstreamErrors",
+                                         "MtgWebhookFailing")}}}}),
      "set metrics.prometheusRule.enabled=false instead"),
     ("admin API without metrics",
      with_upstream({"metrics": {"enabled": False},
@@ -1723,7 +1743,7 @@ def expect_admin_token(docs: list[dict], notes: str) -> None:
 def expect_alert_disabled(docs: list[dict], notes: str) -> None:
     rule = one(docs, "PrometheusRule")
     names = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]]
-    assert "MtgTasksRefusedAtLimit" not in names and len(names) == 5, names
+    assert "MtgTasksRefusedAtLimit" not in names and len(names) == 6, names
 
 
 # Values beyond the files' that must render: (description, values, expectations). Each is

@@ -50,3 +50,4 @@ mod tasks_plain_server;
 mod tasks_server_everything;
 mod tls;
 mod upstream_http2;
+mod webhooks;

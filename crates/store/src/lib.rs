@@ -7,7 +7,7 @@
 //!
 //! ## What it offers
 //!
-//! [`Store`] is one store seen through its five contracts, as the gateway holds it:
+//! [`Store`] is one store seen through its six contracts, as the gateway holds it:
 //! - [`TaskStore`] (`task_state.rs`): the task records ([`TaskRecord`], `record.rs`) and
 //!   every state transition of them: create, read, list a principal's tasks, input
 //!   requests and their answers, messages, finish, cancel, delete;
@@ -17,7 +17,9 @@
 //! - [`MembershipStore`] (`membership.rs`): instance leases, and taking over or failing
 //!   the unfinished tasks of instances that are gone;
 //! - [`TaskInspection`] (`inspect.rs`): every task and instance, for operators, by scope
-//!   or newest first.
+//!   or newest first;
+//! - [`Outbox`] (`outbox.rs`): task events for webhook subscriptions, written in the same
+//!   step as the transition that causes them, until delivered or given up.
 //!
 //! ## Two implementations
 //!
@@ -59,6 +61,7 @@ mod inspect;
 mod membership;
 pub mod memory;
 mod metrics;
+pub mod outbox;
 mod record;
 pub mod redis;
 mod task_state;
@@ -75,6 +78,9 @@ pub use inspect::{
     BadCursor, InspectError, InstanceInfo, Newest, ScanPage, Scanned, Scope, TaskInspection,
 };
 pub use membership::{GoneInstance, INSTANCE_LOST, INSTANCE_STOPPED, Lease, MembershipStore};
+pub use outbox::{
+    Attempts, Claimed, EventType, Outbox, OutboxEntry, OutboxPlan, OutboxStats, Route, StoredEvent,
+};
 pub use record::{Adoption, NewTask, Outcome, Takeover, TaskRecord, input_key};
 pub use task_state::{
     CANCELLED_BY_CLIENT, CANCELLED_BY_OPERATOR, CancelOutcome, ListCursor, StoreError, TaskStore,
@@ -82,7 +88,7 @@ pub use task_state::{
 };
 pub use wakeups::{WAKE_ALL, WakeReceiver, WakeUps};
 
-/// One store seen through its five contracts, as the gateway holds it.
+/// One store seen through its six contracts, as the gateway holds it.
 #[derive(Clone)]
 pub struct Store {
     pub tasks: Arc<dyn TaskStore>,
@@ -90,14 +96,16 @@ pub struct Store {
     pub membership: Arc<dyn MembershipStore>,
     pub changes: Arc<dyn Changes>,
     pub inspection: Arc<dyn TaskInspection>,
+    pub outbox: Arc<dyn Outbox>,
 }
 
 impl Store {
-    pub fn new<S: TaskStore + WakeUps + MembershipStore + Changes + TaskInspection>(
+    pub fn new<S: TaskStore + WakeUps + MembershipStore + Changes + TaskInspection + Outbox>(
         store: Arc<S>,
     ) -> Self {
         Self {
             tasks: store.clone(),
+            outbox: store.clone(),
             inspection: store.clone(),
             wakeups: store.clone(),
             changes: store.clone(),

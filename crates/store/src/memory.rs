@@ -1,8 +1,10 @@
 //! The embedded store: one process, state in memory.
 
+mod outbox;
+
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -17,7 +19,8 @@ use super::{
     Takeover, TaskRecord, TaskStore, UpdateOutcome, WAKE_ALL, WakeReceiver, WakeUps, metrics,
     now_ms,
 };
-use mtg_protocol::wire::InputRequest;
+use crate::outbox::{Claimed, EventType, Outbox, OutboxEntry, OutboxPlan, OutboxStats};
+use mtg_protocol::wire::{InputRequest, TaskStatus};
 
 /// How often expired tasks are purged. Reads check expiry themselves, so this only
 /// bounds memory, not correctness.
@@ -31,6 +34,10 @@ pub struct MemoryStore {
     wakers: Mutex<HashMap<String, mpsc::UnboundedSender<String>>>,
     /// The leases taken here (one process: this instance's), for operators to see.
     leases: Mutex<HashMap<String, OwnedLease>>,
+    /// Which subscriptions hear of which transitions (`Outbox::route`).
+    plan: OnceLock<OutboxPlan>,
+    /// Ticks after a transition that may have written events (`Outbox::enqueued`).
+    enqueued: tokio::sync::watch::Sender<u64>,
 }
 
 struct OwnedLease {
@@ -50,6 +57,9 @@ struct Tasks {
     /// what expired: scanning every task each second kept the lock for milliseconds
     /// once tens of thousands were kept (docs/benchmarks.md, run 8).
     by_expiry: BTreeSet<(u64, String)>,
+    /// Every subscription's outbox, under the same lock as the tasks, so an event is
+    /// appended in the same step as its transition.
+    outbox: outbox::Outboxes,
 }
 
 impl Tasks {
@@ -133,14 +143,35 @@ impl MemoryStore {
 
     /// Runs `apply` on a live (not expired) task and stores the change.
     fn update<T>(&self, task_id: &str, apply: impl FnOnce(&mut TaskRecord, u64) -> T) -> Option<T> {
+        self.update_and_emit(task_id, |task, now| (apply(task, now), None))
+    }
+
+    /// As `update`; the event `apply` names, if any, is appended to the outbox of each
+    /// subscription that wants it, under the same lock.
+    fn update_and_emit<T>(
+        &self,
+        task_id: &str,
+        apply: impl FnOnce(&mut TaskRecord, u64) -> (T, Option<EventType>),
+    ) -> Option<T> {
         let now = now_ms();
-        let mut tasks = self.lock();
+        let mut guard = self.lock();
+        let tasks = &mut *guard;
         let slot = tasks.by_id.get_mut(task_id)?;
         if slot.expires_at_ms() <= now {
             tasks.remove(task_id);
             return None;
         }
-        Some(apply(Arc::make_mut(slot), now))
+        let (out, event) = apply(Arc::make_mut(slot), now);
+        if let (Some(kind), Some(plan)) = (event, self.plan.get()) {
+            tasks.outbox.emit(plan, kind, slot, now);
+            drop(guard);
+            self.enqueued.send_modify(|n| *n += 1);
+        }
+        Some(out)
+    }
+
+    fn lock_outbox(&self) -> std::sync::MutexGuard<'_, Tasks> {
+        self.lock()
     }
 }
 
@@ -152,7 +183,16 @@ impl TaskStore for MemoryStore {
             return Err(StoreError::Duplicate(task.task_id));
         }
         metrics::task_reached(task.status);
+        let emitted = self.plan.get().map(|plan| {
+            tasks
+                .outbox
+                .emit(plan, EventType::Created, &task, task.created_at_ms);
+        });
         tasks.insert(task);
+        drop(tasks);
+        if emitted.is_some() {
+            self.enqueued.send_modify(|n| *n += 1);
+        }
         Ok(())
     }
 
@@ -212,13 +252,16 @@ impl TaskStore for MemoryStore {
         requests: Vec<InputRequest>,
     ) -> Result<Option<Vec<String>>, StoreError> {
         Ok(self
-            .update(task_id, |task, now| {
-                (!task.status.is_terminal()).then(|| {
-                    requests
-                        .into_iter()
-                        .map(|request| task.push_input_request(request, now))
-                        .collect()
-                })
+            .update_and_emit(task_id, |task, now| {
+                if task.status.is_terminal() {
+                    return (None, None);
+                }
+                let entered = task.status != TaskStatus::InputRequired && !requests.is_empty();
+                let keys = requests
+                    .into_iter()
+                    .map(|request| task.push_input_request(request, now))
+                    .collect();
+                (Some(keys), entered.then_some(EventType::InputRequired))
             })
             .flatten())
     }
@@ -265,7 +308,13 @@ impl TaskStore for MemoryStore {
 
     async fn finish(&self, task_id: &str, outcome: Outcome) -> Result<bool, StoreError> {
         Ok(self
-            .update(task_id, |task, now| task.finish(outcome, now))
+            .update_and_emit(task_id, |task, now| {
+                let moved = task.finish(outcome, now);
+                (
+                    moved,
+                    moved.then(|| EventType::of_terminal(task.status)).flatten(),
+                )
+            })
             .unwrap_or(false))
     }
 
@@ -275,20 +324,22 @@ impl TaskStore for MemoryStore {
         principal: &str,
         message: &str,
     ) -> Result<CancelOutcome, StoreError> {
-        let outcome = self.update(task_id, |task, now| {
+        let outcome = self.update_and_emit(task_id, |task, now| {
             if task.principal != principal {
-                CancelOutcome::NotFound
+                (CancelOutcome::NotFound, None)
             } else if task.finish(
                 Outcome::Cancelled {
                     message: message.to_owned(),
                 },
                 now,
             ) {
-                CancelOutcome::Cancelled {
-                    owner: task.owner.clone(),
-                }
+                let owner = task.owner.clone();
+                (
+                    CancelOutcome::Cancelled { owner },
+                    Some(EventType::Cancelled),
+                )
             } else {
-                CancelOutcome::AlreadyTerminal
+                (CancelOutcome::AlreadyTerminal, None)
             }
         });
         Ok(outcome.unwrap_or(CancelOutcome::NotFound))
@@ -395,8 +446,16 @@ impl MembershipStore for MemoryStore {
         Ok(task_ids
             .iter()
             .map(|task_id| {
-                self.update(task_id, |task, now| task.take_over(takeover, now))
-                    .unwrap_or(Adoption::NotOwned)
+                self.update_and_emit(task_id, |task, now| {
+                    let adoption = task.take_over(takeover, now);
+                    let event = match adoption {
+                        Adoption::Adopted(_) => Some(EventType::TakenOver),
+                        Adoption::Exhausted => Some(EventType::Failed),
+                        Adoption::NotOwned => None,
+                    };
+                    (adoption, event)
+                })
+                .unwrap_or(Adoption::NotOwned)
             })
             .collect())
     }
@@ -410,8 +469,10 @@ impl MembershipStore for MemoryStore {
         let failed = task_ids
             .iter()
             .filter(|task_id| {
-                self.update(task_id, |task, now| {
-                    task.owner == instance && task.finish(Outcome::gateway_failure(message), now)
+                self.update_and_emit(task_id, |task, now| {
+                    let failed = task.owner == instance
+                        && task.finish(Outcome::gateway_failure(message), now);
+                    (failed, failed.then_some(EventType::Failed))
                 })
                 .unwrap_or(false)
             })
@@ -582,6 +643,96 @@ fn parse_position(text: &str) -> Result<(u64, String), BadCursor> {
     let (at, task_id) = text.split_once('.').ok_or_else(bad)?;
     let at = at.parse().map_err(|_| bad())?;
     Ok((at, task_id.to_owned()))
+}
+
+#[async_trait]
+impl Outbox for MemoryStore {
+    fn route(&self, plan: OutboxPlan) {
+        let _ = self.plan.set(plan);
+    }
+
+    fn enqueued(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.enqueued.subscribe()
+    }
+
+    async fn claim(
+        &self,
+        subscription: &str,
+        claimer: &str,
+        now_ms: u64,
+        visibility_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        let mut tasks = self.lock_outbox();
+        Ok(tasks
+            .outbox
+            .claim(subscription, claimer, now_ms, visibility_ms, limit))
+    }
+
+    async fn ack(
+        &self,
+        subscription: &str,
+        task_id: &str,
+        event_id: &str,
+    ) -> Result<bool, StoreError> {
+        Ok(self
+            .lock_outbox()
+            .outbox
+            .ack(subscription, task_id, event_id))
+    }
+
+    async fn retry(
+        &self,
+        subscription: &str,
+        task_id: &str,
+        event_id: &str,
+        next_ms: u64,
+        error: &str,
+    ) -> Result<bool, StoreError> {
+        let mut tasks = self.lock_outbox();
+        Ok(tasks
+            .outbox
+            .retry(subscription, task_id, event_id, next_ms, error))
+    }
+
+    async fn give_up(
+        &self,
+        subscription: &str,
+        task_id: &str,
+        event_id: &str,
+        error: &str,
+    ) -> Result<bool, StoreError> {
+        let mut tasks = self.lock_outbox();
+        Ok(tasks.outbox.give_up(subscription, task_id, event_id, error))
+    }
+
+    async fn stats(&self, subscription: &str) -> Result<OutboxStats, StoreError> {
+        Ok(self.lock_outbox().outbox.stats(subscription))
+    }
+
+    async fn pending(
+        &self,
+        subscription: &str,
+        limit: usize,
+    ) -> Result<Vec<OutboxEntry>, StoreError> {
+        Ok(self.lock_outbox().outbox.pending(subscription, limit))
+    }
+
+    async fn dead_letters(
+        &self,
+        subscription: &str,
+        limit: usize,
+    ) -> Result<Vec<OutboxEntry>, StoreError> {
+        Ok(self.lock_outbox().outbox.dead_letters(subscription, limit))
+    }
+
+    async fn redeliver(
+        &self,
+        subscription: &str,
+        event_id: Option<&str>,
+    ) -> Result<usize, StoreError> {
+        Ok(self.lock_outbox().outbox.redeliver(subscription, event_id))
+    }
 }
 
 #[cfg(test)]

@@ -14,6 +14,9 @@
 //! - `mtg:<ns>:instances`: set, the instances that own or owned a lease;
 //! - `mtg:<ns>:handover:{<instance>}`: string, set by an instance that stopped and left
 //!   its unfinished tasks for live instances to take over;
+//! - `mtg:<ns>:outbox:<subscription>:{due,queues,events,attempts,ages,dead}`: a webhook
+//!   subscription's outbox (`outbox.rs`). These have no TTL and no hash tag: an event
+//!   stays until delivered or redelivered, and the gateway refuses webhooks on a Cluster;
 //! - channel `mtg:<ns>:wake:<instance>`: wake-ups for the owner (payload: a task id).
 //!
 //! Every change of a task is one Lua script on its hash; nothing on a request path uses
@@ -27,13 +30,14 @@ mod keys;
 mod leases;
 mod link;
 mod listing;
+mod outbox;
 mod scripts;
 mod takeover;
 mod terminal_cache;
 mod wakeups;
 mod walk;
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -49,6 +53,7 @@ use super::{
     Takeover, TaskRecord, TaskStore, Unavailable, UpdateOutcome, WakeReceiver, WakeUps, metrics,
     now_ms,
 };
+use crate::outbox::EventType;
 use conn::Conn;
 use keys::Keys;
 use link::Link;
@@ -94,6 +99,10 @@ pub struct RedisStore {
     local_wake: Mutex<Option<mpsc::UnboundedSender<String>>>,
     /// Finished tasks read before, shared with the stores of other namespaces.
     terminal: Option<Arc<TerminalCache>>,
+    /// Which subscriptions hear of which transitions (`Outbox::route`).
+    plan: OnceLock<crate::outbox::OutboxPlan>,
+    /// Ticks after a transition that may have written events (`Outbox::enqueued`).
+    enqueued: tokio::sync::watch::Sender<u64>,
 }
 
 /// Task ids are UUIDs the gateway made; anything else names no task. Checking first
@@ -152,6 +161,8 @@ impl RedisStore {
             settings,
             scripts: Scripts::get(),
             local_wake: Mutex::new(None),
+            plan: OnceLock::new(),
+            enqueued: tokio::sync::watch::Sender::new(0),
         }))
     }
 
@@ -169,6 +180,8 @@ impl RedisStore {
             scripts: self.scripts,
             local_wake: Mutex::new(None),
             terminal: self.terminal.clone(),
+            plan: OnceLock::new(),
+            enqueued: tokio::sync::watch::Sender::new(0),
         })
     }
 
@@ -234,7 +247,6 @@ impl RedisStore {
 #[async_trait]
 impl TaskStore for RedisStore {
     async fn create(&self, task: TaskRecord) -> Result<(), StoreError> {
-        let key = self.keys.task(&task.task_id);
         let key_ttl = Self::key_ttl_ms(task.ttl_ms);
         let owned = self.keys.owned(&task.owner);
         // The index entry goes first: if the owner dies in between, a sweep finds an id
@@ -243,11 +255,13 @@ impl TaskStore for RedisStore {
         index_add.arg(&owned).arg(&task.task_id);
         let mut index_ttl = redis::cmd("PEXPIRE");
         index_ttl.arg(&owned).arg(key_ttl);
-        let mut create = self.scripts.create.call(&key);
+        let (mut create, plan) =
+            self.emitting(&self.scripts.create, &task.task_id, &[EventType::Created]);
         create.arg(key_ttl);
         for (field, value) in codec::encode(&task).map_err(corrupt)? {
             create.arg(field).arg(value);
         }
+        create.arg(&plan);
         let mut task_group = pipe_of([create]);
         if self.settings.wait_replicas > 0 {
             // Same connection as the write, so WAIT covers it.
@@ -275,6 +289,7 @@ impl TaskStore for RedisStore {
             self.list_created(&task),
         ];
         let replies = self.conn.run("create", groups).await?;
+        self.emitted(&plan);
         let Ok([_owned, task_replies, _listed, _created]) = <[Vec<Value>; 4]>::try_from(replies)
         else {
             return Err(corrupt(
@@ -381,13 +396,19 @@ impl TaskStore for RedisStore {
         if requests.is_empty() {
             return Ok(Some(Vec::new()));
         }
-        let mut cmd = self.scripts.add_input.call(&self.keys.task(task_id));
+        let (mut cmd, plan) = self.emitting(
+            &self.scripts.add_input,
+            task_id,
+            &[EventType::InputRequired],
+        );
         cmd.arg(now_ms());
         for request in &requests {
             cmd.arg(serde_json::to_string(request).map_err(corrupt)?);
         }
+        cmd.arg(&plan);
         // The previous status, then the new keys in order.
         let reply: Option<Vec<String>> = parse(self.eval("add_input", cmd).await?)?;
+        self.emitted(&plan);
         Ok(reply.map(|reply| {
             let mut reply = reply.into_iter();
             if reply.next().as_deref() != Some(TaskStatus::InputRequired.as_str()) {
@@ -468,11 +489,13 @@ impl TaskStore for RedisStore {
 
     async fn finish(&self, task_id: &str, outcome: Outcome) -> Result<bool, StoreError> {
         let (status, fields) = codec::outcome_fields(&outcome).map_err(corrupt)?;
-        let mut finish = self.scripts.finish.call(&self.keys.task(task_id));
+        let kinds: Vec<EventType> = EventType::of_terminal(status).into_iter().collect();
+        let (mut finish, plan) = self.emitting(&self.scripts.finish, task_id, &kinds);
         finish.arg(now_ms()).arg(status.as_str());
         for field in fields {
             finish.arg(field);
         }
+        finish.arg(&plan);
         // Only the owner finishes a task; its index entry goes in the same round trip.
         let mut unindex = redis::cmd("SREM");
         unindex
@@ -482,6 +505,7 @@ impl TaskStore for RedisStore {
             .conn
             .run("finish", vec![pipe_of([finish]), pipe_of([unindex])])
             .await?;
+        self.emitted(&plan);
         let moved: i64 = parse(first_reply(replies))?;
         if moved == 1 {
             metrics::task_reached(status);
@@ -498,9 +522,10 @@ impl TaskStore for RedisStore {
         if !is_task_id(task_id) {
             return Ok(CancelOutcome::NotFound);
         }
-        let mut cmd = self.scripts.cancel.call(&self.keys.task(task_id));
-        cmd.arg(principal).arg(now_ms()).arg(message);
+        let (mut cmd, plan) = self.emitting(&self.scripts.cancel, task_id, &[EventType::Cancelled]);
+        cmd.arg(principal).arg(now_ms()).arg(message).arg(&plan);
         let reply: Vec<Value> = parse(self.eval("cancel", cmd).await?)?;
+        self.emitted(&plan);
         let mut reply = reply.into_iter();
         let code: i64 = parse(reply.next().unwrap_or(Value::Nil))?;
         match code {

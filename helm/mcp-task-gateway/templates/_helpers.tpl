@@ -466,6 +466,22 @@ gateway's kebab-case keys. Empty when there is nothing to write.
 {{- end }}
 {{- $_ := set $file "upstreams" $out }}
 {{- end }}
+{{- with .Values.webhooks.subscriptions }}
+{{- $tables := list }}
+{{- $secrets := list }}
+{{- range $key := $.Values.webhooks.secretKeys }}
+{{- $secrets = append $secrets (printf "%s/%s" (include "mtg.webhooks.secretDir" $) $key) }}
+{{- end }}
+{{- range $s := . }}
+{{- $t := dict "url" $s.url "secret-file" $secrets }}
+{{- with $s.events }}{{ $_ := set $t "events" . }}{{ end }}
+{{- if hasKey $s "upstreams" }}{{ $_ := set $t "upstreams" (default list $s.upstreams) }}{{ end }}
+{{- if hasKey $s "timeoutMs" }}{{ $_ := set $t "timeout-ms" (int64 $s.timeoutMs) }}{{ end }}
+{{- if hasKey $s "includeResult" }}{{ $_ := set $t "include-result" $s.includeResult }}{{ end }}
+{{- $tables = append $tables $t }}
+{{- end }}
+{{- $_ := set $file "webhooks" $tables }}
+{{- end }}
 {{- if $file }}
 {{- toYaml $file }}
 {{- end }}
@@ -476,4 +492,9 @@ gateway's kebab-case keys. Empty when there is nothing to write.
 {{- range $name, $u := .Values.upstreams }}
 {{- if eq (toString $u.upstreamCredential) "static" }}true{{ end }}
 {{- end }}
+{{- end }}
+
+{{/* Where the webhooks' signing secrets are mounted, one file per key. */}}
+{{- define "mtg.webhooks.secretDir" -}}
+/etc/mcp-task-gateway-webhooks
 {{- end }}

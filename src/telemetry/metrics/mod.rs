@@ -3,7 +3,8 @@
 //! Each upstream's world has one [`Meter`], which reaches its series by area:
 //! [`Meter::requests`] (served requests and failed ones, by party), [`Meter::tasks`],
 //! [`Meter::calls`] (held and deferred calls, the gateway's own tools, keep-alives),
-//! [`Meter::sessions`] and [`Meter::cluster`] (the lease and takeovers). The listener's
+//! [`Meter::sessions`], [`Meter::cluster`] (the lease and takeovers) and
+//! [`Meter::webhooks`] (deliveries, outbox depth). The listener's
 //! and workers' series belong to the process, not to a world (`edge`).
 
 mod calls;
@@ -12,6 +13,7 @@ mod edge;
 mod requests;
 mod sessions;
 mod tasks;
+mod webhooks;
 
 use std::sync::Arc;
 
@@ -24,6 +26,7 @@ pub use edge::{accept_failed, connections_open, idle_polls};
 pub use requests::RequestMetrics;
 pub use sessions::SessionMetrics;
 pub use tasks::TaskMetrics;
+pub use webhooks::WebhookMetrics;
 
 /// Installs the Prometheus recorder; the handle renders `/metrics` (served by
 /// `crate::admin`, beside the admin API).
@@ -85,6 +88,11 @@ impl Meter {
     /// This instance among others: its lease, the tasks it took over or failed.
     pub fn cluster(&self) -> ClusterMetrics<'_> {
         ClusterMetrics(&self.labels)
+    }
+
+    /// Webhook deliveries and outboxes, per subscription.
+    pub fn webhooks(&self) -> WebhookMetrics<'_> {
+        WebhookMetrics(&self.labels)
     }
 
     /// Runs a task's runner with this meter as the one its upstream errors count in.

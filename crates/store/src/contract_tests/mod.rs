@@ -13,6 +13,7 @@ mod input;
 mod inspect;
 mod lifecycle;
 mod listing;
+mod outbox;
 mod races;
 mod takeover;
 mod wakeups;
@@ -21,6 +22,7 @@ pub(crate) use input::*;
 pub(crate) use inspect::*;
 pub(crate) use lifecycle::*;
 pub(crate) use listing::*;
+pub(crate) use outbox::*;
 pub(crate) use races::*;
 pub(crate) use takeover::*;
 pub(crate) use wakeups::*;
@@ -71,6 +73,11 @@ macro_rules! suite {
             a_takeover_keeps_or_withdraws_the_round,
             a_task_taken_over_too_often_fails,
             gone_owners_orphans_fail_once,
+            a_transition_writes_its_events_and_one_that_fails_writes_none,
+            a_tasks_events_are_delivered_in_order,
+            an_expired_claim_is_claimed_again,
+            retries_dead_letters_and_redelivery,
+            takeovers_and_failed_orphans_are_events,
         );
     };
     (@cases $subject:expr; $($case:ident),+ $(,)?) => {

@@ -1,6 +1,8 @@
 -- Shared by every task script (prepended at build time). KEYS[1] is the task's hash
--- `mtg:<ns>:{<taskId>}`, named by the gateway; scripts build no key name and touch no
--- other key, so they stay in the namespace and run unchanged on Redis Cluster.
+-- `mtg:<ns>:{<taskId>}`, named by the gateway; scripts build no key name. A script of a
+-- transition that makes a task event also gets, after KEYS[1], four outbox keys per
+-- subscription that wants it (see `emit`), and the plan as its last ARGV; without
+-- subscriptions it touches no other key, and runs unchanged on Redis Cluster.
 -- Times are unix milliseconds passed by the caller; they are written back as the
 -- caller's strings (never as Lua numbers, which Redis may format as floats).
 
@@ -52,4 +54,67 @@ local function finish(now, status, fields)
   end
   touch(now)
   return 1
+end
+
+-- The task's fields as an outbox event (`outbox.rs`, `StoredEvent`): text only, raw JSON
+-- kept as strings; the request and result only for a subscription that includes them.
+local function snapshot(kind, id, at, task_id, with_result)
+  local flat = redis.call('HGETALL', task)
+  local f, ir = {}, {}
+  for j = 1, #flat, 2 do
+    local name = flat[j]
+    if string.sub(name, 1, 3) == 'ir:' then
+      ir[#ir + 1] = {tonumber(string.sub(name, 10)) or 0, flat[j + 1]}
+    else
+      f[name] = flat[j + 1]
+    end
+  end
+  table.sort(ir, function(a, b) return a[1] < b[1] end)
+  local ev = {id = id, type = kind, at = at, task = task_id, principal = f.principal,
+    status = f.status, created = f.created, updated = f.updated, msg = f.msg, error = f.error}
+  if #ir > 0 then
+    local texts = {}
+    for j, pair in ipairs(ir) do texts[j] = pair[2] end
+    ev.ir = texts
+  end
+  local ok, request = pcall(cjson.decode, f.request or '')
+  if ok and type(request) == 'table' and type(request.name) == 'string' then
+    ev.tool = request.name
+  end
+  if with_result then
+    ev.result = f.result
+    ev.request = f.request
+  end
+  return cjson.encode(ev)
+end
+
+-- Appends event `kind` to the outbox of each subscription of the plan (the last ARGV:
+-- {"t": taskId, "n": now, "s": [{"i": event id, "w": [wanted types], "r": 0|1}]})
+-- that wants it. Subscription k's keys are KEYS[4k-2..4k+1]: its due heads (zset, task
+-- -> next try), its queues (hash, task -> event ids oldest first, space-separated),
+-- its events (hash, id -> event) and their ages (zset, id -> at).
+local function emit(kind)
+  local plan = ARGV[#ARGV]
+  if plan == nil or plan == '' then
+    return
+  end
+  plan = cjson.decode(plan)
+  for k, sub in ipairs(plan.s) do
+    local wanted = false
+    for _, w in ipairs(sub.w) do
+      if w == kind then wanted = true end
+    end
+    if wanted then
+      local due, queues, events, ages = KEYS[4 * k - 2], KEYS[4 * k - 1], KEYS[4 * k], KEYS[4 * k + 1]
+      redis.call('HSET', events, sub.i, snapshot(kind, sub.i, plan.n, plan.t, sub.r == 1))
+      redis.call('ZADD', ages, plan.n, sub.i)
+      local queue = redis.call('HGET', queues, plan.t)
+      if queue then
+        redis.call('HSET', queues, plan.t, queue .. ' ' .. sub.i)
+      else
+        redis.call('HSET', queues, plan.t, sub.i)
+        redis.call('ZADD', due, plan.n, plan.t)
+      end
+    end
+  end
 end

@@ -1,7 +1,7 @@
 -- Moves a task whose owner is gone to a live instance. ARGV: from, to, now, max
 -- takeovers, counts (1: a lost owner, counted; 0: a graceful hand-over), keep round (1:
 -- the outstanding round stays), statusMessage, then the failure's statusMessage and
--- error JSON for a task taken over too often. Only touches a live, unfinished task that
+-- error JSON for a task taken over too often, then the outbox plan. Only touches a live, unfinished task that
 -- `from` still owns, so exactly one of several sweeping instances wins.
 -- Returns {1, <the task's fields>} when moved, {2} when it failed instead, {0} otherwise.
 local from, to, now = ARGV[1], ARGV[2], ARGV[3]
@@ -16,6 +16,7 @@ if counts then
   local taken = redis.call('HINCRBY', task, 'takeovers', 1)
   if taken > max then
     finish(now, 'failed', {'msg', ARGV[8], 'error', ARGV[9]})
+    emit('task.failed')
     return {2}
   end
 end
@@ -32,4 +33,5 @@ if not keep then
 end
 redis.call('HSET', task, 'owner', to, 'msg', ARGV[7])
 touch(now)
+emit('task.taken_over')
 return {1, redis.call('HGETALL', task)}

@@ -18,7 +18,7 @@ const MAX_LEN: usize = 64;
 /// The second segments of the unprefixed layout. A namespace spelled like one would make
 /// namespaced keys equal unprefixed ones (`mtg:owned:{x}` is both the unprefixed index
 /// of instance `x` and task `x` of namespace `owned`), so they are refused.
-const UNPREFIXED_SEGMENTS: [&str; 8] = [
+const UNPREFIXED_SEGMENTS: [&str; 9] = [
     "owned",
     "by-principal",
     "by-created",
@@ -27,6 +27,7 @@ const UNPREFIXED_SEGMENTS: [&str; 8] = [
     "handover",
     "wake",
     "changes",
+    "outbox",
 ];
 
 /// Whose keys a gateway uses in a shared Redis.
@@ -147,6 +148,13 @@ impl Keys {
     }
 
     /// The channel every instance hears task changes on.
+    /// One part of a subscription's outbox (`due`, `queues`, `events`, `attempts`,
+    /// `ages`, `dead`): `mtg:<ns>:outbox:<subscription>:<part>`. A subscription id is
+    /// the gateway's (hex), never a client's text.
+    pub(super) fn outbox(&self, subscription: &str, part: &str) -> String {
+        format!("{}outbox:{subscription}:{part}", self.prefix)
+    }
+
     pub(super) fn changes(&self) -> String {
         format!("{}changes", self.prefix)
     }

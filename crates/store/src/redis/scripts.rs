@@ -23,6 +23,13 @@ impl Lua {
         cmd
     }
 
+    /// `EVALSHA <sha> <n> <keys...>`; add the ARGV with `.arg(..)`.
+    pub(super) fn call_keys(&self, keys: &[String]) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.sha).arg(keys.len()).arg(keys);
+        cmd
+    }
+
     pub(super) fn load_cmd(&self) -> Cmd {
         let mut cmd = redis::cmd("SCRIPT");
         cmd.arg("LOAD").arg(self.source);
@@ -40,6 +47,13 @@ macro_rules! lua {
     };
 }
 
+/// A script without the task prelude (the outbox's own).
+macro_rules! lua_plain {
+    ($file:literal) => {
+        Lua::new(include_str!(concat!("../lua/", $file)))
+    };
+}
+
 pub(super) struct Scripts {
     pub(super) create: Lua,
     pub(super) set_message: Lua,
@@ -52,6 +66,9 @@ pub(super) struct Scripts {
     pub(super) cancel: Lua,
     pub(super) fail_owned: Lua,
     pub(super) take_over: Lua,
+    pub(super) outbox_claim: Lua,
+    pub(super) outbox_settle: Lua,
+    pub(super) outbox_redeliver: Lua,
 }
 
 impl Scripts {
@@ -69,10 +86,13 @@ impl Scripts {
             cancel: lua!("cancel.lua"),
             fail_owned: lua!("fail_owned.lua"),
             take_over: lua!("take_over.lua"),
+            outbox_claim: lua_plain!("outbox_claim.lua"),
+            outbox_settle: lua_plain!("outbox_settle.lua"),
+            outbox_redeliver: lua_plain!("outbox_redeliver.lua"),
         })
     }
 
-    pub(super) fn all(&self) -> [&Lua; 11] {
+    pub(super) fn all(&self) -> [&Lua; 14] {
         [
             &self.create,
             &self.set_message,
@@ -85,6 +105,9 @@ impl Scripts {
             &self.cancel,
             &self.fail_owned,
             &self.take_over,
+            &self.outbox_claim,
+            &self.outbox_settle,
+            &self.outbox_redeliver,
         ]
     }
 }

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use redis::Value;
 
 use super::{RedisStore, codec, corrupt, inspect, parse, pipe_of};
+use crate::outbox::EventType;
 use crate::{Adoption, StoreError, Takeover, TaskRecord, metrics, now_ms};
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_protocol::wire::TaskStatus;
@@ -62,7 +63,11 @@ pub(super) async fn take_over(
     index_add.arg(store.keys.owned(takeover.to)).arg(task_ids);
     let mut groups = vec![pipe_of([index_add])];
     groups.extend(task_ids.iter().map(|task_id| {
-        let mut cmd = store.scripts.take_over.call(&store.keys.task(task_id));
+        let (mut cmd, plan) = store.emitting(
+            &store.scripts.take_over,
+            task_id,
+            &[EventType::TakenOver, EventType::Failed],
+        );
         cmd.arg(takeover.from)
             .arg(takeover.to)
             .arg(now)
@@ -71,10 +76,16 @@ pub(super) async fn take_over(
             .arg(u8::from(takeover.keep_round))
             .arg(takeover.message)
             .arg(failure.0)
-            .arg(failure.1);
+            .arg(failure.1)
+            .arg(plan);
         pipe_of([cmd])
     }));
     let replies = store.conn.run("take_over", groups).await?;
+    store.emitted(if store.plan.get().is_some() {
+        "plan"
+    } else {
+        ""
+    });
     let mut adoptions = Vec::with_capacity(task_ids.len());
     let mut not_ours = Vec::new();
     for (task_id, reply) in task_ids.iter().zip(replies.into_iter().skip(1)) {
@@ -113,16 +124,23 @@ pub(super) async fn fail_orphans(
         return Ok(0);
     }
     let error = serde_json::to_string(&ErrorObject::internal(message)).map_err(corrupt)?;
+    let planned = store.plan.get().is_some();
     let now = now_ms();
     let fails = task_ids
         .iter()
         .map(|task_id| {
-            let mut cmd = store.scripts.fail_owned.call(&store.keys.task(task_id));
-            cmd.arg(instance).arg(now).arg(message).arg(&error);
+            let (mut cmd, plan) =
+                store.emitting(&store.scripts.fail_owned, task_id, &[EventType::Failed]);
+            cmd.arg(instance)
+                .arg(now)
+                .arg(message)
+                .arg(&error)
+                .arg(plan);
             pipe_of([cmd])
         })
         .collect();
     let replies = store.conn.run("fail_owned", fails).await?;
+    store.emitted(if planned { "plan" } else { "" });
     let mut failed = 0;
     for reply in replies.into_iter().flatten() {
         if parse::<i64>(reply)? == 1 {
