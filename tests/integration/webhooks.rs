@@ -226,6 +226,72 @@ async fn a_receiver_verifies_input_required_then_completed_with_the_standard_lib
 }
 
 #[tokio::test]
+async fn include_result_sends_the_arguments_and_result_up_to_the_cap() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (secret, secret_file) = secret();
+    let receiver = Receiver::start(&secret);
+    // One subscription with the result, one without, both to the same receiver.
+    let config = temp_file(
+        "webhooks.toml",
+        &format!(
+            "[[webhooks]]\nurl = \"{with}\"\nsecret-file = \"{file}\"\nevents = [\"task.completed\"]\ninclude-result = true\n\n\
+             [[webhooks]]\nurl = \"{without}\"\nsecret-file = \"{file}\"\nevents = [\"task.completed\"]\n",
+            with = receiver.url("with"),
+            without = receiver.url("without"),
+            file = secret_file.display()
+        ),
+    );
+    let flags = [
+        "--config".to_owned(),
+        config.to_str().unwrap().to_owned(),
+        "--webhook-allow-private".to_owned(),
+        "--webhook-max-body-bytes".to_owned(),
+        "2048".to_owned(),
+    ];
+    let (_gateway, url) = start(&upstream_url, &flags);
+    let client = Client::with_tasks(&url);
+    let small = client.start_task("echo", json!({"text": "small"})).await;
+    client.wait_status(&small, "completed").await;
+    let large = client
+        .start_task("echo", json!({"text": "L".repeat(4096)}))
+        .await;
+    client.wait_status(&large, "completed").await;
+    let record = receiver
+        .until("four completed events", |r| acked(r).len() == 4)
+        .await;
+    assert_eq!(record["rejected"], json!([]), "every signature verified");
+    let event = |path: &str, task: &str| {
+        record["acked"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["path"] == path && e["taskId"] == task)
+            .unwrap_or_else(|| panic!("no event for {task} at {path}: {record}"))["data"]
+            .clone()
+    };
+    let included = event("/with", &small);
+    assert_eq!(
+        included["arguments"],
+        json!({"text": "small"}),
+        "{included}"
+    );
+    assert_eq!(first_text(&included["result"]), "small", "{included}");
+    assert!(included.get("resultTruncated").is_none(), "{included}");
+    let cut = event("/with", &large);
+    assert!(cut.get("result").is_none(), "over the cap: {cut}");
+    assert_eq!(cut["resultTruncated"], true, "{cut}");
+    for task in [&small, &large] {
+        let plain = event("/without", task);
+        for field in ["arguments", "result", "resultTruncated"] {
+            assert!(
+                plain.get(field).is_none(),
+                "{field} without include-result: {plain}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_private_destination_is_refused_at_start_naming_it() {
     let (_secret, secret_file) = secret();
     let output = gateway_command(
