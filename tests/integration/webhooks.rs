@@ -40,18 +40,43 @@ fn secret() -> (String, PathBuf) {
 /// The Python receiver, verifying with `secret`.
 struct Receiver {
     _proc: Proc,
-    /// `http://127.0.0.1:PORT/`
+    /// `http://127.0.0.1:PORT/` (or `https://`)
     base: String,
+    /// The test's own client to it (trusting its CA over https).
+    http: reqwest::Client,
 }
 
 impl Receiver {
     fn start(secret: &str) -> Self {
+        Self::start_with(secret, &[], reqwest::Client::new())
+    }
+
+    /// Over `https://` with `tls`'s certificate and key, issued by `ca`.
+    fn start_tls(
+        secret: &str,
+        ca: &test_support::tls::TestCa,
+        tls: &test_support::tls::Issued,
+    ) -> Self {
+        let root = reqwest::Certificate::from_pem(ca.cert_pem.as_bytes()).unwrap();
+        let http = reqwest::Client::builder()
+            .add_root_certificate(root)
+            .build()
+            .unwrap();
+        Self::start_with(secret, &[&tls.cert, &tls.key], http)
+    }
+
+    fn start_with(secret: &str, tls: &[&PathBuf], http: reqwest::Client) -> Self {
         let mut command = Command::new(mrtr::python());
         command
             .arg(repo_path("tests/fixtures/webhook_receiver.py"))
-            .arg(secret);
+            .arg(secret)
+            .args(tls);
         let (proc, base) = spawn_announcing("webhook_receiver", command);
-        Self { _proc: proc, base }
+        Self {
+            _proc: proc,
+            base,
+            http,
+        }
     }
 
     fn url(&self, path: &str) -> String {
@@ -59,7 +84,8 @@ impl Receiver {
     }
 
     async fn control(&self, rules: Value) {
-        let reply = reqwest::Client::new()
+        let reply = self
+            .http
             .post(self.url("control"))
             .json(&rules)
             .send()
@@ -69,7 +95,9 @@ impl Receiver {
     }
 
     async fn record(&self) -> Value {
-        reqwest::get(self.url("record"))
+        self.http
+            .get(self.url("record"))
+            .send()
             .await
             .unwrap()
             .json()
@@ -78,7 +106,7 @@ impl Receiver {
     }
 
     async fn verify(&self, asked: Value) -> Value {
-        reqwest::Client::new()
+        self.http
             .post(self.url("verify"))
             .json(&asked)
             .send()
@@ -289,6 +317,72 @@ async fn include_result_sends_the_arguments_and_result_up_to_the_cap() {
             );
         }
     }
+}
+
+#[tokio::test]
+async fn an_https_receiver_is_trusted_through_the_ca_file_and_only_so() {
+    let (_upstream, upstream_url) = start_plain_server();
+    let (secret, secret_file) = secret();
+    let ca = test_support::tls::TestCa::new("webhooks");
+    let receiver = Receiver::start_tls(&secret, &ca, &ca.issue("receiver"));
+    let hook = receiver.url("hook");
+    assert!(hook.starts_with("https://"), "{hook}");
+    let flags = |ca_file: Option<&PathBuf>| {
+        let (mut flags, admin) = admin_flags();
+        flags.extend(
+            [
+                "--webhook",
+                &hook,
+                "--webhook-secret-file",
+                secret_file.to_str().unwrap(),
+                "--webhook-allow-private",
+            ]
+            .map(str::to_owned),
+        );
+        if let Some(ca_file) = ca_file {
+            flags.extend([
+                "--webhook-ca-file".to_owned(),
+                ca_file.to_str().unwrap().to_owned(),
+            ]);
+        }
+        (flags, admin)
+    };
+
+    // Without the CA file, the receiver's certificate is not trusted: nothing arrives,
+    // and the outbox says why.
+    let (untrusting, admin) = flags(None);
+    let (_gateway, url) = start(&upstream_url, &untrusting);
+    let client = Client::with_tasks(&url);
+    let task_id = client.start_task("echo", json!({"text": "x"})).await;
+    client.wait_status(&task_id, "completed").await;
+    let last_error = eventually("a failed attempt in the outbox", || async {
+        let (_, list) = admin::request("GET", &format!("{admin}/admin/webhooks"), TOKEN).await;
+        let id = list["subscriptions"][0]["id"].as_str()?.to_owned();
+        let (_, detail) =
+            admin::request("GET", &format!("{admin}/admin/webhooks/{id}"), TOKEN).await;
+        detail["pending"][0]["lastError"]
+            .as_str()
+            .map(str::to_owned)
+    })
+    .await;
+    assert!(
+        last_error.to_lowercase().contains("certificate"),
+        "{last_error}"
+    );
+    assert_eq!(receiver.record().await["attempts"], json!([]));
+
+    // With it, the completed event arrives over TLS, signed.
+    let (trusting, _) = flags(Some(&ca.cert_file()));
+    let (_gateway, url) = start(&upstream_url, &trusting);
+    let client = Client::with_tasks(&url);
+    let task_id = client.start_task("echo", json!({"text": "y"})).await;
+    client.wait_status(&task_id, "completed").await;
+    let record = receiver
+        .until("the completed event over https", |r| {
+            acked(r).contains(&(task_id.clone(), "task.completed".to_owned()))
+        })
+        .await;
+    assert_eq!(record["rejected"], json!([]), "every signature verified");
 }
 
 #[tokio::test]
