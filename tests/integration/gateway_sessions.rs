@@ -15,8 +15,7 @@ async fn open(
     url: &str,
     auth: Option<&str>,
 ) -> Result<SessionClient, (u16, String)> {
-    let mut client = SessionClient::new(url);
-    client.http = http.clone();
+    let mut client = SessionClient::with_http(url, http.clone());
     client.authorization = auth.map(str::to_owned);
     let response = client.try_initialize("2025-11-25", json!({})).await;
     let status = response.status().as_u16();

@@ -24,8 +24,14 @@ pub fn initialize_body(version: &str, capabilities: Value) -> Value {
 
 impl SessionClient {
     pub fn new(url: &str) -> Self {
+        Self::with_http(url, reqwest::Client::new())
+    }
+
+    /// A client on a shared `http`: making a reqwest client loads the system's roots
+    /// (the gateway's webhooks enable them), too slow to do 10,000 times.
+    pub fn with_http(url: &str, http: reqwest::Client) -> Self {
         Self {
-            http: reqwest::Client::new(),
+            http,
             url: url.to_owned(),
             session: None,
             authorization: None,
