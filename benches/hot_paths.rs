@@ -118,6 +118,7 @@ fn record(status: TaskStatus) -> TaskRecord {
         upstream_state: None,
         resume: None,
         takeovers: 0,
+        keep_arguments: false,
     }
 }
 

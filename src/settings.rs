@@ -91,6 +91,7 @@ pub(crate) fn tasks(config: &Config, running_counts: &RunningCounts) -> TaskSett
         input_wait: Duration::from_millis(config.bridge.input_wait_timeout_ms),
         state_keys: state_keys(config),
         takeover: takeover(config),
+        keep_arguments: config.operations.admin_show_results,
         meter: crate::telemetry::Meter::new(config.upstream.name.as_deref()),
     }
 }

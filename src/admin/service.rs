@@ -284,6 +284,7 @@ mod tests {
             request: raw(r#"{"name":"echo"}"#),
             ttl_ms: 60_000,
             poll_interval_ms: 1000,
+            keep_arguments: false,
         };
         TaskRecord::working(new, now_ms())
     }

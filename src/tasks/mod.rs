@@ -62,6 +62,9 @@ pub struct TaskSettings {
     /// What held calls' `requestState`s are sealed with.
     pub state_keys: mrtr_bridge::StateKeys,
     pub takeover: TakeoverSettings,
+    /// Whether an ended task keeps its call's arguments (`--admin-show-results`, which
+    /// shows them); otherwise only the tool's name.
+    pub keep_arguments: bool,
     /// This upstream's metrics.
     pub meter: crate::telemetry::Meter,
 }

@@ -122,6 +122,7 @@ mod tests {
             upstream_state: None,
             resume: None,
             takeovers: 0,
+            keep_arguments: false,
         }
     }
 

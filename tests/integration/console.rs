@@ -604,6 +604,7 @@ async fn seed(redis: &RedisServer, namespace: &str) -> Vec<TaskRecord> {
                 upstream_state: None,
                 resume: None,
                 takeovers: 0,
+                keep_arguments: false,
             }
         })
         .collect();

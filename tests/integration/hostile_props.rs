@@ -932,6 +932,7 @@ fn record(task_id: &str, principal: &str) -> Result<TaskRecord, TestCaseError> {
         upstream_state: None,
         resume: None,
         takeovers: 0,
+        keep_arguments: false,
     })
 }
 

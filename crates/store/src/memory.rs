@@ -161,10 +161,21 @@ impl MemoryStore {
             tasks.remove(task_id);
             return None;
         }
+        let was_terminal = slot.status.is_terminal();
         let (out, event) = apply(Arc::make_mut(slot), now);
-        if let (Some(kind), Some(plan)) = (event, self.plan.get()) {
-            tasks.outbox.emit(plan, kind, slot, now);
-            drop(guard);
+        let emitted = match (event, self.plan.get()) {
+            (Some(kind), Some(plan)) => {
+                tasks.outbox.emit(plan, kind, slot, now);
+                true
+            }
+            _ => false,
+        };
+        // After the event, which may carry the arguments (`include-result`).
+        if !was_terminal && slot.status.is_terminal() {
+            Arc::make_mut(slot).shed_after_end();
+        }
+        drop(guard);
+        if emitted {
             self.enqueued.send_modify(|n| *n += 1);
         }
         Some(out)
@@ -276,7 +287,12 @@ impl TaskStore for MemoryStore {
         task_id: &str,
         state: Option<Value>,
     ) -> Result<(), StoreError> {
-        self.update(task_id, |task, _| task.upstream_state = state);
+        self.update(task_id, |task, _| {
+            // An ended task's state went with its end (`shed_after_end`).
+            if !task.status.is_terminal() {
+                task.upstream_state = state;
+            }
+        });
         Ok(())
     }
 

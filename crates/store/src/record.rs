@@ -50,6 +50,24 @@ pub struct TaskRecord {
     /// How many times another instance took the task over after its owner was lost.
     #[serde(default)]
     pub takeovers: u32,
+    /// Whether the call's arguments outlive the task's end (the console shows them,
+    /// `--admin-show-results`); otherwise an ended task keeps only the tool's name.
+    #[serde(default)]
+    pub keep_arguments: bool,
+}
+
+/// `{"name": <tool>}` of a `tools/call`'s params, or `{}` without a name.
+fn tool_name_only(params: &RawValue) -> Box<RawValue> {
+    #[derive(Deserialize, Serialize)]
+    struct Named {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+    }
+    let name = serde_json::from_str::<Named>(params.get())
+        .ok()
+        .and_then(|named| named.name);
+    // Serialising a string cannot fail; were it to, the params stay whole.
+    serde_json::value::to_raw_value(&Named { name }).unwrap_or_else(|_| params.to_owned())
 }
 
 /// The key of a task's n-th input request (the Lua scripts build the same).
@@ -66,6 +84,8 @@ pub struct NewTask {
     pub request: Box<RawValue>,
     pub ttl_ms: u64,
     pub poll_interval_ms: u64,
+    /// See [`TaskRecord::keep_arguments`].
+    pub keep_arguments: bool,
 }
 
 impl TaskRecord {
@@ -90,6 +110,19 @@ impl TaskRecord {
             upstream_state: None,
             resume: None,
             takeovers: 0,
+            keep_arguments: new.keep_arguments,
+        }
+    }
+
+    /// Drops what only a running call needs once the task has ended: the data to resume
+    /// it elsewhere, the upstream's round state, and (unless `keep_arguments`) all of the
+    /// call but the tool's name. No answer returns them; in Redis they were a third of
+    /// a finished task's bytes (docs/redis.md). `lua/prelude.lua`'s `shed` is the same.
+    pub(super) fn shed_after_end(&mut self) {
+        self.resume = None;
+        self.upstream_state = None;
+        if !self.keep_arguments {
+            self.request = tool_name_only(&self.request);
         }
     }
 

@@ -154,6 +154,7 @@ impl TaskService {
             request: call.params.clone(),
             ttl_ms: self.ttl_of(call),
             poll_interval_ms: self.settings.poll_interval_ms,
+            keep_arguments: self.settings.keep_arguments,
         };
         TaskRecord::working(new, now_ms())
     }

@@ -125,6 +125,70 @@ pub(crate) async fn completed_keeps_the_result_byte_for_byte(subject: &impl Subj
     assert!(done.error.is_none());
 }
 
+/// An ended task keeps what `tasks/get` and the operators read, not what only its running
+/// call needed: no resume data or round state, and of the call the tool's name unless
+/// the task keeps its arguments.
+pub(crate) async fn an_ended_task_sheds_what_only_its_call_needed(subject: &impl Subject) {
+    let store = subject.instance(OWNER);
+    let call = r#"{"name":"echo","arguments":{"text":"secret"},"_meta":{"progressToken":7}}"#;
+    let new_task = |keep_arguments: bool, request: &str| {
+        let mut task = record(OWNER);
+        task.request = raw(request);
+        task.resume = Some(json!({"capabilities": {}}));
+        task.keep_arguments = keep_arguments;
+        task
+    };
+    let plain = new_task(false, call);
+    let kept = new_task(true, call);
+    let nameless = new_task(false, r#"{"arguments":{}}"#);
+    for task in [&plain, &kept, &nameless] {
+        store.tasks.create(task.clone()).await.unwrap();
+        let state = Some(json!({"requestState": "round-1"}));
+        store
+            .tasks
+            .set_upstream_state(&task.task_id, state)
+            .await
+            .unwrap();
+        let running = fetch(&store, &task.task_id).await;
+        assert!(running.resume.is_some() && running.upstream_state.is_some());
+        assert_eq!(running.request.get(), task.request.get());
+    }
+    let result = r#"{"content":[{"type":"text","text":"secret"}]}"#;
+    assert!(
+        store
+            .tasks
+            .finish(&plain.task_id, Outcome::Completed(raw(result)))
+            .await
+            .unwrap()
+    );
+    store
+        .tasks
+        .cancel(&kept.task_id, ALICE, CANCELLED_BY_CLIENT)
+        .await
+        .unwrap();
+    let orphan = [nameless.task_id.clone()];
+    store
+        .membership
+        .fail_orphans(OWNER, &orphan, "owner gone")
+        .await
+        .unwrap();
+
+    let json_of = |raw: &RawValue| serde_json::from_str::<Value>(raw.get()).unwrap();
+    let other = subject.instance(OTHER);
+    let done = fetch(&other, &plain.task_id).await;
+    assert_eq!(json_of(&done.request), json!({"name": "echo"}));
+    assert_eq!(done.result.as_ref().map(|r| r.get()), Some(result));
+    let cancelled = fetch(&other, &kept.task_id).await;
+    assert_eq!(cancelled.status, TaskStatus::Cancelled);
+    assert_eq!(json_of(&cancelled.request), json_of(&raw(call)));
+    let failed = fetch(&other, &nameless.task_id).await;
+    assert_eq!(failed.status, TaskStatus::Failed);
+    assert_eq!(json_of(&failed.request), json!({}));
+    for ended in [&done, &cancelled, &failed] {
+        assert_eq!((&ended.resume, &ended.upstream_state), (&None, &None));
+    }
+}
+
 pub(crate) async fn failed_keeps_the_error_and_says_why(subject: &impl Subject) {
     let store = subject.instance(OWNER);
     let id = create(&store).await;

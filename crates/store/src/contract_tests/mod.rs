@@ -48,6 +48,7 @@ macro_rules! suite {
             a_task_is_seen_only_by_its_principal,
             input_required_then_working_again,
             completed_keeps_the_result_byte_for_byte,
+            an_ended_task_sheds_what_only_its_call_needed,
             failed_keeps_the_error_and_says_why,
             cancelled_drops_outstanding_input_and_names_the_owner,
             terminal_states_are_final,
@@ -107,6 +108,7 @@ pub(crate) fn record(owner: &str) -> TaskRecord {
         request: raw(r#"{"name":"echo"}"#),
         ttl_ms: 60_000,
         poll_interval_ms: 1000,
+        keep_arguments: false,
     };
     TaskRecord::working(new, now_ms())
 }

@@ -8,6 +8,7 @@ end
 local owner = redis.call('HGET', task, 'owner')
 if finish(now, 'cancelled', {'msg', message}) == 1 then
   emit('task.cancelled')
+  shed()
   return {1, owner}
 end
 return {2}

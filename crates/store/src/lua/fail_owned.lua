@@ -8,5 +8,6 @@ end
 local failed = finish(now, 'failed', {'msg', message, 'error', err})
 if failed == 1 then
   emit('task.failed')
+  shed()
 end
 return failed

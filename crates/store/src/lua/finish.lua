@@ -8,5 +8,6 @@ end
 local moved = finish(now, status, {unpack(ARGV, 3, #ARGV - 1)})
 if moved == 1 then
   emit('task.' .. status)
+  shed()
 end
 return moved

@@ -56,6 +56,24 @@ local function finish(now, status, fields)
   return 1
 end
 
+-- What an ended task no longer needs, dropped after its event is written (the event may
+-- carry the arguments): the data to resume the call elsewhere, the upstream's round
+-- state, and all of the call but the tool's name unless the task keeps its arguments
+-- (`keep`). `TaskRecord::shed_after_end` is the same for the memory store.
+local function shed()
+  redis.call('HDEL', task, 'resume', 'ustate')
+  if redis.call('HEXISTS', task, 'keep') == 1 then
+    return
+  end
+  local ok, request = pcall(cjson.decode, redis.call('HGET', task, 'request') or '')
+  local named = {}
+  if ok and type(request) == 'table' and type(request.name) == 'string' then
+    named.name = request.name
+  end
+  -- cjson writes an empty table as {}, what the decoder reads as params without a name.
+  redis.call('HSET', task, 'request', cjson.encode(named))
+end
+
 -- The task's fields as an outbox event (`outbox.rs`, `StoredEvent`): text only, raw JSON
 -- kept as strings; the request and result only for a subscription that includes them.
 local function snapshot(kind, id, at, task_id, with_result)

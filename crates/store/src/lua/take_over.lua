@@ -17,6 +17,7 @@ if counts then
   if taken > max then
     finish(now, 'failed', {'msg', ARGV[8], 'error', ARGV[9]})
     emit('task.failed')
+    shed()
     return {2}
   end
 end

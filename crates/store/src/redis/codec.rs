@@ -46,6 +46,10 @@ pub(super) fn encode(task: &TaskRecord) -> Result<Vec<(String, String)>, serde_j
     if task.takeovers > 0 {
         fields.push(("takeovers".into(), task.takeovers.to_string()));
     }
+    // Absent is false: `shed` in `lua/prelude.lua` reads it when the task ends.
+    if task.keep_arguments {
+        fields.push(("keep".into(), "1".into()));
+    }
     for (key, request) in &task.input_requests {
         fields.push((
             format!("{INPUT_PREFIX}{key}"),
@@ -141,6 +145,7 @@ pub(super) fn decode(
         Some(text) => hash.parse_number("takeovers", text)? as u32,
         None => 0,
     };
+    let keep_arguments = hash.fields.remove("keep").is_some();
     let mut task = TaskRecord {
         task_id: task_id.to_owned(),
         principal,
@@ -160,6 +165,7 @@ pub(super) fn decode(
         upstream_state,
         resume,
         takeovers,
+        keep_arguments,
     };
     hash.add_round(&mut task)?;
     Ok(task)
@@ -282,6 +288,7 @@ mod tests {
             upstream_state: Some(json!({"round": 1})),
             resume: Some(json!({"capabilities": {}})),
             takeovers: 1,
+            keep_arguments: false,
         };
         task.input_requests.insert(
             "input-1".into(),
