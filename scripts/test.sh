@@ -12,7 +12,8 @@ if ! command -v cargo-nextest >/dev/null; then
 fi
 # strace watches the real host in tests/integration/hosts.rs (nothing beyond loopback).
 # Each is "command:package".
-for tool in redis-server:redis-server strace:strace chromium:chromium chromedriver:chromium-driver; do
+# valgrind counts the instructions of the CPU guard (scripts/cpu_guard.py).
+for tool in redis-server:redis-server strace:strace chromium:chromium chromedriver:chromium-driver valgrind:valgrind; do
   package="${tool#*:}"
   tool="${tool%%:*}"
   if ! command -v "$tool" >/dev/null; then
@@ -55,3 +56,7 @@ cargo build -p fixture-servers --bins
 
 # Every crate of the workspace: the protocol crate has its own unit tests.
 cargo nextest run --workspace --no-fail-fast "$@"
+
+# The CPU guard: the hot paths' instruction counts against benches/cpu_guard.baseline.json
+# (installs gungraun-runner at the pinned version; docs/benchmarks.md, "The CPU guard").
+python3 scripts/cpu_guard.py
