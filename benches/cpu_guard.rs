@@ -283,7 +283,10 @@ fn setup_tasks_get() -> Rig {
         if String::from_utf8_lossy(&answer).contains("\"completed\"") {
             break;
         }
-        assert!(started.elapsed() < DEADLINE, "the echo task never completed");
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the echo task never completed"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     rig.with_requests(vec![get], "\"completed\"")
