@@ -12,8 +12,10 @@ After each phase it reads `MEMORY USAGE` of every key (SCAN, `SAMPLES 0`), group
 keys by part (task hash, principal index, creation index, owner index, change feed,
 other), and splits the task hashes by field (`HSTRLEN`: request, result, input
 requests, the rest). It also gives `INFO memory`'s used_memory before and after. Bytes
-per task = the phase's bytes / its tasks. Payload = the request's and result's bytes as
-stored, the yardstick of the issue's goal (≤ 1.3 x payload).
+per task = the phase's bytes / its tasks. Payload = the `tools/call` params (name and
+arguments, compact JSON) plus the result as stored, the yardstick of the issue's goal (≤ 1.3 x payload).
+An ended task keeps only its tool's name of the params unless the gateway runs with
+`--admin-show-results` (`--keep-arguments` here).
 
     python3 benches/redis_footprint.py --gateway target/release/mcp-task-gateway \
         --plain-server target/release/plain_server --tasks 2000
@@ -115,6 +117,9 @@ class Gateway:
         self.host, self.path = m.group(1), m.group(2)
         self.conn = http.client.HTTPConnection(self.host, timeout=30)
         self.next_id = 0
+        # Bytes of every tools/call's name and arguments, compact JSON (what the store
+        # kept of the params before #47, without the client's `_meta`).
+        self.params_sent = 0
 
     def request(self, method, params, name=None):
         self.next_id += 1
@@ -127,6 +132,9 @@ class Gateway:
         }
         body = json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method,
                            "params": params})
+        if method == "tools/call":
+            call = {k: v for k, v in params.items() if k != "_meta"}
+            self.params_sent += len(json.dumps(call, separators=(",", ":")).encode())
         headers = {"content-type": "application/json",
                    "accept": "application/json, text/event-stream",
                    "mcp-protocol-version": VERSION, "mcp-method": method}
@@ -188,9 +196,9 @@ def footprint(redis, prefix):
     return dict(parts), dict(fields), len(task_keys)
 
 
-def report(title, tasks, parts, fields, used_before, used_after):
+def report(title, tasks, parts, fields, used_before, used_after, params_sent):
     total = sum(parts.values())
-    payload = fields.get("request", 0) + fields.get("result", 0)
+    payload = params_sent + fields.get("result", 0)
     print(f"\n### {title}: {tasks} tasks\n")
     print("| part | bytes (MEMORY USAGE) | per task |")
     print("|---|---:|---:|")
@@ -204,7 +212,7 @@ def report(title, tasks, parts, fields, used_before, used_after):
     for name, size in sorted(fields.items(), key=lambda p: -p[1]):
         print(f"| {name} | {size:,} | {size / tasks:,.0f} |")
     if payload:
-        print(f"\npayload (request + result) per task: {payload / tasks:,.0f} B; "
+        print(f"\npayload (params + result) per task: {payload / tasks:,.0f} B; "
               f"all keys / payload = {total / payload:.2f}")
 
 
@@ -214,7 +222,10 @@ def main():
     parser.add_argument("--plain-server", default="target/release/plain_server")
     parser.add_argument("--tasks", type=int, default=2000)
     parser.add_argument("--payload-bytes", type=int, default=1024)
+    parser.add_argument("--keep-arguments", action="store_true",
+                        help="run the gateway with --admin-show-results")
     args = parser.parse_args()
+    keep = ["--admin-show-results"] if args.keep_arguments else []
 
     redis = Redis()
     procs = []
@@ -230,7 +241,7 @@ def main():
             gateway = subprocess.Popen(
                 [args.gateway, "--listen", "127.0.0.1:0", "--upstream", upstream_url,
                  "--redis", redis.url(), "--store-namespace", namespace,
-                 "--request-state-key", "a" * 64],
+                 "--request-state-key", "a" * 64, *keep],
                 stdout=subprocess.PIPE, text=True, env={**os.environ, "RUST_LOG": "error"})
             procs.append(gateway)
             return Gateway(announced(gateway, "mcp-task-gateway")), f"mtg:{namespace}:"
@@ -245,7 +256,7 @@ def main():
             time.sleep(0.1)
         parts, fields, count = footprint(redis, prefix)
         report("In flight (ask_name, input_required)", count, parts, fields, base,
-               redis.used_memory())
+               redis.used_memory(), client.params_sent)
         for task_id in waiting:
             client.request("tasks/cancel", {"taskId": task_id}, task_id)
 
@@ -261,7 +272,7 @@ def main():
                 time.sleep(0.01)
         parts, fields, count = footprint(redis, prefix)
         report(f"Finished (echo of {args.payload_bytes} B, completed)", count, parts,
-               fields, base, redis.used_memory())
+               fields, base, redis.used_memory(), client.params_sent)
     finally:
         for proc in procs:
             proc.terminate()
