@@ -122,7 +122,7 @@ async fn main() {
 
     counters.reset();
     let task = gw.start_sleep(1500).await;
-    let (create, create_reads) = counters.read();
+    let (create, create_reads, create_bytes) = counters.read_with_bytes();
     rows.push(row(
         "create (`tools/call` → CreateTaskResult)",
         &create,
@@ -142,7 +142,7 @@ async fn main() {
 
     counters.reset();
     counters.wait_for("SREM", 1);
-    let (complete, complete_reads) = counters.read();
+    let (complete, complete_reads, complete_bytes) = counters.read_with_bytes();
     rows.push(row(
         "complete (runner records the result)",
         &complete,
@@ -159,5 +159,9 @@ async fn main() {
         "\nper poll: {:.1} round trips; create + complete: {} round trips",
         poll_reads as f64 / POLLS as f64,
         create_reads + complete_reads
+    );
+    println!(
+        "bytes written to Redis: create {create_bytes}, complete {complete_bytes} \
+         (`total_net_input_bytes`, less the bench's own)"
     );
 }

@@ -47,7 +47,7 @@ pub fn bench_args() -> Option<Vec<String>> {
 /// Redis's own counters since the last `CONFIG RESETSTAT`, less the bench's own requests
 /// (`INFO`, `CONFIG`) and the wake-up subscribers' keep-alive `PING`s: what the gateway
 /// asked of Redis. `total_reads_processed` counts requests read, a pipeline as one read,
-/// so round trips.
+/// so round trips; `total_net_input_bytes` the bytes the gateway wrote to Redis.
 pub struct RedisCounters {
     conn: redis::Connection,
     /// Requests this bench sent since the reset (each one read on the server).
@@ -70,14 +70,19 @@ impl RedisCounters {
 
     /// (commands by name, reads) since the reset, without this bench's own.
     pub fn read(&mut self) -> (BTreeMap<String, u64>, u64) {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .arg("stats")
-            .query(&mut self.conn)
-            .expect("Redis answers");
+        let (commands, reads, _) = self.read_with_bytes();
+        (commands, reads)
+    }
+
+    /// As `read`, with the bytes written to Redis since the reset.
+    pub fn read_with_bytes(&mut self) -> (BTreeMap<String, u64>, u64, u64) {
+        let mut info_cmd = redis::cmd("INFO");
+        info_cmd.arg("commandstats").arg("stats");
+        let info: String = info_cmd.query(&mut self.conn).expect("Redis answers");
         self.own_reads += 1;
         let mut commands = BTreeMap::new();
         let mut reads: u64 = 0;
+        let mut bytes_in: u64 = 0;
         for line in info.lines() {
             if let Some(rest) = line.strip_prefix("cmdstat_") {
                 let (name, stats) = rest.split_once(':').expect("Redis answers");
@@ -90,6 +95,8 @@ impl RedisCounters {
                 commands.insert(name.to_uppercase(), calls);
             } else if let Some(n) = line.strip_prefix("total_reads_processed:") {
                 reads = n.trim().parse().expect("Redis answers");
+            } else if let Some(n) = line.strip_prefix("total_net_input_bytes:") {
+                bytes_in = n.trim().parse().expect("Redis answers");
             }
         }
         // The bench's own INFO and CONFIG, and the wake-up subscriber's keep-alive PING.
@@ -100,7 +107,13 @@ impl RedisCounters {
         let pings = commands.remove("PING").unwrap_or(0);
         commands.retain(|name, calls| *calls > 0 && name != "CONFIG|RESETSTAT" && name != "CONFIG");
         commands.remove("INFO");
-        (commands, reads.saturating_sub(self.own_reads + pings))
+        let own_bytes = self.own_reads * info_cmd.get_packed_command().len() as u64
+            + pings * redis::cmd("PING").get_packed_command().len() as u64;
+        (
+            commands,
+            reads.saturating_sub(self.own_reads + pings),
+            bytes_in.saturating_sub(own_bytes),
+        )
     }
 
     /// Waits until Redis has seen `name` at least `count` times since the reset.
