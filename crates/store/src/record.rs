@@ -51,23 +51,37 @@ pub struct TaskRecord {
     #[serde(default)]
     pub takeovers: u32,
     /// Whether the call's arguments outlive the task's end (the console shows them,
-    /// `--admin-show-results`); otherwise an ended task keeps only the tool's name.
+    /// `--admin-show-results`); otherwise an ended task keeps only [`call_after_end`].
+    /// Read back from Redis as whether the task holds `request_kept`.
     #[serde(default)]
     pub keep_arguments: bool,
 }
 
-/// `{"name": <tool>}` of a `tools/call`'s params, or `{}` without a name.
-fn tool_name_only(params: &RawValue) -> Box<RawValue> {
+/// What an ended task keeps of its `tools/call` params: the tool's name, for the console
+/// and the admin API, and the client's progress token, for progress that arrives after
+/// the end (a session's stream reads it from the task). Both are copied byte for byte.
+pub(crate) fn call_after_end(params: &RawValue) -> Box<RawValue> {
     #[derive(Deserialize, Serialize)]
-    struct Named {
-        #[serde(skip_serializing_if = "Option::is_none")]
-        name: Option<String>,
+    struct Call<'a> {
+        #[serde(borrow, skip_serializing_if = "Option::is_none")]
+        name: Option<&'a RawValue>,
+        #[serde(borrow, rename = "_meta", skip_serializing_if = "Option::is_none")]
+        meta: Option<Meta<'a>>,
     }
-    let name = serde_json::from_str::<Named>(params.get())
-        .ok()
-        .and_then(|named| named.name);
-    // Serialising a string cannot fail; were it to, the params stay whole.
-    serde_json::value::to_raw_value(&Named { name }).unwrap_or_else(|_| params.to_owned())
+    #[derive(Deserialize, Serialize)]
+    struct Meta<'a> {
+        #[serde(borrow, rename = "progressToken")]
+        progress_token: Option<&'a RawValue>,
+    }
+    let Ok(call) = serde_json::from_str::<Call<'_>>(params.get()) else {
+        return params.to_owned();
+    };
+    let kept = Call {
+        name: call.name,
+        meta: call.meta.filter(|meta| meta.progress_token.is_some()),
+    };
+    // Writing borrowed JSON cannot fail; were it to, the params stay whole.
+    serde_json::value::to_raw_value(&kept).unwrap_or_else(|_| params.to_owned())
 }
 
 /// The key of a task's n-th input request (the Lua scripts build the same).
@@ -116,13 +130,13 @@ impl TaskRecord {
 
     /// Drops what only a running call needs once the task has ended: the data to resume
     /// it elsewhere, the upstream's round state, and (unless `keep_arguments`) all of the
-    /// call but the tool's name. No answer returns them; in Redis they were a third of
-    /// a finished task's bytes (docs/redis.md). `lua/prelude.lua`'s `shed` is the same.
+    /// call but [`call_after_end`]. No answer returns them; in Redis they were a third
+    /// of a finished task's bytes (docs/redis.md). `lua/prelude.lua`'s `shed` is the same.
     pub(super) fn shed_after_end(&mut self) {
         self.resume = None;
         self.upstream_state = None;
         if !self.keep_arguments {
-            self.request = tool_name_only(&self.request);
+            self.request = call_after_end(&self.request);
         }
     }
 

@@ -58,20 +58,16 @@ end
 
 -- What an ended task no longer needs, dropped after its event is written (the event may
 -- carry the arguments): the data to resume the call elsewhere, the upstream's round
--- state, and all of the call but the tool's name unless the task keeps its arguments
--- (`keep`). `TaskRecord::shed_after_end` is the same for the memory store.
+-- state, and all of the call but what `request_kept` holds (the tool's name and the
+-- progress token, made by the gateway at create), unless the task keeps its arguments
+-- (no `request_kept`). `TaskRecord::shed_after_end` is the same for the memory store.
 local function shed()
   redis.call('HDEL', task, 'resume', 'ustate')
-  if redis.call('HEXISTS', task, 'keep') == 1 then
-    return
+  local kept = redis.call('HGET', task, 'request_kept')
+  if kept then
+    redis.call('HSET', task, 'request', kept)
+    redis.call('HDEL', task, 'request_kept')
   end
-  local ok, request = pcall(cjson.decode, redis.call('HGET', task, 'request') or '')
-  local named = {}
-  if ok and type(request) == 'table' and type(request.name) == 'string' then
-    named.name = request.name
-  end
-  -- cjson writes an empty table as {}, what the decoder reads as params without a name.
-  redis.call('HSET', task, 'request', cjson.encode(named))
 end
 
 -- The task's fields as an outbox event (`outbox.rs`, `StoredEvent`): text only, raw JSON

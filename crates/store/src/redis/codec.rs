@@ -46,9 +46,11 @@ pub(super) fn encode(task: &TaskRecord) -> Result<Vec<(String, String)>, serde_j
     if task.takeovers > 0 {
         fields.push(("takeovers".into(), task.takeovers.to_string()));
     }
-    // Absent is false: `shed` in `lua/prelude.lua` reads it when the task ends.
-    if task.keep_arguments {
-        fields.push(("keep".into(), "1".into()));
+    // What `request` becomes when the task ends (`shed` in `lua/prelude.lua`), made here
+    // so that the progress token is kept byte for byte (Lua's cjson would round it).
+    if !task.keep_arguments && !task.status.is_terminal() {
+        let kept = crate::record::call_after_end(&task.request);
+        fields.push(("request_kept".into(), kept.get().to_owned()));
     }
     for (key, request) in &task.input_requests {
         fields.push((
@@ -145,7 +147,7 @@ pub(super) fn decode(
         Some(text) => hash.parse_number("takeovers", text)? as u32,
         None => 0,
     };
-    let keep_arguments = hash.fields.remove("keep").is_some();
+    let keep_arguments = hash.fields.remove("request_kept").is_none();
     let mut task = TaskRecord {
         task_id: task_id.to_owned(),
         principal,
