@@ -68,6 +68,8 @@ pub(crate) struct Medians {
     pub(crate) p99_ms: f64,
     pub(crate) req_per_s: f64,
     pub(crate) gateway_cpu_us: f64,
+    /// Another proxy's, in the gateway's place (NaN where there is none).
+    pub(crate) other_cpu_us: f64,
     pub(crate) load_generator_cpu_us: f64,
 }
 
@@ -79,6 +81,7 @@ impl Medians {
             p99_ms: of(&|s| s.p(99.0)),
             req_per_s: of(&|s| s.requests_per_sec()),
             gateway_cpu_us: of(&|s| s.cpu_us_per_request(0).unwrap_or(f64::NAN)),
+            other_cpu_us: of(&|s| s.cpu_us_per_request(3).unwrap_or(f64::NAN)),
             load_generator_cpu_us: of(&|s| s.cpu_us_per_request(4).unwrap_or(f64::NAN)),
         }
     }
@@ -115,6 +118,7 @@ impl Medians {
         serde_json::json!({
             "p50_ms": self.p50_ms, "p99_ms": self.p99_ms, "req_per_s": self.req_per_s,
             "gateway_cpu_us_per_req": self.gateway_cpu_us,
+            "other_cpu_us_per_req": self.other_cpu_us,
             "load_generator_cpu_us_per_req": self.load_generator_cpu_us,
         })
     }
