@@ -89,14 +89,17 @@ impl Medians {
     /// "p50 A vs B ms (×r); p99 …; req/s …; gateway CPU …", `self` against `base`.
     pub(crate) fn against(&self, base: &Medians) -> String {
         // A side without a gateway (direct) spends none: no ratio to give.
-        let cpu = match base.gateway_cpu_us > 0.0 {
-            true => format!(
+        let cpu = if self.gateway_cpu_us.is_nan() {
+            "none on this side".to_owned()
+        } else if base.gateway_cpu_us > 0.0 {
+            format!(
                 "{:.1} vs {:.1} µs/req (×{:.2})",
                 self.gateway_cpu_us,
                 base.gateway_cpu_us,
                 self.gateway_cpu_us / base.gateway_cpu_us
-            ),
-            false => format!("{:.1} µs/req", self.gateway_cpu_us),
+            )
+        } else {
+            format!("{:.1} µs/req", self.gateway_cpu_us)
         };
         format!(
             "p50 {:.3} vs {:.3} ms (×{:.2}); p99 {:.3} vs {:.3} ms (×{:.2}); req/s {:.0} vs {:.0} \
