@@ -1,7 +1,8 @@
 //! Scenario `floor`: issue #31's figures in one run, each against its goal.
 //!
 //! - pass-through p99 against direct (scenario a's loads), at 1 and 16 connections, in
-//!   `--floor-rounds` alternating runs a side of one fixture and one gateway;
+//!   `--floor-rounds` alternating runs a side of one fixture and one gateway, beside a
+//!   byte relay and a Rust MCP proxy when they are installed;
 //! - `tasks/get` on completed tasks (scenario c's gateways) at 16 connections, the Redis
 //!   store against the memory store, alternating the same way, and `/healthz` on the same
 //!   gateway: what this harness and machine reach with no MCP work at all;
@@ -14,13 +15,18 @@
 use bytes::Bytes;
 use serde_json::json;
 
+use test_support::Proc;
+
 use crate::Args;
 use crate::driver::{Pids, Target, load};
+use crate::peer;
 use crate::processes::{Binaries, Store, stores};
 use crate::report::Report;
 use crate::rounds::{Medians, Side, alternate, alternate_sides};
 use crate::scenarios::{MEMORY_CONNS, PolledGateway, memory_per_task};
-use crate::workloads::{Expect, Req, Workload, base_headers, legacy_echo_requests};
+use crate::workloads::{
+    Expect, Req, Workload, base_headers, legacy_echo_requests, legacy_requests,
+};
 
 /// The issue's goals.
 const P99_OVER_DIRECT: f64 = 1.5;
@@ -64,7 +70,8 @@ pub(crate) async fn scenario_floor(
 /// Scenario a's direct and pass-through loads, alternating on one fixture and gateway,
 /// with a byte relay (`socat`) in front of the same fixture as a third side if it is
 /// installed: the floor of any proxy's latency, so that the gateway's ratio can be read
-/// against what no proxy can go below on this machine.
+/// against what no proxy can go below on this machine. A Rust MCP proxy (`--rust-proxy`)
+/// is a fourth side if found: what a user could run instead of the gateway.
 async fn pass_through_tail(args: &Args, bins: &Binaries, report: &mut Report) -> Vec<Figure> {
     let (fixture, fixture_url) = bins.fixture();
     let (gateway, gateway_url) = bins.gateway(&fixture_url, &[]);
@@ -72,8 +79,10 @@ async fn pass_through_tail(args: &Args, bins: &Binaries, report: &mut Report) ->
     if relay.is_none() {
         report.note("no byte relay row: socat is not installed");
     }
+    let rust_proxy = start_rust_proxy(args, &fixture_url, report);
     let (upstream, through) = (Target::parse(&fixture_url), Target::parse(&gateway_url));
     let relayed = relay.as_ref().map(|(_, url)| Target::parse(url));
+    let peer = rust_proxy.as_ref().map(|(_, url)| Target::parse(url));
     let pids = Pids::new(Some(&gateway), Some(&fixture));
     let (direct_load, proxied_load) = (
         legacy_echo_requests(&upstream).await,
@@ -81,6 +90,11 @@ async fn pass_through_tail(args: &Args, bins: &Binaries, report: &mut Report) ->
     );
     let relay_load = match &relayed {
         Some(target) => Some(legacy_echo_requests(target).await),
+        None => None,
+    };
+    let echo = json!({"name": peer::ECHO_THROUGH_IT, "arguments": {"text": "hi"}});
+    let peer_load = match &peer {
+        Some(target) => Some(legacy_requests(target, "tools/call", echo).await),
         None => None,
     };
     let direct = Side {
@@ -104,15 +118,37 @@ async fn pass_through_tail(args: &Args, bins: &Binaries, report: &mut Report) ->
             label: "byte relay (socat)".into(),
             target,
             workload,
+            // socat forks a child per connection, whose CPU its own PID does not count.
             pids: Pids::new(None, Some(&fixture)),
         });
+    let peer_side = peer
+        .as_ref()
+        .zip(peer_load.as_ref())
+        .zip(rust_proxy.as_ref())
+        .map(|((target, workload), (proc, _))| Side {
+            label: format!("{} (legacy session)", peer::RUST_PROXY),
+            target,
+            workload,
+            // Its CPU goes in the other proxy's column, as scenario f's proxies' does.
+            pids: Pids::new(None, Some(&fixture)).with_other(proc),
+        });
     let mut figures = Vec::new();
+    let mut compared = Vec::new();
     for conns in [1, MANY] {
         let mut sides = vec![&direct, &proxied];
-        sides.extend(relay_side.as_ref());
+        let relay_at = relay_side.as_ref().map(|side| {
+            sides.push(side);
+            sides.len() - 1
+        });
+        let peer_at = peer_side.as_ref().map(|side| {
+            sides.push(side);
+            sides.len() - 1
+        });
         let runs = alternate_sides(args, "floor", &sides, conns, args.floor_rounds, report).await;
         let medians: Vec<Medians> = runs.iter().map(|runs| Medians::of(runs)).collect();
-        let (direct_m, proxied_m, relay_m) = (medians[0], medians[1], medians.get(2).copied());
+        let (direct_m, proxied_m) = (medians[0], medians[1]);
+        let relay_m = relay_at.map(|at| medians[at]);
+        let peer_m = peer_at.map(|at| medians[at]);
         report.note(&format!(
             "pass-through / direct at {conns} conn(s), medians of {} runs: {}",
             args.floor_rounds,
@@ -125,11 +161,28 @@ async fn pass_through_tail(args: &Args, bins: &Binaries, report: &mut Report) ->
                 relay_m.against(&direct_m)
             ));
         }
+        if let Some(peer_m) = &peer_m {
+            report.note(&format!(
+                "{} / direct at {conns} conn(s), medians of {} runs: {}; its CPU {:.1} µs/req",
+                peer::RUST_PROXY,
+                args.floor_rounds,
+                peer_m.against(&direct_m),
+                peer_m.other_cpu_us,
+            ));
+        }
         report.record_extra(json!({
             "scenario": "floor", "figure": "pass-through", "conns": conns,
             "rounds": args.floor_rounds, "direct": direct_m.json(), "pass_through": proxied_m.json(),
             "byte_relay": relay_m.as_ref().map(Medians::json),
+            "rust_proxy": peer_m.as_ref().map(Medians::json),
         }));
+        compared.push(Compared {
+            conns,
+            direct: direct_m,
+            gateway: proxied_m,
+            relay: relay_m,
+            peer: peer_m,
+        });
         let ratio = proxied_m.p99_ms / direct_m.p99_ms;
         let floor = relay_m.map_or_else(String::new, |relay_m| {
             format!(
@@ -152,8 +205,77 @@ async fn pass_through_tail(args: &Args, bins: &Binaries, report: &mut Report) ->
             met: ratio <= P99_OVER_DIRECT,
         });
     }
-    drop((relay, gateway, fixture));
+    drop((rust_proxy, relay, gateway, fixture));
+    side_by_side(report, &compared);
     figures
+}
+
+/// The Rust proxy of `--rust-proxy`, or a note of why there is no such side.
+fn start_rust_proxy(args: &Args, upstream: &str, report: &mut Report) -> Option<(Proc, String)> {
+    let Some(bin) = peer::locate(args.rust_proxy.as_deref()) else {
+        report.note("no Rust MCP proxy row: no --rust-proxy, and no mcp-proxy (Rust) on the PATH");
+        return None;
+    };
+    match peer::start(&bin, upstream, &args.out_dir) {
+        Ok(started) => Some(started),
+        Err(e) => {
+            report.note(&format!(
+                "no Rust MCP proxy row: {} did not start: {e}",
+                bin.display()
+            ));
+            None
+        }
+    }
+}
+
+/// One connection count's medians of the pass-through sides.
+struct Compared {
+    conns: usize,
+    direct: Medians,
+    gateway: Medians,
+    relay: Option<Medians>,
+    peer: Option<Medians>,
+}
+
+/// The pass-through sides in one table, each against direct in the same run: on a shared
+/// machine only the ratios of one run compare.
+fn side_by_side(report: &mut Report, compared: &[Compared]) {
+    report.flush_notes();
+    report.table_open = false;
+    report.out("");
+    report.out("### pass-through sides against direct (medians)");
+    report.out("");
+    report.out(
+        "| side | conns | p50 ms | p99 ms | req/s | p50 ×direct | p99 ×direct | req/s ×direct \
+         | proxy CPU µs/req |",
+    );
+    report.out("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for c in compared {
+        let rows = [
+            Some(("direct", c.direct, f64::NAN)),
+            Some(("gateway", c.gateway, c.gateway.gateway_cpu_us)),
+            // socat's CPU is its children's, not measured.
+            c.relay.map(|m| ("byte relay (socat)", m, f64::NAN)),
+            c.peer.map(|m| (peer::RUST_PROXY, m, m.other_cpu_us)),
+        ];
+        for (side, m, cpu) in rows.into_iter().flatten() {
+            let cpu = if cpu.is_nan() {
+                "—".to_owned()
+            } else {
+                format!("{cpu:.1}")
+            };
+            report.out(&format!(
+                "| {side} | {} | {:.3} | {:.3} | {:.0} | ×{:.2} | ×{:.2} | ×{:.2} | {cpu} |",
+                c.conns,
+                m.p50_ms,
+                m.p99_ms,
+                m.req_per_s,
+                m.p50_ms / c.direct.p50_ms,
+                m.p99_ms / c.direct.p99_ms,
+                m.req_per_s / c.direct.req_per_s,
+            ));
+        }
+    }
 }
 
 /// Scenario c's gateways, one per store, both running; their `tasks/get` loads alternate.

@@ -115,6 +115,11 @@ pub(crate) struct Args {
     /// pinned in benches/peers; `npm ci --prefix benches/peers`).
     #[arg(long, value_delimiter = ',', default_value = "mcp-proxy,supergateway")]
     other_proxy: Vec<String>,
+    /// A Rust MCP proxy for scenario floor's fourth side: the `mcp-proxy` crate's binary
+    /// (`cargo install --locked mcp-proxy --version 0.6.0`); without it, one on the PATH,
+    /// else that side is left out.
+    #[arg(long, env = "LOAD_RUST_PROXY")]
+    rust_proxy: Option<PathBuf>,
     /// Another gateway binary to measure (e.g. a copy built before a change), instead of
     /// the one this bench was built with.
     #[arg(long)]
@@ -218,6 +223,7 @@ async fn run(args: &Args, report: &mut Report) {
 
 mod driver;
 mod floor;
+mod peer;
 mod plot;
 mod processes;
 mod readings;

@@ -68,6 +68,8 @@ pub(crate) struct Medians {
     pub(crate) p99_ms: f64,
     pub(crate) req_per_s: f64,
     pub(crate) gateway_cpu_us: f64,
+    /// Another proxy's, in the gateway's place (NaN where there is none).
+    pub(crate) other_cpu_us: f64,
     pub(crate) load_generator_cpu_us: f64,
 }
 
@@ -79,6 +81,7 @@ impl Medians {
             p99_ms: of(&|s| s.p(99.0)),
             req_per_s: of(&|s| s.requests_per_sec()),
             gateway_cpu_us: of(&|s| s.cpu_us_per_request(0).unwrap_or(f64::NAN)),
+            other_cpu_us: of(&|s| s.cpu_us_per_request(3).unwrap_or(f64::NAN)),
             load_generator_cpu_us: of(&|s| s.cpu_us_per_request(4).unwrap_or(f64::NAN)),
         }
     }
@@ -86,14 +89,17 @@ impl Medians {
     /// "p50 A vs B ms (×r); p99 …; req/s …; gateway CPU …", `self` against `base`.
     pub(crate) fn against(&self, base: &Medians) -> String {
         // A side without a gateway (direct) spends none: no ratio to give.
-        let cpu = match base.gateway_cpu_us > 0.0 {
-            true => format!(
+        let cpu = if self.gateway_cpu_us.is_nan() {
+            "none on this side".to_owned()
+        } else if base.gateway_cpu_us > 0.0 {
+            format!(
                 "{:.1} vs {:.1} µs/req (×{:.2})",
                 self.gateway_cpu_us,
                 base.gateway_cpu_us,
                 self.gateway_cpu_us / base.gateway_cpu_us
-            ),
-            false => format!("{:.1} µs/req", self.gateway_cpu_us),
+            )
+        } else {
+            format!("{:.1} µs/req", self.gateway_cpu_us)
         };
         format!(
             "p50 {:.3} vs {:.3} ms (×{:.2}); p99 {:.3} vs {:.3} ms (×{:.2}); req/s {:.0} vs {:.0} \
@@ -115,6 +121,7 @@ impl Medians {
         serde_json::json!({
             "p50_ms": self.p50_ms, "p99_ms": self.p99_ms, "req_per_s": self.req_per_s,
             "gateway_cpu_us_per_req": self.gateway_cpu_us,
+            "other_cpu_us_per_req": self.other_cpu_us,
             "load_generator_cpu_us_per_req": self.load_generator_cpu_us,
         })
     }
