@@ -96,6 +96,11 @@ pub(crate) struct Args {
     /// Measured runs of each side of scenario floor, alternating; its figures are medians.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=20))]
     floor_rounds: u64,
+    /// Scenario b calls `sleep` for this long instead of `echo`: no task ends within the
+    /// run, so the creates are measured without the finishes (keep runs short: each
+    /// task holds an upstream connection). 0 = `echo`.
+    #[arg(long, default_value_t = 0)]
+    b_sleep_ms: u64,
     /// Completed tasks that scenario c polls, round robin.
     #[arg(long, default_value_t = 1000)]
     tasks: usize,

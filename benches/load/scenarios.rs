@@ -82,12 +82,12 @@ pub(crate) async fn scenario_a(args: &Args, bins: &Binaries, report: &mut Report
 /// b. `tools/call` with the tasks extension, answered with `CreateTaskResult`.
 pub(crate) async fn scenario_b(args: &Args, bins: &Binaries, report: &mut Report, redis_ok: bool) {
     report.section("b. tools/call with the tasks extension -> CreateTaskResult");
+    let call = match args.b_sleep_ms {
+        0 => json!({"name": "echo", "arguments": {"text": "hi"}}),
+        ms => json!({"name": "sleep", "arguments": {"ms": ms, "steps": 0}}),
+    };
     let create = Workload::fixed(
-        vec![modern_request(
-            "tools/call",
-            json!({"name": "echo", "arguments": {"text": "hi"}}),
-            true,
-        )],
+        vec![modern_request("tools/call", call, true)],
         Expect::Contains(br#""resultType":"task""#),
     );
     for conns in [1, args.concurrency] {
