@@ -2,13 +2,14 @@
 //! every operation is a list of pipelines, each confined to one hash slot, run with a
 //! time limit, timed and counted.
 
+mod per_thread;
 mod sentinel;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManagerConfig};
 use redis::cluster::ClusterConfig;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisError, Value};
@@ -17,6 +18,7 @@ use tracing::Instrument;
 use super::link::Link;
 use super::scripts::Scripts;
 use crate::{StoreError, Unavailable, metrics};
+use per_thread::PerThread;
 use sentinel::SentinelConn;
 pub use sentinel::{SentinelTarget, SentinelUrlError};
 
@@ -44,7 +46,7 @@ impl Target {
 
 #[derive(Clone)]
 enum Backend {
-    Server(ConnectionManager),
+    Server(Arc<PerThread>),
     Cluster(ClusterConnection),
     Sentinel(Arc<SentinelConn>),
 }
@@ -93,7 +95,7 @@ impl Conn {
                     .set_number_of_retries(1)
                     .set_min_delay(Duration::from_millis(50))
                     .set_max_delay(Duration::from_millis(200));
-                Backend::Server(client(url, ca_cert)?.get_connection_manager_lazy(config)?)
+                Backend::Server(Arc::new(PerThread::new(client(url, ca_cert)?, config)))
             }
             Target::Cluster(urls) => {
                 let mut builder =
@@ -210,7 +212,10 @@ impl Conn {
 
     async fn send(&self, groups: &[Pipeline]) -> Result<Vec<Vec<Value>>, Failure> {
         match &self.backend {
-            Backend::Server(conn) => send_merged(&mut conn.clone(), groups).await,
+            Backend::Server(conns) => {
+                let mut conn = conns.get().map_err(Failure::Redis)?;
+                send_merged(&mut conn, groups).await
+            }
             Backend::Sentinel(sentinel) => {
                 let (id, mut conn) = sentinel.connection().await.map_err(Failure::Redis)?;
                 let replies = send_merged(&mut conn, groups).await;
@@ -245,7 +250,7 @@ impl Conn {
         }
         let load = async {
             match &self.backend {
-                Backend::Server(conn) => pipe.exec_async(&mut conn.clone()).await,
+                Backend::Server(conns) => pipe.exec_async(&mut conns.get()?).await,
                 Backend::Sentinel(sentinel) => {
                     let (_, mut conn) = sentinel.connection().await?;
                     pipe.exec_async(&mut conn).await
