@@ -21,7 +21,8 @@ pub struct OperationsConfig {
     pub admin_session_ttl_ms: u64,
 
     /// The operator's console shows a task's arguments and result (at most 64 KiB of
-    /// each); without it, only the result's size.
+    /// each); without it, only the result's size. With it, an ended task also keeps its
+    /// arguments in the store (without it, only the tool's name and progress token).
     #[arg(long, env = "MTG_ADMIN_SHOW_RESULTS", default_value_t = false)]
     pub admin_show_results: bool,
 
