@@ -52,14 +52,9 @@ struct Args {
 }
 
 fn main() {
-    let Some(raw) = test_support::bench::bench_args() else {
+    let Some((args, runtime)) = test_support::bench::start::<Args>() else {
         return;
     };
-    let args = Args::parse_from(raw);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
     runtime.block_on(run(&args));
 }
 

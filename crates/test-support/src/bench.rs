@@ -44,6 +44,17 @@ pub fn bench_args() -> Option<Vec<String>> {
     Some(raw.into_iter().filter(|a| a != "--bench").collect())
 }
 
+/// A `harness = false` bench's arguments, parsed as `A`, and the runtime it runs on
+/// (multi-threaded, every driver on); `None` in test mode, where these benches do nothing.
+pub fn start<A: clap::Parser>() -> Option<(A, tokio::runtime::Runtime)> {
+    let args = A::parse_from(bench_args()?);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    Some((args, runtime))
+}
+
 /// Redis's own counters since the last `CONFIG RESETSTAT`, less the bench's own requests
 /// (`INFO`, `CONFIG`) and the wake-up subscribers' keep-alive `PING`s: what the gateway
 /// asked of Redis. `total_reads_processed` counts requests read, a pipeline as one read,
