@@ -44,20 +44,29 @@ pub(super) async fn run(
     let session = call.session.as_ref().map(|s| s.client_session.clone());
     let taken_over = matches!(*start, Start::TakenOver { .. });
     let outcome = drive(service, task_id, &mut call, start, &signals).await;
+    let change = mtg_store::TaskChange {
+        task_id: task_id.to_owned(),
+        session,
+        progress: None,
+    };
+    let mut announced = false;
     if let Some(outcome) = outcome {
         let label = outcome_label(&outcome);
         // The TTL bounds the retries: a short store outage loses no upstream result.
         let ttl = std::time::Duration::from_millis(service.settings.ttl_ms);
         // Boxed, like every step below that runs briefly: the future that waits for the
         // upstream stays small, and it is resident for as long as the task runs.
-        match Box::pin(mtg_store::finish_with_retry(
+        // The change is announced in the same round trip where the store can.
+        let (finished, sent) = Box::pin(mtg_store::finish_with_retry(
             &*service.store,
             task_id,
             outcome,
+            &change,
             ttl,
         ))
-        .await
-        {
+        .await;
+        announced = sent;
+        match finished {
             Ok(true) => {
                 service.meter().tasks().finished(label, started.elapsed());
                 if taken_over {
@@ -71,7 +80,9 @@ pub(super) async fn run(
     }
     service.runners.moved_on.notify_waiters();
     // Also after a cancel or expiry seen on a wake-up: the task ended either way.
-    Box::pin(service.announce(task_id, session.as_deref())).await;
+    if !announced {
+        Box::pin(service.announce_change(&change.task_id, change.session.as_deref(), None)).await;
+    }
     let _ = done.send(());
 }
 

@@ -50,8 +50,8 @@ pub use keys::{BadNamespace, StoreNamespace};
 
 use super::{
     Adoption, CancelOutcome, GoneInstance, Lease, ListCursor, MembershipStore, Outcome, StoreError,
-    Takeover, TaskRecord, TaskStore, Unavailable, UpdateOutcome, WakeReceiver, WakeUps, metrics,
-    now_ms,
+    Takeover, TaskChange, TaskRecord, TaskStore, Unavailable, UpdateOutcome, WakeReceiver, WakeUps,
+    metrics, now_ms,
 };
 use crate::outbox::EventType;
 use conn::Conn;
@@ -233,6 +233,39 @@ impl RedisStore {
         ttl.arg(&key)
             .arg(Self::key_ttl_ms(task.ttl_ms.max(max_ttl)));
         pipe_of([add, trim, ttl])
+    }
+
+    /// Records the runner's outcome, then announces `change` in the same pipeline.
+    async fn finish_then(
+        &self,
+        task_id: &str,
+        outcome: Outcome,
+        change: Option<&TaskChange>,
+    ) -> Result<bool, StoreError> {
+        let (status, fields) = codec::outcome_fields(&outcome).map_err(corrupt)?;
+        let kinds: Vec<EventType> = EventType::of_terminal(status).into_iter().collect();
+        let (mut finish, plan) = self.emitting(&self.scripts.finish, task_id, &kinds);
+        finish.arg(now_ms()).arg(status.as_str());
+        for field in fields {
+            finish.arg(field);
+        }
+        finish.arg(&plan);
+        // Only the owner finishes a task; its index entry goes in the same round trip.
+        let mut unindex = redis::cmd("SREM");
+        unindex
+            .arg(self.keys.owned(&self.settings.instance_id))
+            .arg(task_id);
+        let mut groups = vec![pipe_of([finish]), pipe_of([unindex])];
+        if let Some(change) = change {
+            groups.push(pipe_of([changes::publish(&self.keys, change)]));
+        }
+        let replies = self.conn.run("finish", groups).await?;
+        self.emitted(&plan);
+        let moved: i64 = parse(first_reply(replies))?;
+        if moved == 1 {
+            metrics::task_reached(status);
+        }
+        Ok(moved == 1)
     }
 
     async fn remove_from_owned(&self, owner: &str, task_id: &str) {
@@ -488,29 +521,23 @@ impl TaskStore for RedisStore {
     }
 
     async fn finish(&self, task_id: &str, outcome: Outcome) -> Result<bool, StoreError> {
-        let (status, fields) = codec::outcome_fields(&outcome).map_err(corrupt)?;
-        let kinds: Vec<EventType> = EventType::of_terminal(status).into_iter().collect();
-        let (mut finish, plan) = self.emitting(&self.scripts.finish, task_id, &kinds);
-        finish.arg(now_ms()).arg(status.as_str());
-        for field in fields {
-            finish.arg(field);
+        self.finish_then(task_id, outcome, None).await
+    }
+
+    async fn finish_announcing(
+        &self,
+        task_id: &str,
+        outcome: Outcome,
+        change: &TaskChange,
+    ) -> (Result<bool, StoreError>, bool) {
+        // On a Cluster the groups go to their nodes concurrently: the announcement could
+        // arrive before the move it announces.
+        if !self.conn.keeps_order() {
+            return (self.finish(task_id, outcome).await, false);
         }
-        finish.arg(&plan);
-        // Only the owner finishes a task; its index entry goes in the same round trip.
-        let mut unindex = redis::cmd("SREM");
-        unindex
-            .arg(self.keys.owned(&self.settings.instance_id))
-            .arg(task_id);
-        let replies = self
-            .conn
-            .run("finish", vec![pipe_of([finish]), pipe_of([unindex])])
-            .await?;
-        self.emitted(&plan);
-        let moved: i64 = parse(first_reply(replies))?;
-        if moved == 1 {
-            metrics::task_reached(status);
-        }
-        Ok(moved == 1)
+        let finished = self.finish_then(task_id, outcome, Some(change)).await;
+        let announced = finished.is_ok();
+        (finished, announced)
     }
 
     async fn cancel(

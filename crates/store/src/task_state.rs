@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use super::{Outcome, TaskRecord};
+use super::{Outcome, TaskChange, TaskRecord};
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_protocol::wire::InputRequest;
 
@@ -176,6 +176,20 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Moves a task to a terminal state; `false` if it already was in one.
     async fn finish(&self, task_id: &str, outcome: Outcome) -> Result<bool, StoreError>;
 
+    /// [`finish`](Self::finish), with `change` announced to every instance after the
+    /// move in the same round trip, where the store can (Redis on one server or through
+    /// Sentinel). The second value says whether it was announced; if not, the caller
+    /// announces it ([`crate::Changes::announce`]).
+    async fn finish_announcing(
+        &self,
+        task_id: &str,
+        outcome: Outcome,
+        change: &TaskChange,
+    ) -> (Result<bool, StoreError>, bool) {
+        let _ = change;
+        (self.finish(task_id, outcome).await, false)
+    }
+
     /// Cancels a non-terminal task of `principal`, with `message` as its statusMessage
     /// ([`CANCELLED_BY_CLIENT`] or [`CANCELLED_BY_OPERATOR`]).
     async fn cancel(
@@ -191,18 +205,25 @@ pub trait TaskStore: Send + Sync + 'static {
 
 /// Records a task's outcome, retrying with backoff while the store is unavailable, so a
 /// short store outage loses no upstream result. Gives up after `give_up_after` (the
-/// task's TTL: by then the task is gone anyway).
+/// task's TTL: by then the task is gone anyway). `change` goes with it as [`TaskStore::finish_announcing`] says; the second value says
+/// whether it went.
 pub async fn finish_with_retry(
     store: &dyn TaskStore,
     task_id: &str,
     outcome: Outcome,
+    change: &TaskChange,
     give_up_after: Duration,
-) -> Result<bool, StoreError> {
+) -> (Result<bool, StoreError>, bool) {
     let deadline = tokio::time::Instant::now() + give_up_after;
     let mut backoff = Duration::from_millis(50);
     loop {
-        match store.finish(task_id, outcome.clone()).await {
-            Err(StoreError::Unavailable(e)) if tokio::time::Instant::now() + backoff < deadline => {
+        match store
+            .finish_announcing(task_id, outcome.clone(), change)
+            .await
+        {
+            (Err(StoreError::Unavailable(e)), _)
+                if tokio::time::Instant::now() + backoff < deadline =>
+            {
                 tracing::warn!(task_id, error = %e, retry_in_ms = backoff.as_millis() as u64, "could not record the task's outcome; retrying");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(1));

@@ -60,7 +60,15 @@ impl TaskService {
                     }
                 };
                 let failed = stored.is_err();
+                let awaited = !stored_tx.is_closed();
                 let _ = stored_tx.send(stored);
+                if awaited && !failed {
+                    // Let the request that waits for the task answer first: on the
+                    // worker's one thread the call would otherwise go upstream (a write,
+                    // and the upstream woken) while the client's answer waits in the
+                    // queue (run 31: a create's p50 -40 % on the memory store).
+                    tokio::task::yield_now().await;
+                }
                 if !failed {
                     service.settings.meter.tasks().runner_started();
                     // Boxed, so the spawned task's cell stays small while the call

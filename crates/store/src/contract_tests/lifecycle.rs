@@ -125,6 +125,52 @@ pub(crate) async fn completed_keeps_the_result_byte_for_byte(subject: &impl Subj
     assert!(done.error.is_none());
 }
 
+/// A change announced with the finish that makes it reaches another instance, which
+/// then reads the task as ended; a finish that moves nothing says so, and still sends
+/// its announcement or leaves it to the caller.
+pub(crate) async fn an_end_announced_with_its_finish_is_heard_after_it(subject: &impl Subject) {
+    let (store, other) = (subject.instance(OWNER), subject.instance(OTHER));
+    let mut heard = other.changes.changes();
+    let change = |task_id: &str| TaskChange {
+        task_id: task_id.into(),
+        session: Some("s-1".into()),
+        progress: None,
+    };
+    // Announced until heard: the subscription may still be on its way.
+    let probe = change("probe");
+    let deadline = Instant::now() + PATIENCE;
+    'subscribed: loop {
+        assert!(Instant::now() < deadline, "no announcement was ever heard");
+        store.changes.announce(&probe).await.unwrap();
+        while let Ok(Some(seen)) =
+            tokio::time::timeout(Duration::from_millis(100), heard.recv()).await
+        {
+            if seen == probe {
+                break 'subscribed;
+            }
+        }
+    }
+    let id = create(&store).await;
+    let ended = change(&id);
+    for moves in [true, false] {
+        let outcome = Outcome::Completed(raw(r#"{"content":[]}"#));
+        let (finished, announced) = store.tasks.finish_announcing(&id, outcome, &ended).await;
+        assert_eq!(finished.unwrap(), moves);
+        if !announced {
+            store.changes.announce(&ended).await.unwrap();
+        }
+        let seen = loop {
+            let next = tokio::time::timeout(PATIENCE, heard.recv()).await;
+            match next.expect("the end was never announced") {
+                Some(seen) if seen == probe => continue,
+                seen => break seen,
+            }
+        };
+        assert_eq!(seen.as_ref(), Some(&ended));
+        assert_eq!(fetch(&other, &id).await.status, TaskStatus::Completed);
+    }
+}
+
 /// An ended task keeps what `tasks/get` and the operators read, not what only its running
 /// call needed: no resume data or round state, and of the call the tool's name unless
 /// the task keeps its arguments.

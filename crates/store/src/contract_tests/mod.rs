@@ -28,8 +28,8 @@ pub(crate) use takeover::*;
 pub(crate) use wakeups::*;
 
 use super::{
-    CANCELLED_BY_CLIENT, CancelOutcome, NewTask, Outcome, Store, StoreError, TaskRecord,
-    UpdateOutcome, WAKE_ALL, WakeReceiver, now_ms,
+    CANCELLED_BY_CLIENT, CancelOutcome, NewTask, Outcome, Store, StoreError, TaskChange,
+    TaskRecord, UpdateOutcome, WAKE_ALL, WakeReceiver, now_ms,
 };
 use mtg_protocol::wire::{InputRequest, TaskStatus};
 
@@ -48,6 +48,7 @@ macro_rules! suite {
             a_task_is_seen_only_by_its_principal,
             input_required_then_working_again,
             completed_keeps_the_result_byte_for_byte,
+            an_end_announced_with_its_finish_is_heard_after_it,
             an_ended_task_sheds_what_only_its_call_needed,
             failed_keeps_the_error_and_says_why,
             cancelled_drops_outstanding_input_and_names_the_owner,

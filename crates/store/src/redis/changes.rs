@@ -6,14 +6,15 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use super::RedisStore;
+use super::keys::Keys;
 use crate::{ChangeReceiver, Changes, StoreError, TaskChange, WAKE_ALL};
 
 #[async_trait]
 impl Changes for RedisStore {
     async fn announce(&self, change: &TaskChange) -> Result<(), StoreError> {
-        let mut cmd = redis::cmd("PUBLISH");
-        cmd.arg(self.keys.changes()).arg(change.encode());
-        self.conn.one("announce", cmd).await?;
+        self.conn
+            .one("announce", publish(&self.keys, change))
+            .await?;
         Ok(())
     }
 
@@ -36,4 +37,11 @@ impl Changes for RedisStore {
         });
         rx
     }
+}
+
+/// The command that announces `change` (also sent in the pipeline that ends a task).
+pub(super) fn publish(keys: &Keys, change: &TaskChange) -> redis::Cmd {
+    let mut cmd = redis::cmd("PUBLISH");
+    cmd.arg(keys.changes()).arg(change.encode());
+    cmd
 }

@@ -127,6 +127,12 @@ impl Conn {
         })
     }
 
+    /// Whether the groups of one `run` reach Redis in their order (one connection);
+    /// a Cluster sends them to their nodes concurrently.
+    pub(super) fn keeps_order(&self) -> bool {
+        !matches!(self.backend, Backend::Cluster(_))
+    }
+
     pub(super) fn backend_label(&self) -> &'static str {
         match self.backend {
             Backend::Server(_) => "redis",
