@@ -3,7 +3,8 @@
 
 Starts its own redis-server (unless --memory), plain_server and the gateway, makes
 --creates sequential 2026-07-28 `tools/call`s of a long `sleep` with the tasks extension
-(no task ends while it counts), and reads each gateway thread's voluntary and
+(no task ends while it counts; with --echo, of `echo`, each task ending at once, counted
+once all have ended), and reads each gateway thread's voluntary and
 involuntary context switches from /proc before and after. Also prints Redis's
 `usec_per_call` of the commands a create sends. Extra gateway flags go after `--`.
 
@@ -48,12 +49,29 @@ def switches(pid):
     return counts
 
 
+def settle(pid, quiet_for=0.3, deadline=10.0):
+    """Waits until no thread of `pid` switches for `quiet_for` seconds: the tasks' runs
+    have ended."""
+    end = time.time() + deadline
+    last = switches(pid)
+    while time.time() < end:
+        time.sleep(quiet_for)
+        now = switches(pid)
+        if now == last:
+            return
+        last = now
+    sys.exit("the gateway did not settle")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--gateway", default="target/release/mcp-task-gateway")
     parser.add_argument("--plain-server", default="target/release/plain_server")
     parser.add_argument("--creates", type=int, default=2000)
     parser.add_argument("--memory", action="store_true", help="the memory store, no Redis")
+    parser.add_argument("--echo", action="store_true",
+                        help="each task calls `echo` and ends at once: a whole task's switches "
+                             "(create, call, finish, announcement), counted once all have ended")
     parser.add_argument("gateway_flags", nargs="*")
     args = parser.parse_args()
 
@@ -84,7 +102,9 @@ def main():
         procs.append(gateway)
         url = re.match(r"http://([^/]+)(/.*)", announced(gateway))
         conn = http.client.HTTPConnection(url.group(1), timeout=30)
-        params = {"name": "sleep", "arguments": {"ms": 600000, "steps": 0}, "_meta": {
+        tool = "echo" if args.echo else "sleep"
+        arguments = {"text": "x" * 1024} if args.echo else {"ms": 600000, "steps": 0}
+        params = {"name": tool, "arguments": arguments, "_meta": {
             "io.modelcontextprotocol/protocolVersion": VERSION,
             "io.modelcontextprotocol/clientCapabilities": {
                 "extensions": {"io.modelcontextprotocol/tasks": {}}},
@@ -93,7 +113,7 @@ def main():
         headers = {"content-type": "application/json",
                    "accept": "application/json, text/event-stream",
                    "mcp-protocol-version": VERSION, "mcp-method": "tools/call",
-                   "mcp-name": "sleep"}
+                   "mcp-name": tool}
 
         def create():
             conn.request("POST", url.group(2), body, headers)
@@ -109,6 +129,8 @@ def main():
         before = switches(gateway.pid)
         for _ in range(args.creates):
             create()
+        if args.echo:
+            settle(gateway.pid)
         after = switches(gateway.pid)
         per = {t: (after[t] - before.get(t, 0)) / args.creates for t in after}
         print(f"context switches a create: {sum(per.values()):.2f} in all")
