@@ -81,7 +81,7 @@ pub(super) async fn run(
     service.runners.moved_on.notify_waiters();
     // Also after a cancel or expiry seen on a wake-up: the task ended either way.
     if !announced {
-        Box::pin(service.announce_change(&change.task_id, change.session.as_deref(), None)).await;
+        Box::pin(service.announce_built(&change)).await;
     }
     let _ = done.send(());
 }

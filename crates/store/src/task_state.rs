@@ -184,9 +184,8 @@ pub trait TaskStore: Send + Sync + 'static {
         &self,
         task_id: &str,
         outcome: Outcome,
-        change: &TaskChange,
+        _change: &TaskChange,
     ) -> (Result<bool, StoreError>, bool) {
-        let _ = change;
         (self.finish(task_id, outcome).await, false)
     }
 
@@ -205,8 +204,8 @@ pub trait TaskStore: Send + Sync + 'static {
 
 /// Records a task's outcome, retrying with backoff while the store is unavailable, so a
 /// short store outage loses no upstream result. Gives up after `give_up_after` (the
-/// task's TTL: by then the task is gone anyway). `change` goes with it as [`TaskStore::finish_announcing`] says; the second value says
-/// whether it went.
+/// task's TTL: by then the task is gone anyway). `change` goes with it as
+/// [`TaskStore::finish_announcing`] says; the second value says whether it went.
 pub async fn finish_with_retry(
     store: &dyn TaskStore,
     task_id: &str,

@@ -26,8 +26,14 @@ impl TaskService {
             session: session.map(str::to_owned),
             progress,
         };
-        if let Err(e) = self.changes.announce(&change).await {
-            tracing::warn!(task_id, error = %e, "could not announce a task's change");
+        self.announce_built(&change).await;
+    }
+
+    /// Announces a change already built (the runner's end, when the store did not send
+    /// it with the finish).
+    pub(in crate::tasks) async fn announce_built(&self, change: &TaskChange) {
+        if let Err(e) = self.changes.announce(change).await {
+            tracing::warn!(task_id = %change.task_id, error = %e, "could not announce a task's change");
         }
     }
 }
