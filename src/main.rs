@@ -20,10 +20,7 @@ static ALLOCATOR: dhat::Alloc = dhat::Alloc;
 
 fn main() -> ExitCode {
     #[cfg(feature = "dhat-heap")]
-    let _profiler = dhat::Profiler::builder()
-        .file_name(std::env::var_os("MTG_DHAT_FILE").unwrap_or_else(|| "dhat-heap.json".into()))
-        .trim_backtraces(Some(60))
-        .build();
+    let _profiler = dhat_snapshot::start();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|first| first == "admin") {
         return mcp_task_gateway::admin::cli::main(args);
@@ -46,12 +43,43 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    #[cfg(feature = "dhat-heap")]
+    runtime.spawn(dhat_snapshot::on_sigusr2(_profiler));
     match runtime.block_on(mcp_task_gateway::run(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "gateway stopped");
             eprintln!("mcp-task-gateway: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// The heap profile, written at exit or at once on SIGUSR2: its peak is then the heap as
+/// it is, e.g. with every task of a load in flight, not a later burst (a teardown's).
+#[cfg(feature = "dhat-heap")]
+mod dhat_snapshot {
+    use std::sync::{Arc, Mutex, PoisonError};
+
+    pub(crate) type Held = Arc<Mutex<Option<dhat::Profiler>>>;
+
+    pub(crate) fn start() -> Held {
+        let profiler = dhat::Profiler::builder()
+            .file_name(std::env::var_os("MTG_DHAT_FILE").unwrap_or_else(|| "dhat-heap.json".into()))
+            .trim_backtraces(Some(60))
+            .build();
+        Arc::new(Mutex::new(Some(profiler)))
+    }
+
+    pub(crate) async fn on_sigusr2(held: Held) {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut usr2) = signal(SignalKind::user_defined2()) else {
+            return;
+        };
+        if usr2.recv().await.is_some() {
+            // Dropping the profiler writes its file.
+            drop(held.lock().unwrap_or_else(PoisonError::into_inner).take());
+            eprintln!("mcp-task-gateway: heap profile written (SIGUSR2)");
         }
     }
 }

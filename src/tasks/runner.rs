@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use async_trait::async_trait;
 
-use super::halt::{Halt, halt_for, sleep_until, upstream_failure};
+use super::halt::{Halt, halt_for, upstream_failure};
 use super::start::{Adopted, Start};
 use super::{TaskService, ToolCall, upstream_mrtr};
 use crate::tasks::upstream_mrtr::driver::{self, Reply, RoundTrip};
@@ -205,32 +205,60 @@ impl Stops<'_> {
         tokio::pin!(work);
         let mut recheck = None;
         loop {
+            let (at, due) = self.next_due(None, recheck);
             tokio::select! {
                 output = &mut work => return Ok(output),
-                () = wake_or_recheck(self.wake, recheck) => {
-                    // Nothing can be answered before the call is open: a wake-up here
-                    // can only mean the task ended (cancelled, expired).
-                    match Box::pin(still_running(self.service, self.task_id, self.principal)).await {
-                        Some(true) => recheck = None,
-                        Some(false) => return Err(StopReason::Cancelled),
-                        None => recheck = recheck_after_failure(),
+                () = self.wake.notified() => {}
+                () = self.stop.cancelled() => return Err(StopReason::Moved),
+                () = tokio::time::sleep_until(at) => {
+                    if let Due::Stop(reason) = due {
+                        return Err(reason);
                     }
                 }
-                reason = self.timed(None) => return Err(reason),
+            }
+            // Nothing can be answered before the call is open: a wake-up here can only
+            // mean the task ended (cancelled, expired).
+            match Box::pin(still_running(self.service, self.task_id, self.principal)).await {
+                Some(true) => recheck = None,
+                Some(false) => return Err(StopReason::Cancelled),
+                None => recheck = recheck_after_failure(),
             }
         }
     }
 
-    /// The stops that come by the token or the clock, not by a wake-up; `unanswered_at`
-    /// is when a held call's outstanding input has waited too long.
-    async fn timed(&self, unanswered_at: Option<Instant>) -> StopReason {
-        tokio::select! {
-            () = self.stop.cancelled() => StopReason::Moved,
-            () = sleep_until(self.deadline) => StopReason::TimedOut,
-            () = tokio::time::sleep_until(self.expires_at) => StopReason::Expired,
-            () = sleep_until(unanswered_at) => StopReason::Unanswered,
+    /// What the clock brings first, and when: the upstream timeout, the task's expiry,
+    /// a held call's outstanding input waiting too long (`unanswered_at`), or a look
+    /// at the task again after the store failed to answer (`recheck_at`). One timer for
+    /// all of them: each costs its 112 bytes in the future that waits for the upstream,
+    /// for as long as the call lasts (docs/benchmarks.md, run 32).
+    fn next_due(
+        &self,
+        unanswered_at: Option<Instant>,
+        recheck_at: Option<Instant>,
+    ) -> (Instant, Due) {
+        let mut soonest = (self.expires_at, Due::Stop(StopReason::Expired));
+        let others = [
+            (self.deadline, Due::Stop(StopReason::TimedOut)),
+            (unanswered_at, Due::Stop(StopReason::Unanswered)),
+            (recheck_at, Due::Recheck),
+        ];
+        for (at, due) in others {
+            if let Some(at) = at
+                && at < soonest.0
+            {
+                soonest = (at, due);
+            }
         }
+        soonest
     }
+}
+
+/// What a runner's timer is set for.
+#[derive(Clone, Copy)]
+enum Due {
+    Stop(StopReason),
+    /// Look at the task again, as on a wake-up.
+    Recheck,
 }
 
 /// Whether the task is still there and not terminal; `None` when the store could not
@@ -381,19 +409,26 @@ impl<'a> TaskTrip<'a> {
                 .input_wait
                 .filter(|_| !call.pending.is_empty())
                 .map(|wait| call.waiting_since + wait);
+            let (at, due) = stops.next_due(unanswered_at, call.recheck_at);
             tokio::select! {
                 event = call.exchange.next() => {
                     if let Some(reply) = Box::pin(call.on_event(event)).await {
                         return Ok(reply);
                     }
                     Box::pin(call.follow_upstream_task(stops)).await?;
+                    continue;
                 }
-                () = wake_or_recheck(self.wake, call.recheck_at) => {
-                    if !Box::pin(call.on_wake()).await {
-                        return Err(Ok(StopReason::Cancelled));
+                () = self.wake.notified() => {}
+                () = stops.stop.cancelled() => return Err(Ok(StopReason::Moved)),
+                () = tokio::time::sleep_until(at) => {
+                    if let Due::Stop(reason) = due {
+                        return Err(Ok(reason));
                     }
                 }
-                reason = stops.timed(unanswered_at) => return Err(Ok(reason)),
+            }
+            // Woken, or the time to look again after a failed look came.
+            if !Box::pin(call.on_wake()).await {
+                return Err(Ok(StopReason::Cancelled));
             }
         }
     }
@@ -716,13 +751,5 @@ fn outcome_label(outcome: &Outcome) -> &'static str {
         Outcome::Completed(_) => "completed",
         Outcome::Failed { .. } => "failed",
         Outcome::Cancelled { .. } => "cancelled",
-    }
-}
-
-/// A wake-up, or the time to look again after a failed look.
-async fn wake_or_recheck(wake: &Notify, recheck: Option<Instant>) {
-    tokio::select! {
-        () = wake.notified() => {}
-        () = sleep_until(recheck) => {}
     }
 }

@@ -265,6 +265,7 @@ impl Outgoing {
         // ureq-proto refuses an `Authorization` value that is not visible ASCII, which
         // HTTP allows (obs-text): such values are written here, after its head.
         let spliced = take_obs_text_authorization(&mut parts.headers);
+        let reader = stand_in(&parts);
         let mut call = Call::new(Request::from_parts(parts, ())).map_err(LeanError::Encode)?;
         // A client's method and body go on as they came, as hyper's client sends them:
         // any method token HTTP allows (`BREW`, `post`), a body on any method.
@@ -276,6 +277,8 @@ impl Outgoing {
         let mut wire = encode_head(&mut call)?;
         splice_authorization(&mut wire, &spliced);
         let call = add_body(call, &mut wire, &body)?;
+        // The request is on the wire: the call that reads its response need not keep it.
+        let call = reader.unwrap_or(call);
         Ok(Self {
             wire,
             call,
@@ -382,6 +385,38 @@ impl Outgoing {
             Some(RecvResponseResult::Redirect(_)) | None => LeanBody::empty(),
         };
         response.map(|()| body)
+    }
+}
+
+/// A call that reads the response to the request of `parts` as its own call would,
+/// without holding the request: ureq-proto keeps a call's request, its headers and those
+/// it adds, for the call's whole life, about 1 KB of heap for as long as a task's call
+/// waits (docs/benchmarks.md, run 32). Reading needs only the method (a `HEAD` has no
+/// body), the version and whether the request asked to close the connection. `None`
+/// for a `CONNECT`, whose request target the stand-in cannot take.
+fn stand_in(parts: &http::request::Parts) -> Option<Call<RecvResponse>> {
+    let method = match parts.method {
+        Method::CONNECT => return None,
+        Method::HEAD => Method::HEAD,
+        _ => Method::GET,
+    };
+    let mut request = Request::new(());
+    *request.method_mut() = method;
+    *request.version_mut() = parts.version;
+    for value in parts.headers.get_all(header::CONNECTION) {
+        request
+            .headers_mut()
+            .append(header::CONNECTION, value.clone());
+    }
+    let mut call = Call::new(request).ok()?.proceed();
+    // Its head goes nowhere: writing it is how the call comes to wait for a response.
+    let mut head = [0u8; 256];
+    while !call.can_proceed() {
+        call.write(&mut head).ok()?;
+    }
+    match call.proceed().ok()? {
+        Some(SendRequestResult::RecvResponse(call)) => Some(call),
+        _ => None,
     }
 }
 

@@ -635,3 +635,53 @@ fn any_method_token_and_its_body_are_written() {
         assert!(wire.ends_with(&[b"\r\n\r\n", body].concat()), "{method}");
     }
 }
+
+/// The response is read by a stand-in for the request (`stand_in`): a `HEAD`'s answer
+/// still has no body, whatever length its head gives, and its connection serves the next.
+#[tokio::test]
+async fn a_head_answer_has_no_body_and_keeps_its_connection() {
+    let (url, accepted) = serve(|_, mut socket| async move {
+        while let Some(request) = read_request(&mut socket).await {
+            let answer = match request.method().as_str() {
+                "HEAD" => "HTTP/1.1 200 OK\r\ncontent-length: 11\r\n\r\n",
+                _ => JSON,
+            };
+            socket.write_all(answer.as_bytes()).await.unwrap();
+        }
+    })
+    .await;
+    let pool = pool();
+    let head = Request::head(&url).body(Bytes::new()).unwrap();
+    let response = within("the HEAD", pool.request(head)).await.unwrap();
+    assert_eq!(response.headers()["content-length"], "11");
+    let body = within("the HEAD's body", response.into_body().collect()).await;
+    assert!(body.unwrap().to_bytes().is_empty());
+    let response = call(&pool, &url).await.unwrap();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], br#"{"ok":true}"#);
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "the HEAD's connection served the POST"
+    );
+}
+
+/// A request that asked to close its connection does not leave it in the pool, though
+/// the upstream's answer would allow it.
+#[tokio::test]
+async fn a_request_that_asks_to_close_leaves_no_connection_behind() {
+    let (url, _) = serve(|_, mut socket| async move { answer_json(&mut socket).await }).await;
+    let pool = pool();
+    let mut request = post(&url, "{}");
+    request
+        .headers_mut()
+        .insert("connection", http::HeaderValue::from_static("close"));
+    let response = within("the call", pool.request(request)).await.unwrap();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], br#"{"ok":true}"#);
+    assert_eq!(pool.idle_count(), 0);
+    // The same request without it leaves its connection for the next.
+    let response = call(&pool, &url).await.unwrap();
+    response.into_body().collect().await.unwrap();
+    assert_eq!(pool.idle_count(), 1);
+}
