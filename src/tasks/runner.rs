@@ -164,7 +164,7 @@ fn with_progress_token(call: &mut ToolCall, task_id: &str) -> Value {
 /// Where a task's call starts.
 struct StartingPoint {
     /// The call already open upstream, if one was adopted.
-    adopted: Option<Adopted>,
+    adopted: Option<Box<Adopted>>,
     /// How long an adopted held call's input may wait for the client.
     input_wait: Option<std::time::Duration>,
     /// The round a taken-over task was in.
@@ -173,6 +173,7 @@ struct StartingPoint {
 }
 
 /// Where the call starts; `start`'s box is freed here, not kept for the call's life.
+#[allow(clippy::boxed_local)] // taken boxed so that the box is freed here
 fn starting_point(service: &TaskService, call: &ToolCall, start: Box<Start>) -> StartingPoint {
     match *start {
         // Created just before the runner started: this is at most a little late.
@@ -180,7 +181,7 @@ fn starting_point(service: &TaskService, call: &ToolCall, start: Box<Start>) -> 
             let ttl = std::time::Duration::from_millis(service.ttl_of(call));
             StartingPoint {
                 input_wait: adopted.as_ref().and_then(|a| a.input_wait),
-                adopted,
+                adopted: adopted.map(Box::new),
                 round: None,
                 expires_at: Instant::now() + ttl,
             }
@@ -219,8 +220,9 @@ struct TaskTrip<'a> {
     deadline: Option<Instant>,
     /// When the task expires: nobody can read its outcome after that.
     expires_at: Instant,
-    /// The adopted call to carry on instead of opening one, for the first round.
-    adopted: Option<Adopted>,
+    /// The adopted call to carry on instead of opening one, for the first round. Boxed:
+    /// few calls are adopted, and every call's wait would keep its 104 bytes.
+    adopted: Option<Box<Adopted>>,
     /// For a held call: how long outstanding input may wait for the client.
     input_wait: Option<std::time::Duration>,
 }
@@ -401,7 +403,6 @@ impl<'a> TaskTrip<'a> {
             auth: call.auth.as_ref(),
             session: call.session.as_ref().and_then(|s| s.upstream.as_ref()),
         };
-        let digest = super::mrtr_bridge::request_digest(method::TOOLS_CALL, Some(&params));
         let adopted = self.adopted.take();
         let upstream_task = adopted.is_none()
             && stops
@@ -431,7 +432,7 @@ impl<'a> TaskTrip<'a> {
             task_id: self.task_id,
             session: call.session.as_ref().map(|s| s.client_session.as_str()),
             principal: &call.principal,
-            digest,
+            original: &call.params,
             exchange,
             pending,
             waiting_since: Instant::now(),
@@ -510,8 +511,9 @@ struct Call<'a> {
     pending: HashMap<String, Value>,
     /// Since when the outstanding input has waited (a held call gives up after a while).
     waiting_since: Instant,
-    /// Binds an early `requestState` to the client's request.
-    digest: String,
+    /// The call's params as first sent (the retries' original), from which an
+    /// early `requestState` is bound to the client's request.
+    original: &'a serde_json::value::RawValue,
     /// The upstream's own task behind this call, for tools it runs only as tasks.
     own_task: Option<UpstreamTask>,
     /// Who the call is made for (the follow-up requests of an upstream task too).
@@ -673,8 +675,13 @@ impl Call<'_> {
         if !self.service.runners.early_input_waiting(self.task_id) {
             return;
         }
+        // Every round's params hash alike (the digest leaves out `_meta` and MRTR's own
+        // fields), so the digest is made from the original, only when it is needed:
+        // kept with each call, it cost 67 bytes and a hash of the params a task.
+        let original: Value = serde_json::from_str(self.original.get()).unwrap_or_default();
+        let digest = super::mrtr_bridge::request_digest(method::TOOLS_CALL, Some(&original));
         let result = super::mrtr_bridge::MrtrBridge::new(self.service.clone())
-            .early_input_result(self.task_id, self.principal, &self.digest)
+            .early_input_result(self.task_id, self.principal, &digest)
             .await;
         if let Some(result) = result
             && self
