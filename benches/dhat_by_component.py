@@ -29,16 +29,18 @@ def cat(frames):
     if 'Cell<T,S>::new' in s and 'execute_h2_future' in allf: return 'hyper h2: task per request (body pipe or response wait)'
     if 'h2::' in allf or 'h2_pool' in allf: return 'h2: streams and connections (pool)'
     if 'RoundTrip>::send' in gw or 'TaskTrip' in s: return 'runner: send future (boxed) and its boxed waits'
+    # async_trait's box of `send`, allocated where `drive_from` is inlined (run 32).
+    if s.startswith('mcp_task_gateway::tasks::runner::run::') and gw == s: return 'runner: send future (boxed) and its boxed waits'
     if 'TaskLocalFuture' in s: return 'runner: boxed futures polled in the runner (exchange next, run)'
     if 'params_value' in gw: return 'runner: params as a Value tree (MRTR original)'
     if 'spawn_runner' in gw or 'request_digest' in gw: return 'runner: signals, channels, digest'
     if 'caller_of' in gw: return 'call: client capabilities (ToolCall)'
-    if 'store::memory' in gw or 'new_record' in gw or 'store::redis' in allf: return 'store: record and indexes'
+    if 'store::memory' in gw or 'new_record' in gw or 'store::redis' in allf or 'mtg_store::memory' in allf: return 'store: record and indexes'
     if 'runners::Runners' in gw: return 'runners registry'
     if 'mpsc::block::Block' in s and 'hyper' in allf or ('mpsc::block' in s and ('send_built' in gw or gw=='' or 'main' in gw)): return 'hyper: dispatch channel block (8,992 B)'
     if 'Buffered<T,B>::new' in s: return 'hyper: h1 write buffer (8 KiB)'
     if 'BytesMut::reserve_inner' in s: return 'hyper: h1 read buffer (--upstream-read-buffer-bytes)'
-    if 'SessionHttpExchange' in allf or 'CallStream' in allf or 'SessionHttpUpstream::exchange' in gw: return 'upstream: exchange and SSE stream'
+    if 'session_http' in gw or 'SessionHttpExchange' in allf or 'CallStream' in allf or 'SessionHttpUpstream::exchange' in gw: return 'upstream: exchange and SSE stream'
     if 'hyper' in allf or 'want::new' in s or 'registration_set' in s or 'send_built' in gw: return 'hyper: connection tasks, channels, registration, other'
     return 'other: ' + s[:60] + ' <= ' + gw[:60]
 agg = collections.Counter(); blk = collections.Counter()
