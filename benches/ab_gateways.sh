@@ -5,8 +5,11 @@
 #
 #   benches/ab_gateways.sh OUT.txt BEFORE_BIN AFTER_BIN [ROUNDS] [SCENARIOS]
 #   e.g. benches/ab_gateways.sh /tmp/ab.txt /tmp/gw-before target/release/mcp-task-gateway 3 a,c
+# AB_ARGS replaces the harness flags after the scenarios (default: --concurrency 16
+# --no-redis); e.g. AB_ARGS="--concurrency 16 --duration 5" for scenario b on Redis too.
 set -euo pipefail
 out=$1 before=$2 after=$3 rounds=${4:-3} scenarios=${5:-a,c}
+read -r -a harness_args <<<"${AB_ARGS:---concurrency 16 --no-redis}"
 cd "$(dirname "$0")/.."
 : >"$out"
 for round in $(seq 1 "$rounds"); do
@@ -15,7 +18,7 @@ for round in $(seq 1 "$rounds"); do
     bin=$before
     [ "$side" = B ] && bin=$after
     echo "### round $round side $side ($bin)" >>"$out"
-    cargo bench --bench load -- --scenarios "$scenarios" --concurrency 16 --no-redis \
+    cargo bench --bench load -- --scenarios "$scenarios" "${harness_args[@]}" \
       --gateway-bin "$bin" --out-dir target/bench-ab 2>&1 |
       grep '^|' | grep -v '^|---\|^| variant' >>"$out"
   done

@@ -2,6 +2,7 @@
 //! and the `tasks/get`, `tasks/update` and `tasks/cancel` handlers. [`TaskService`]'s
 //! verbs are in `service/`, one group a file.
 
+mod change_feed;
 mod credential;
 pub mod deferral;
 pub mod dialect_2025;

@@ -1,12 +1,13 @@
 //! Who on this instance waits for a task to change: `tasks/result` calls (by task) and
 //! the GET streams of 2025-xx sessions (by session). Fed by the store's announced
-//! changes, whichever instance made them.
+//! changes, whichever instance made them, while there is anyone to feed
+//! ([`super::change_feed`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, mpsc, watch};
 
 use mtg_store::{TaskChange, WAKE_ALL};
 
@@ -22,12 +23,38 @@ pub struct Waiters {
     /// changes queue here until the stream takes them (a client opens it while its first
     /// call may already run). Kept for [`EARLY_FEED_KEPT`] at most.
     early: Mutex<HashMap<String, (Instant, FeedReceiver)>>,
+    /// Whether the changes are heard, shared with the feed that listens to them.
+    pub(super) listening: Arc<Listening>,
+}
+
+/// The handshake between waiters and the change feed: a new waiter wants the changes,
+/// and the feed says when they are heard.
+pub(super) struct Listening {
+    /// A waiter came (a permit is kept if the feed is not waiting yet).
+    pub(super) wanted: Notify,
+    /// True while every change announced is heard here: set after the store's first
+    /// [`WAKE_ALL`], cleared before the feed decides whether to stop listening.
+    pub(super) heard: watch::Sender<bool>,
+}
+
+impl Default for Listening {
+    fn default() -> Self {
+        Self {
+            wanted: Notify::new(),
+            heard: watch::Sender::new(false),
+        }
+    }
 }
 
 type FeedReceiver = mpsc::UnboundedReceiver<(String, Option<serde_json::Value>)>;
 
 /// How long changes wait for a session's GET stream to open.
 const EARLY_FEED_KEPT: Duration = Duration::from_secs(60);
+
+/// How long a session's new task or stream waits for the changes to be heard: one
+/// SUBSCRIBE when the instance was not listening. Short, because a pub/sub connection
+/// that is down would make every such wait take all of it.
+pub const HEARD_WITHIN: Duration = Duration::from_millis(500);
 
 /// A waiter on one task; dropping the last one for a task forgets the task.
 pub struct TaskWaiter<'a> {
@@ -74,11 +101,15 @@ impl Drop for SessionFeed {
 }
 
 impl Waiters {
+    /// A waiter on `task_id`. Changes announced before this instance listens are not
+    /// delivered, but the [`WAKE_ALL`] that starts the listening is: a waiter reads the
+    /// task again at every [`TaskWaiter::changed`].
     pub fn wait_on(&self, task_id: &str) -> TaskWaiter<'_> {
         let notify = lock(&self.tasks)
             .entry(task_id.to_owned())
             .or_default()
             .clone();
+        self.listening.wanted.notify_one();
         TaskWaiter {
             waiters: self,
             task_id: task_id.to_owned(),
@@ -89,6 +120,7 @@ impl Waiters {
     /// A feed of `session`'s task changes; a newer feed for the same session replaces
     /// this one (a client reopening its GET stream). Changes since the session's first
     /// task, if the stream opens late, come first.
+    /// A feed carries no [`WAKE_ALL`]: await [`Self::heard`] after making one.
     pub fn feed_session(&self, session: &str) -> SessionFeed {
         let changes = match lock(&self.early).remove(session) {
             Some((_, queued)) => queued,
@@ -98,6 +130,7 @@ impl Waiters {
                 rx
             }
         };
+        self.listening.wanted.notify_one();
         SessionFeed {
             feeds: self.sessions.clone(),
             session: session.to_owned(),
@@ -119,6 +152,32 @@ impl Waiters {
         let (tx, rx) = mpsc::unbounded_channel();
         sessions.insert(session.to_owned(), tx);
         early.insert(session.to_owned(), (now, rx));
+        self.listening.wanted.notify_one();
+    }
+
+    /// Waits (up to `limit`) until every change announced from now on is heard here; a
+    /// waiter registered just before is then fed all of them. `false` if the store's
+    /// channel did not answer in time (it is down: changes then come late or not at all,
+    /// as they would for anyone).
+    pub async fn heard(&self, limit: Duration) -> bool {
+        self.listening.wanted.notify_one();
+        let mut heard = self.listening.heard.subscribe();
+        tokio::time::timeout(limit, heard.wait_for(|heard| *heard))
+            .await
+            .is_ok_and(|seen| seen.is_ok())
+    }
+
+    /// Whether nobody here waits for a change (the feed may stop listening).
+    pub(super) fn idle(&self) -> bool {
+        if !lock(&self.tasks).is_empty() {
+            return false;
+        }
+        let now = Instant::now();
+        // Expired early feeds close their senders, which the sessions' check drops.
+        lock(&self.early).retain(|_, (since, _)| now.duration_since(*since) < EARLY_FEED_KEPT);
+        let mut sessions = lock(&self.sessions);
+        sessions.retain(|_, tx| !tx.is_closed());
+        sessions.is_empty()
     }
 
     pub fn dispatch(&self, change: &TaskChange) {
@@ -187,6 +246,36 @@ mod tests {
         waiters.dispatch(&change("t1", Some("other")));
         waiters.dispatch(&change("t2", Some("s")));
         assert_eq!(feed.changes.recv().await.unwrap().0, "t2");
+    }
+
+    #[tokio::test]
+    async fn idle_only_while_nobody_waits() {
+        let waiters = Waiters::default();
+        assert!(waiters.idle());
+        let waiter = waiters.wait_on("t");
+        assert!(!waiters.idle());
+        drop(waiter);
+        assert!(waiters.idle());
+        let feed = waiters.feed_session("s");
+        assert!(!waiters.idle());
+        drop(feed);
+        assert!(waiters.idle());
+        // A session's first task: its changes queue for the stream it may open.
+        waiters.expect_session("s");
+        assert!(!waiters.idle());
+    }
+
+    #[tokio::test]
+    async fn heard_waits_for_the_feed_and_gives_up_at_its_limit() {
+        let waiters = Waiters::default();
+        assert!(!waiters.heard(Duration::from_millis(20)).await);
+        let listening = waiters.listening.clone();
+        let hearing = tokio::spawn(async move {
+            listening.wanted.notified().await;
+            listening.heard.send_replace(true);
+        });
+        assert!(waiters.heard(Duration::from_secs(5)).await);
+        hearing.await.unwrap();
     }
 
     #[test]

@@ -127,6 +127,64 @@ async fn on_redis_a_listener_on_one_instance_hears_a_task_running_on_another() {
     follow_one_task(&client_of(&on_a, "alice"), &client_of(&on_b, "alice")).await;
 }
 
+/// The instances that listen to the namespace's change channel (one subscription each).
+fn change_listeners(redis: &RedisServer) -> i64 {
+    let mut conn = redis.connection();
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg("mtg*changes")
+        .query(&mut conn)
+        .unwrap();
+    let mut numsub = redis::cmd("PUBSUB");
+    numsub.arg("NUMSUB").arg(&channels);
+    let counts: Vec<(String, i64)> = numsub.query(&mut conn).unwrap();
+    counts.iter().map(|(_, count)| count).sum()
+}
+
+/// Every task's end is announced on Redis, but an instance hears the announcements only
+/// while a client there waits for a change: none are heard by the instance that ran the
+/// task when nobody listens, and the listener's instance leaves the channel after its
+/// stream ended.
+#[tokio::test]
+async fn on_redis_an_instance_hears_changes_only_while_someone_there_waits() {
+    let redis = RedisServer::start();
+    let redis_url = redis.url();
+    let (_upstream, upstream_url) = start_plain_server();
+    let (_a, on_a) = start_gateway(
+        &upstream_url,
+        &["--redis", &redis_url, "--instance-id", "a"],
+    );
+    let (_b, on_b) = start_gateway(
+        &upstream_url,
+        &["--redis", &redis_url, "--instance-id", "b"],
+    );
+    let (alice_a, alice_b) = (client_of(&on_a, "alice"), client_of(&on_b, "alice"));
+
+    let quick = alice_a.start_task("echo", json!({"text": "hi"})).await;
+    alice_a.wait_status(&quick, "completed").await;
+    assert_eq!(change_listeners(&redis), 0, "nobody waits, nobody listens");
+
+    let slow = alice_a.start_task("sleep", json!({"ms": 1500})).await;
+    let mut stream = alice_b
+        .listen(3, json!({"taskIds": [slow]}))
+        .await
+        .unwrap_or_else(|reply| panic!("listen refused: {}", reply.body));
+    acknowledged(&mut stream, 3).await;
+    eventually("B listening while its client waits", || async {
+        (change_listeners(&redis) == 1).then_some(())
+    })
+    .await;
+    let working = next_task(&mut stream, 3).await;
+    assert_eq!(working["status"], "working", "{working}");
+    let done = next_task(&mut stream, 3).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    ended(&mut stream, 3).await;
+    eventually("B leaving the channel once nobody waits", || async {
+        (change_listeners(&redis) == 0).then_some(())
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn only_the_callers_live_tasks_are_acknowledged() {
     let (_upstream, upstream_url) = start_plain_server();

@@ -68,7 +68,10 @@ pub trait Changes: Send + Sync + 'static {
     /// Tells every instance (this one included) that the task changed.
     async fn announce(&self, change: &TaskChange) -> Result<(), StoreError>;
 
-    /// Every change announced from now on, by any instance. Called once per instance.
+    /// The changes announced by any instance while the receiver is kept. Its first
+    /// message is [`WAKE_ALL`], once it listens: a change announced before that may be
+    /// missed, none announced after it is. Dropping the receiver stops the listening, so
+    /// an instance with nobody to tell is not woken by every task's end.
     fn changes(&self) -> ChangeReceiver;
 }
 
@@ -88,6 +91,8 @@ impl Changes for LocalChanges {
 
     fn changes(&self) -> ChangeReceiver {
         let (tx, rx) = mpsc::unbounded_channel();
+        // Within one process a listener hears everything from the moment it is added.
+        let _ = tx.send(TaskChange::everything());
         self.listeners
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -128,6 +133,9 @@ mod tests {
         let changes = LocalChanges::default();
         let mut a = changes.changes();
         let mut b = changes.changes();
+        for listener in [&mut a, &mut b] {
+            assert_eq!(listener.recv().await.unwrap(), TaskChange::everything());
+        }
         let change = TaskChange::decode("t s");
         changes.announce(&change).await.unwrap();
         assert_eq!(a.recv().await.unwrap(), change);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::inline::Unclaimed;
 use super::launch::ToStore;
-use crate::tasks::{Started, TaskService, ToolCall, limits, start, takeover};
+use crate::tasks::{Started, TaskService, ToolCall, limits, start, takeover, waiters};
 use mtg_protocol::jsonrpc::ErrorObject;
 use mtg_store::{NewTask, TaskRecord, now_ms};
 
@@ -51,6 +51,7 @@ impl TaskService {
         let seed = Arc::new(record.clone());
         if let Some(link) = &call.session {
             self.waiters.expect_session(&link.client_session);
+            self.waiters.heard(waiters::HEARD_WITHIN).await;
         }
         let adopted = start::Adopted {
             exchange,
@@ -98,6 +99,8 @@ impl TaskService {
             (early_input && !budget.is_zero()).then(|| self.runners.expect_early_input(&task_id));
         if let Some(link) = &call.session {
             self.waiters.expect_session(&link.client_session);
+            // The task's end must reach the session's stream, so it is heard first.
+            self.waiters.heard(waiters::HEARD_WITHIN).await;
         }
         let mut launched = self.spawn_runner(
             &task_id,

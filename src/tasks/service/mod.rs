@@ -19,7 +19,7 @@ pub use create::Reservation;
 pub use in_flight::{InFlight, Readiness};
 pub(in crate::tasks) use launch::ToStore;
 
-use super::{TaskService, TaskSettings, limits, runners, tool_traits, waiters};
+use super::{TaskService, TaskSettings, change_feed, limits, runners, tool_traits, waiters};
 use crate::telemetry;
 use crate::upstream::Upstream;
 use mtg_store::Store;
@@ -32,7 +32,6 @@ impl TaskService {
 
     pub fn start(store: &Store, upstream: Arc<dyn Upstream>, settings: TaskSettings) -> Arc<Self> {
         let mut wakeups = store.wakeups.wakeups(&settings.instance_id);
-        let mut changes = store.changes.changes();
         let running_limit = limits::RunningLimit::new(
             settings.max_running_per_principal,
             settings.running_counts.clone(),
@@ -59,15 +58,7 @@ impl TaskService {
                 service.runners.wake(&task_id);
             }
         });
-        let weak = Arc::downgrade(&service);
-        tokio::spawn(async move {
-            while let Some(change) = changes.recv().await {
-                let Some(service) = weak.upgrade() else {
-                    return;
-                };
-                service.waiters.dispatch(&change);
-            }
-        });
+        change_feed::spawn(&service, store.changes.clone());
         service
     }
 }

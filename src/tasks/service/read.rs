@@ -24,7 +24,10 @@ impl TaskService {
 
     /// The ids of a session's tasks as they change, from whichever instance changed
     /// them, for as long as the feed is kept (one per session: a newer one replaces it).
-    pub fn feed_session(&self, session: &str) -> waiters::SessionFeed {
-        self.waiters.feed_session(session)
+    /// Returns once the changes are heard here (or [`waiters::HEARD_WITHIN`] passed).
+    pub async fn feed_session(&self, session: &str) -> waiters::SessionFeed {
+        let feed = self.waiters.feed_session(session);
+        self.waiters.heard(waiters::HEARD_WITHIN).await;
+        feed
     }
 }

@@ -125,6 +125,34 @@ pub(crate) async fn completed_keeps_the_result_byte_for_byte(subject: &impl Subj
     assert!(done.error.is_none());
 }
 
+/// A change receiver's first message is `WAKE_ALL`, once it listens; every change
+/// announced after that, by any instance, follows. Dropped, it hears nothing more, and
+/// a new one starts with `WAKE_ALL` again.
+pub(crate) async fn a_change_receiver_hears_wake_all_first_then_every_change(
+    subject: &impl Subject,
+) {
+    let (store, other) = (subject.instance(OWNER), subject.instance(OTHER));
+    let next = async |heard: &mut crate::ChangeReceiver| {
+        tokio::time::timeout(PATIENCE, heard.recv())
+            .await
+            .expect("a change in time")
+            .expect("the receiver open")
+    };
+    let change = |task_id: &str| TaskChange {
+        task_id: task_id.into(),
+        session: None,
+        progress: None,
+    };
+    for round in ["first", "again"] {
+        let mut heard = other.changes.changes();
+        assert_eq!(next(&mut heard).await, TaskChange::everything(), "{round}");
+        store.changes.announce(&change(round)).await.unwrap();
+        assert_eq!(next(&mut heard).await, change(round));
+        other.changes.announce(&change("its-own")).await.unwrap();
+        assert_eq!(next(&mut heard).await, change("its-own"));
+    }
+}
+
 /// A change announced with the finish that makes it reaches another instance, which
 /// then reads the task as ended; a finish that moves nothing says so, and still sends
 /// its announcement or leaves it to the caller.

@@ -49,6 +49,7 @@ macro_rules! suite {
             input_required_then_working_again,
             completed_keeps_the_result_byte_for_byte,
             an_end_announced_with_its_finish_is_heard_after_it,
+            a_change_receiver_hears_wake_all_first_then_every_change,
             an_ended_task_sheds_what_only_its_call_needed,
             failed_keeps_the_error_and_says_why,
             cancelled_drops_outstanding_input_and_names_the_owner,

@@ -1,5 +1,5 @@
-//! Task changes across instances: PUBLISH on one channel (`mtg:<ns>:changes`) every
-//! instance of the namespace subscribes to.
+//! Task changes across instances: PUBLISH on one channel (`mtg:<ns>:changes`) that each
+//! instance of the namespace subscribes to while somebody there waits for a change.
 //! Changes are rare (a few per task: input wanted, answered, ended) and carry only ids.
 
 use async_trait::async_trait;
@@ -23,7 +23,13 @@ impl Changes for RedisStore {
         self.subscriber.subscribe(self.keys.changes(), lines_tx);
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(async move {
-            while let Some(line) = lines.recv().await {
+            loop {
+                // Ends with the receiver, so the subscriber sees the channel unheard.
+                let line = tokio::select! {
+                    line = lines.recv() => line,
+                    () = tx.closed() => return,
+                };
+                let Some(line) = line else { return };
                 // The subscriber's "(re)subscribed, look at everything" arrives as WAKE_ALL.
                 let change = if line == WAKE_ALL {
                     TaskChange::everything()

@@ -328,6 +328,57 @@ async fn many_tasks_of_one_millisecond_page_through() {
     assert_eq!(seen, ids);
 }
 
+/// How many of this process's connections Redis counts on the namespace's change channel.
+async fn change_listeners(store: &RedisStore) -> i64 {
+    let mut numsub = redis::cmd("PUBSUB");
+    numsub.arg("NUMSUB").arg(store.keys.changes());
+    let (_, count): (String, i64) = query(store, numsub).await;
+    count
+}
+
+/// An instance whose change receiver is dropped leaves the channel, so Redis stops
+/// waking it for changes nobody there reads; the wake-ups' channel on the same
+/// connection stays. A receiver taken later hears `WAKE_ALL` first, then every change.
+#[tokio::test]
+async fn a_dropped_change_receiver_leaves_the_channel_and_a_new_one_rejoins() {
+    let server = redis_server();
+    let store = store(&server, "gw-1");
+    let other = store_in(&server, NAMESPACE, "gw-2");
+    let mut wakeups = store.wakeups("gw-1");
+    assert_eq!(next_of(&mut wakeups).await, WAKE_ALL);
+    let change = |task_id: &str| TaskChange {
+        task_id: task_id.into(),
+        session: None,
+        progress: None,
+    };
+    let mut changes = store.changes();
+    assert_eq!(next_of(&mut changes).await.task_id, WAKE_ALL);
+    assert_eq!(change_listeners(&store).await, 1);
+    other.announce(&change("heard")).await.unwrap();
+    assert_eq!(next_of(&mut changes).await.task_id, "heard");
+
+    drop(changes);
+    // The next message finds nobody to give it to, and the channel is left (or the
+    // periodic check leaves it first).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while change_listeners(&store).await != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the change channel was never left"
+        );
+        other.announce(&change("unheard")).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    other.wake("gw-1", "still-woken").await.unwrap();
+    assert_eq!(next_of(&mut wakeups).await, "still-woken");
+
+    let mut changes = store.changes();
+    assert_eq!(next_of(&mut changes).await.task_id, WAKE_ALL);
+    assert_eq!(change_listeners(&store).await, 1);
+    other.announce(&change("heard-again")).await.unwrap();
+    assert_eq!(next_of(&mut changes).await.task_id, "heard-again");
+}
+
 fn store_in(server: &RedisServer, namespace: &str, instance: &str) -> Arc<RedisStore> {
     let mut settings = settings(server.port, instance, Duration::from_secs(1));
     settings.namespace = StoreNamespace::parse(namespace).unwrap();

@@ -3,7 +3,9 @@
 //! channels: an owner's wake-ups (`mtg:<ns>:wake:<instance>`) and the namespace's
 //! changes. The stored state is the truth; a message only says "look again". Pub/sub
 //! forgets what it sent while nobody listened, so after every (re)subscription each
-//! channel's listeners are told to look at everything ([`WAKE_ALL`]).
+//! channel's listeners are told to look at everything ([`WAKE_ALL`]). A channel whose
+//! listeners are all gone is left (UNSUBSCRIBE), so Redis stops sending what nobody here
+//! reads.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -74,15 +76,33 @@ impl Subscriber {
         self.hub.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Sends `message` to `channel`'s listeners, forgetting those gone.
-    fn dispatch(&self, channel: &str, message: &str) {
+    /// Sends `message` to `channel`'s listeners, forgetting those gone; `true` when none
+    /// is left, and the channel is to be left.
+    fn dispatch(&self, channel: &str, message: &str) -> bool {
         let mut hub = self.lock();
-        if let Some(listeners) = hub.channels.get_mut(channel) {
-            listeners.retain(|tx| tx.send(message.to_owned()).is_ok());
-            if listeners.is_empty() {
-                hub.channels.remove(channel);
-            }
+        let Some(listeners) = hub.channels.get_mut(channel) else {
+            return true;
+        };
+        listeners.retain(|tx| tx.send(message.to_owned()).is_ok());
+        if listeners.is_empty() {
+            hub.channels.remove(channel);
+            return true;
         }
+        false
+    }
+
+    /// Forgets the channels whose listeners are all gone, and returns them to be left.
+    fn unheard(&self) -> Vec<String> {
+        let mut hub = self.lock();
+        let mut gone = Vec::new();
+        hub.channels.retain(|channel, listeners| {
+            listeners.retain(|tx| !tx.is_closed());
+            if listeners.is_empty() {
+                gone.push(channel.clone());
+            }
+            !listeners.is_empty()
+        });
+        gone
     }
 
     /// Whether nobody listens any more; then the connection stops (under the same lock
@@ -162,7 +182,9 @@ impl Subscriber {
         }
         // Anything published while we were away is covered by looking at every task.
         for channel in &channels {
-            self.dispatch(channel, WAKE_ALL);
+            if self.dispatch(channel, WAKE_ALL) {
+                leave(&mut sink, channel, timeout).await?;
+            }
         }
         let mut check = tokio::time::interval(CHECK_EVERY);
         check.tick().await;
@@ -172,18 +194,28 @@ impl Subscriber {
                     let Some(message) = message else {
                         return Err(SubscriptionLost::Closed);
                     };
-                    if let Ok(payload) = message.get_payload::<String>() {
-                        self.dispatch(message.get_channel_name(), &payload);
+                    let channel = message.get_channel_name();
+                    let payload = message.get_payload::<String>().unwrap_or_default();
+                    if self.dispatch(channel, &payload) {
+                        leave(&mut sink, channel, timeout).await?;
                     }
                 }
+                // A channel asked for again after it was left comes here after the
+                // UNSUBSCRIBE, so the two reach Redis in that order.
                 Some(channel) = commands.recv() => {
                     tokio::time::timeout(timeout, sink.subscribe(&channel))
                         .await
                         .map_err(|_| SubscriptionLost::TimedOut("SUBSCRIBE"))??;
                     tracing::debug!(channel, "subscribed");
-                    self.dispatch(&channel, WAKE_ALL);
+                    if self.dispatch(&channel, WAKE_ALL) {
+                        leave(&mut sink, &channel, timeout).await?;
+                    }
                 }
                 _ = check.tick() => {
+                    // Left before the check below forgets them.
+                    for channel in self.unheard() {
+                        leave(&mut sink, &channel, timeout).await?;
+                    }
                     if self.stop_if_unused() {
                         return Ok(());
                     }
@@ -194,6 +226,19 @@ impl Subscriber {
             }
         }
     }
+}
+
+/// Leaves a channel nobody here listens to any more.
+async fn leave(
+    sink: &mut redis::aio::PubSubSink,
+    channel: &str,
+    timeout: Duration,
+) -> Result<(), SubscriptionLost> {
+    tokio::time::timeout(timeout, sink.unsubscribe(channel))
+        .await
+        .map_err(|_| SubscriptionLost::TimedOut("UNSUBSCRIBE"))??;
+    tracing::debug!(channel, "unsubscribed");
+    Ok(())
 }
 
 /// Why a subscription ended while listeners still wanted messages.

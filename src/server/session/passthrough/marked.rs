@@ -156,12 +156,9 @@ pub(crate) async fn serve(
             push::discard(upstream).await;
             None
         };
-        return Served::Answered(push::stream(
-            gateway.tasks.clone(),
-            marked.client_id,
-            principal,
-            upstream,
-        ));
+        return Served::Answered(
+            push::stream(gateway.tasks.clone(), marked.client_id, principal, upstream).await,
+        );
     }
     if parts.method != Method::POST {
         let response = pass_through(gateway, pinned, url, parts, body).await;

@@ -76,7 +76,9 @@ impl ServedSessions {
             .get(SESSION_HEADER)
             .and_then(|v| v.to_str().ok());
         if parts.method != Method::POST {
-            return self.serve_not_post(gateway, parts, session_id, principal);
+            return self
+                .serve_not_post(gateway, parts, session_id, principal)
+                .await;
         }
         let message = match Message::parse(&body) {
             Ok(message) => message,
@@ -149,7 +151,7 @@ impl ServedSessions {
 
     /// A GET or DELETE: the session's end, or the pushes of its tasks; any other method
     /// is not allowed.
-    fn serve_not_post(
+    async fn serve_not_post(
         &self,
         gateway: &Gateway,
         parts: &Parts,
@@ -173,7 +175,8 @@ impl ServedSessions {
                 id.to_owned(),
                 principal,
                 None,
-            );
+            )
+            .await;
         }
         let mut response = reply::plain(
             StatusCode::METHOD_NOT_ALLOWED,

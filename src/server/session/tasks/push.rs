@@ -26,15 +26,16 @@ use mtg_protocol::wire::TaskStatus;
 const BACKLOG: usize = 64;
 
 /// The GET stream of session `session` (as the client knows it) for `principal`;
-/// `upstream` is the upstream's own GET stream, when it has one.
-pub(crate) fn stream(
+/// `upstream` is the upstream's own GET stream, when it has one. It opens once this
+/// instance hears the changes, so none announced after the client sees it is missed.
+pub(crate) async fn stream(
     tasks: Arc<TaskService>,
     session: String,
     principal: String,
     upstream: Option<Response<Body>>,
 ) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<Bytes>(BACKLOG);
-    let mut feed = tasks.feed_session(&session);
+    let mut feed = tasks.feed_session(&session).await;
     // (The parser wants a body error that is a std error.)
     let mut upstream = upstream
         .map(|response| SseStream::new(response.into_body().map_err(std::io::Error::other)));
