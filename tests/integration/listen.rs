@@ -111,20 +111,31 @@ async fn a_listener_hears_each_change_of_its_task_once_in_order() {
     follow_one_task(&alice, &alice).await;
 }
 
-#[tokio::test]
-async fn on_redis_a_listener_on_one_instance_hears_a_task_running_on_another() {
-    let redis = RedisServer::start();
+/// Two gateway instances, "a" and "b", on `redis` in front of one fixture: the running
+/// processes, and alice's client of each.
+fn two_instances_on(redis: &RedisServer) -> (Vec<Proc>, Client, Client) {
     let redis_url = redis.url();
-    let (_upstream, upstream_url) = start_plain_server();
-    let (_a, on_a) = start_gateway(
+    let (upstream, upstream_url) = start_plain_server();
+    let (a, on_a) = start_gateway(
         &upstream_url,
         &["--redis", &redis_url, "--instance-id", "a"],
     );
-    let (_b, on_b) = start_gateway(
+    let (b, on_b) = start_gateway(
         &upstream_url,
         &["--redis", &redis_url, "--instance-id", "b"],
     );
-    follow_one_task(&client_of(&on_a, "alice"), &client_of(&on_b, "alice")).await;
+    (
+        vec![upstream, a, b],
+        client_of(&on_a, "alice"),
+        client_of(&on_b, "alice"),
+    )
+}
+
+#[tokio::test]
+async fn on_redis_a_listener_on_one_instance_hears_a_task_running_on_another() {
+    let redis = RedisServer::start();
+    let (_running, on_a, on_b) = two_instances_on(&redis);
+    follow_one_task(&on_a, &on_b).await;
 }
 
 /// The instances that listen to the namespace's change channel (one subscription each).
@@ -148,17 +159,7 @@ fn change_listeners(redis: &RedisServer) -> i64 {
 #[tokio::test]
 async fn on_redis_an_instance_hears_changes_only_while_someone_there_waits() {
     let redis = RedisServer::start();
-    let redis_url = redis.url();
-    let (_upstream, upstream_url) = start_plain_server();
-    let (_a, on_a) = start_gateway(
-        &upstream_url,
-        &["--redis", &redis_url, "--instance-id", "a"],
-    );
-    let (_b, on_b) = start_gateway(
-        &upstream_url,
-        &["--redis", &redis_url, "--instance-id", "b"],
-    );
-    let (alice_a, alice_b) = (client_of(&on_a, "alice"), client_of(&on_b, "alice"));
+    let (_running, alice_a, alice_b) = two_instances_on(&redis);
 
     let quick = alice_a.start_task("echo", json!({"text": "hi"})).await;
     alice_a.wait_status(&quick, "completed").await;
