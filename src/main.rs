@@ -11,6 +11,31 @@ use mcp_task_gateway::config::{Config, ConfigError};
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc's options, read before `main`: freed pages go back to the system within about
+/// a second, from a background thread, rather than stay in the process until later
+/// allocations happen to purge them (jemalloc's default: 10 s, on the allocating thread).
+/// After a burst of new tasks, RSS then comes back to what the tasks hold: at 64 client
+/// connections, 7.8 → 5.9 KB a task (docs/benchmarks.md, run 33). `_RJEM_MALLOC_CONF`
+/// still overrides it.
+#[cfg(all(
+    not(target_env = "msvc"),
+    not(target_os = "macos"),
+    not(feature = "dhat-heap")
+))]
+// SAFETY: the symbol is jemalloc's documented hook for options (`malloc_conf`, prefixed
+// in this build), defined once, here; it points to a NUL-terminated string literal.
+#[allow(unsafe_code)]
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static MALLOC_CONF: MallocConf = MallocConf(c"background_thread:true,dirty_decay_ms:1000".as_ptr());
+
+/// A C string pointer jemalloc reads once at start.
+#[repr(transparent)]
+struct MallocConf(*const std::ffi::c_char);
+
+// SAFETY: the pointer is to a string literal, immutable for the whole run.
+#[allow(unsafe_code)]
+unsafe impl Sync for MallocConf {}
+
 // A heap profile instead (`--features dhat-heap`, never in a release): every allocation's
 // call stack, written at exit to `$MTG_DHAT_FILE` (default `dhat-heap.json`); its
 // "t-gmax" view is the heap at its peak, e.g. with every task of a load in flight.
