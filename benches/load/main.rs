@@ -54,7 +54,7 @@ pub(crate) struct Args {
     /// tasks), h (progress keep-alive CPU), i (/mcp/NAME with many named upstreams
     /// against a single-upstream gateway), m (memory per in-flight task: stores × 1 and
     /// 64 connections; not run by default), sweep (latency vs concurrency plot), floor
-    /// (issue #31's figures against their goals, from a's, c's and m's loads, in
+    /// (issues #31 and #47's figures against their goals, from a's, c's and m's loads, in
     /// alternating runs; not run by default).
     #[arg(long, value_delimiter = ',', default_value = "a,b,c,d,e,f,g,h,i,sweep")]
     scenarios: Vec<String>,
