@@ -50,8 +50,7 @@ impl TaskService {
         let task_id = record.task_id.clone();
         let seed = Arc::new(record.clone());
         if let Some(link) = &call.session {
-            self.waiters.expect_session(&link.client_session);
-            self.waiters.heard(waiters::HEARD_WITHIN).await;
+            self.expect_session(&link.client_session).await;
         }
         let adopted = start::Adopted {
             exchange,
@@ -71,6 +70,13 @@ impl TaskService {
         );
         launched.stored().await?;
         Ok(seed)
+    }
+
+    /// `session` is about to have a task: its changes queue for its GET stream, and
+    /// are heard here before the task starts, so its end reaches the stream.
+    async fn expect_session(&self, session: &str) {
+        self.waiters.expect_session(session);
+        self.waiters.heard(waiters::HEARD_WITHIN).await;
     }
 
     async fn start_task_within(
@@ -98,9 +104,7 @@ impl TaskService {
         let early_input =
             (early_input && !budget.is_zero()).then(|| self.runners.expect_early_input(&task_id));
         if let Some(link) = &call.session {
-            self.waiters.expect_session(&link.client_session);
-            // The task's end must reach the session's stream, so it is heard first.
-            self.waiters.heard(waiters::HEARD_WITHIN).await;
+            self.expect_session(&link.client_session).await;
         }
         let mut launched = self.spawn_runner(
             &task_id,

@@ -195,8 +195,9 @@ impl Subscriber {
                         return Err(SubscriptionLost::Closed);
                     };
                     let channel = message.get_channel_name();
-                    let payload = message.get_payload::<String>().unwrap_or_default();
-                    if self.dispatch(channel, &payload) {
+                    if let Ok(payload) = message.get_payload::<String>()
+                        && self.dispatch(channel, &payload)
+                    {
                         leave(&mut sink, channel, timeout).await?;
                     }
                 }
