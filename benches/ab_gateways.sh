@@ -33,13 +33,14 @@ for line in open(sys.argv[1]):
         continue
     c = [x.strip() for x in line.strip().strip("|").split("|")]
     num = lambda v: float(v) if v not in ("—", "") else float("nan")
-    # req/s, p50, p99, gateway CPU, load generator CPU
-    rows[(c[0], c[1], side)].append((num(c[4]), num(c[5]), num(c[7]), num(c[9]), num(c[13])))
-print(f"{'variant':45s} {'conns':>5s} side {'req/s':>8s} {'p50 ms':>7s} {'p99 ms':>7s} {'gw µs':>6s} {'lg µs':>6s}")
+    # req/s, p50, p99, gateway CPU, load generator CPU, Redis CPU
+    rows[(c[0], c[1], side)].append(
+        (num(c[4]), num(c[5]), num(c[7]), num(c[9]), num(c[13]), num(c[11])))
+print(f"{'variant':45s} {'conns':>5s} side {'req/s':>8s} {'p50 ms':>7s} {'p99 ms':>7s} {'gw µs':>6s} {'lg µs':>6s} {'redis µs':>8s}")
 for variant, conns in sorted({(v, c) for v, c, _ in rows}):
     for s in ("A", "B"):
         runs = rows.get((variant, conns, s))
         if runs:
-            m = [statistics.median(r[i] for r in runs) for i in range(5)]
-            print(f"{variant[:45]:45s} {conns:>5s} {s:>4s} {m[0]:8.0f} {m[1]:7.3f} {m[2]:7.3f} {m[3]:6.1f} {m[4]:6.1f}  ({len(runs)} runs)")
+            m = [statistics.median(r[i] for r in runs) for i in range(6)]
+            print(f"{variant[:45]:45s} {conns:>5s} {s:>4s} {m[0]:8.0f} {m[1]:7.3f} {m[2]:7.3f} {m[3]:6.1f} {m[4]:6.1f} {m[5]:8.1f}  ({len(runs)} runs)")
 PY

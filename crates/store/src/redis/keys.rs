@@ -111,6 +111,12 @@ impl Keys {
         format!("{}{{{task_id}}}", self.prefix)
     }
 
+    /// Where a new task is written before it is renamed onto its key (same hash tag, so
+    /// the same slot). It exists only inside a `MULTI`.
+    pub(super) fn task_staged(&self, task_id: &str) -> String {
+        format!("{}{{{task_id}}}:new", self.prefix)
+    }
+
     /// The principal is the caller's identity, not a gateway-made id: braces in it can
     /// only move the key to another slot, never make two principals share a key.
     pub(super) fn by_principal(&self, principal: &str) -> String {
