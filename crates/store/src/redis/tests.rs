@@ -70,6 +70,27 @@ async fn the_task_key_and_its_owner_index_expire() {
 }
 
 #[tokio::test]
+async fn a_create_leaves_no_staged_key_and_a_duplicate_leaves_the_first_task_as_it_was() {
+    let server = redis_server();
+    let store = store(&server, "gw-1");
+    let first = record("gw-1");
+    let id = first.task_id.clone();
+    store.create(first).await.unwrap();
+    let mut again = record("gw-2");
+    again.task_id = id.clone();
+    assert!(matches!(
+        store.create(again).await,
+        Err(StoreError::Duplicate(_))
+    ));
+    let mut staged = redis::cmd("EXISTS");
+    staged.arg(store.keys.task_staged(&id));
+    assert_eq!(query::<i64>(&store, staged).await, 0);
+    let mut owner = redis::cmd("HGET");
+    owner.arg(store.keys.task(&id)).arg("owner");
+    assert_eq!(query::<String>(&store, owner).await, "gw-1");
+}
+
+#[tokio::test]
 async fn scripts_redis_lost_are_loaded_again() {
     let server = redis_server();
     let store = store(&server, "gw-1");
