@@ -31,7 +31,8 @@
 //!   every key and channel name under the deployment's namespace
 //!   ([`redis::StoreNamespace`]). Every change of a task is one Lua script of `lua/`
 //!   (with `lua/prelude.lua` in front), compiled in by `redis/scripts.rs` and called by
-//!   its SHA.
+//!   its SHA; a create that no webhook hears is a `MULTI` instead (a script call costs
+//!   Redis more than the commands it runs).
 //!
 //! Both count what they do through the `metrics` facade (`metrics.rs` names the series):
 //! no-ops until the gateway installs a recorder.

@@ -19,8 +19,10 @@
 //!   stays until delivered or redelivered, and the gateway refuses webhooks on a Cluster;
 //! - channel `mtg:<ns>:wake:<instance>`: wake-ups for the owner (payload: a task id).
 //!
-//! Every change of a task is one Lua script on its hash; nothing on a request path uses
-//! KEYS or SCAN.
+//! Every change of a task is one Lua script on its hash, except a create that no webhook
+//! hears: a `MULTI` that writes `mtg:<ns>:{<taskId>}:new` and renames it onto the task's
+//! key (`create_unheard`), so the staged key is never seen. Nothing on a request path
+//! uses KEYS or SCAN.
 
 mod changes;
 mod codec;
