@@ -5,7 +5,6 @@
 //! every key hash-tagged, so Redis Cluster works; every key has a TTL):
 //! - `mtg:<ns>:{<taskId>}`: hash, the task (see `codec`); TTL = ttlMs + `KEY_GRACE` (2 s);
 //! - `mtg:<ns>:owned:{<instance>}`: set, ids of the unfinished tasks an instance runs;
-//!   TTL = max TTL + grace, refreshed on each create and takeover;
 //! - `mtg:<ns>:by-principal:{<principal>}`: sorted set, a principal's task ids by
 //!   createdAt (see `listing`); TTL = max TTL + grace, refreshed on each create;
 //! - `mtg:<ns>:by-created`: sorted set, every task id by createdAt, for operators'
@@ -247,13 +246,6 @@ impl RedisStore {
         pipe_of([add, trim, ttl])
     }
 
-    /// The TTL an owner's index is given when a task of `ttl_ms` joins it: as long as the
-    /// longest-lived task it can hold, so that a task with a shorter TTL never cuts short
-    /// the index of an earlier, longer-lived one.
-    pub(super) fn owned_index_ttl_ms(&self, ttl_ms: u64) -> u64 {
-        Self::key_ttl_ms(ttl_ms.max(self.settings.max_ttl.as_millis() as u64))
-    }
-
     /// A task no webhook hears created, without a script: written to a staging key of the
     /// same slot, then renamed onto the task's key unless that exists. A script call costs
     /// Redis more than the commands it runs (docs/benchmarks.md, run 34); `MULTI` keeps
@@ -338,9 +330,7 @@ impl TaskStore for RedisStore {
         let mut index_add = redis::cmd("SADD");
         index_add.arg(&owned).arg(&task.task_id);
         let mut index_ttl = redis::cmd("PEXPIRE");
-        index_ttl
-            .arg(&owned)
-            .arg(self.owned_index_ttl_ms(task.ttl_ms));
+        index_ttl.arg(&owned).arg(key_ttl);
         let (mut create, plan) =
             self.emitting(&self.scripts.create, &task.task_id, &[EventType::Created]);
         let fields = codec::encode(&task).map_err(corrupt)?;

@@ -59,13 +59,9 @@ pub(super) async fn take_over(
     let now = now_ms();
     // Indexed under the new owner first: if it dies right after the move, its own
     // owner's sweep finds the task (an id without a task is dropped then).
-    let owned = store.keys.owned(takeover.to);
     let mut index_add = redis::cmd("SADD");
-    index_add.arg(&owned).arg(task_ids);
-    // An instance that ran nothing yet has no index: it must not be made without a TTL.
-    let mut index_ttl = redis::cmd("PEXPIRE");
-    index_ttl.arg(&owned).arg(store.owned_index_ttl_ms(0));
-    let mut groups = vec![pipe_of([index_add, index_ttl])];
+    index_add.arg(store.keys.owned(takeover.to)).arg(task_ids);
+    let mut groups = vec![pipe_of([index_add])];
     groups.extend(task_ids.iter().map(|task_id| {
         let (mut cmd, plan) = store.emitting(
             &store.scripts.take_over,
