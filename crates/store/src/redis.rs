@@ -246,6 +246,11 @@ impl RedisStore {
         pipe_of([add, trim, ttl])
     }
 
+    /// The key TTL of a task that lives as long as any may: max TTL + grace.
+    pub(super) fn max_key_ttl_ms(&self) -> u64 {
+        Self::key_ttl_ms(self.settings.max_ttl.as_millis() as u64)
+    }
+
     /// A task no webhook hears created, without a script: written to a staging key of the
     /// same slot, then renamed onto the task's key unless that exists. A script call costs
     /// Redis more than the commands it runs (docs/benchmarks.md, run 34); `MULTI` keeps

@@ -59,9 +59,14 @@ pub(super) async fn take_over(
     let now = now_ms();
     // Indexed under the new owner first: if it dies right after the move, its own
     // owner's sweep finds the task (an id without a task is dropped then).
+    let owned = store.keys.owned(takeover.to);
     let mut index_add = redis::cmd("SADD");
-    index_add.arg(store.keys.owned(takeover.to)).arg(task_ids);
-    let mut groups = vec![pipe_of([index_add])];
+    index_add.arg(&owned).arg(task_ids);
+    // An instance that ran nothing yet has no index: it must not be made without a TTL.
+    // Max TTL + grace outlives any task it takes; a create later sets its own.
+    let mut index_ttl = redis::cmd("PEXPIRE");
+    index_ttl.arg(&owned).arg(store.max_key_ttl_ms());
+    let mut groups = vec![pipe_of([index_add, index_ttl])];
     groups.extend(task_ids.iter().map(|task_id| {
         let (mut cmd, plan) = store.emitting(
             &store.scripts.take_over,

@@ -70,6 +70,31 @@ async fn the_task_key_and_its_owner_index_expire() {
 }
 
 #[tokio::test]
+async fn an_owner_index_made_by_a_takeover_has_a_ttl() {
+    let server = redis_server();
+    let lost = store(&server, "gw-lost");
+    let task = record("gw-lost");
+    let id = task.task_id.clone();
+    lost.create(task).await.unwrap();
+    let taker = store(&server, "gw-taker");
+    let takeover = crate::Takeover {
+        from: "gw-lost",
+        to: "gw-taker",
+        message: "resumed",
+        counts: true,
+        max_takeovers: 3,
+        keep_round: false,
+        exhausted: Outcome::gateway_failure("too often"),
+    };
+    let adopted = taker.take_over(&[id], &takeover).await.unwrap();
+    assert!(matches!(adopted[..], [crate::Adoption::Adopted(_)]));
+    let mut ttl = redis::cmd("PTTL");
+    ttl.arg(taker.keys.owned("gw-taker"));
+    let pttl: i64 = query(&taker, ttl).await;
+    assert!(pttl > 50_000, "the new owner's index has a TTL: {pttl} ms");
+}
+
+#[tokio::test]
 async fn a_create_leaves_no_staged_key_and_a_duplicate_leaves_the_first_task_as_it_was() {
     let server = redis_server();
     let store = store(&server, "gw-1");
