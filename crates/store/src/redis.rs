@@ -336,18 +336,20 @@ impl TaskStore for RedisStore {
         index_add.arg(&owned).arg(&task.task_id);
         let mut index_ttl = redis::cmd("PEXPIRE");
         index_ttl.arg(&owned).arg(key_ttl);
-        let (mut create, plan) =
-            self.emitting(&self.scripts.create, &task.task_id, &[EventType::Created]);
         let fields = codec::encode(&task).map_err(corrupt)?;
-        let mut task_group = if plan.is_empty() {
-            self.create_unheard(&task.task_id, key_ttl, fields)
-        } else {
+        let scripted = self.heard(&[EventType::Created]);
+        let (mut task_group, plan) = if scripted {
+            let (mut create, plan) =
+                self.emitting(&self.scripts.create, &task.task_id, &[EventType::Created]);
             create.arg(key_ttl);
             for (field, value) in fields {
                 create.arg(field).arg(value);
             }
             create.arg(&plan);
-            pipe_of([create])
+            (pipe_of([create]), plan)
+        } else {
+            let unheard = self.create_unheard(&task.task_id, key_ttl, fields);
+            (unheard, String::new())
         };
         if self.settings.wait_replicas > 0 {
             // Same connection as the write, so WAIT covers it.
@@ -383,10 +385,10 @@ impl TaskStore for RedisStore {
             ));
         };
         let mut task_replies = task_replies.into_iter();
-        let created: i64 = if plan.is_empty() {
-            created_unheard(&mut task_replies)?
-        } else {
+        let created: i64 = if scripted {
             parse(task_replies.next().unwrap_or(Value::Nil))?
+        } else {
+            created_unheard(&mut task_replies)?
         };
         if created == 0 {
             return Err(StoreError::Duplicate(task.task_id));

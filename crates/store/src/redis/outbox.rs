@@ -22,6 +22,14 @@ const EMIT_PARTS: [&str; 4] = ["due", "queues", "events", "ages"];
 const ALL_PARTS: [&str; 6] = ["due", "queues", "events", "attempts", "ages", "dead"];
 
 impl RedisStore {
+    /// Whether some subscription wants one of `kinds`: then the transition writes its
+    /// event in the same script ([`Self::emitting`]).
+    pub(super) fn heard(&self, kinds: &[EventType]) -> bool {
+        self.plan
+            .get()
+            .is_some_and(|plan| plan.matching(kinds).next().is_some())
+    }
+
     /// `lua` called on `task_id`'s hash with the outbox keys of every subscription that
     /// wants one of `kinds`, and the plan the script's last ARGV must be (`""` when none).
     pub(super) fn emitting(&self, lua: &Lua, task_id: &str, kinds: &[EventType]) -> (Cmd, String) {
