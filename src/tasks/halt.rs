@@ -15,9 +15,12 @@ use mtg_store::Outcome;
 pub(super) enum Halt {
     /// The task ends with this outcome (a failure of the gateway's or the upstream's).
     Finish(Outcome),
-    /// The task ended elsewhere (cancelled, expired), or its input went to the client
-    /// within the promotion budget: nothing more to record.
+    /// The task ended elsewhere (cancelled), is another instance's now, or its input went
+    /// to the client within the promotion budget: nothing more to record.
     Ended,
+    /// The task reached its TTL unfinished: nothing to record, but the owner lets go of
+    /// it (`TaskStore::let_go_expired`), as no end of the task will.
+    Expired,
 }
 
 /// What the task records when the runner stops its call for `reason`; `input_wait` is
@@ -30,10 +33,10 @@ pub(super) fn halt_for(
     match reason {
         StopReason::TimedOut => Halt::Finish(timed_out(service)),
         StopReason::Unanswered => Halt::Finish(abandoned(input_wait.unwrap_or_default())),
-        // Ended elsewhere (cancelled, expired) or another instance's now: nothing to
-        // record. The rest are not the runner's stops.
+        StopReason::Expired => Halt::Expired,
+        // Ended elsewhere (cancelled) or another instance's now: nothing to record. The
+        // rest are not the runner's stops.
         StopReason::Cancelled
-        | StopReason::Expired
         | StopReason::Moved
         | StopReason::ClientLeft
         | StopReason::ShuttingDown

@@ -43,14 +43,20 @@ pub(super) async fn run(
     let started = std::time::Instant::now();
     let session = call.session.as_ref().map(|s| s.client_session.clone());
     let taken_over = matches!(*start, Start::TakenOver { .. });
-    let outcome = drive(service, task_id, &mut call, start, &signals).await;
+    let driven = drive(service, task_id, &mut call, start, &signals).await;
     let change = mtg_store::TaskChange {
         task_id: task_id.to_owned(),
         session,
         progress: None,
     };
     let mut announced = false;
-    if let Some(outcome) = outcome {
+    if matches!(driven, Err(Halt::Expired)) {
+        tracing::info!("task expired unfinished");
+        if let Err(e) = Box::pin(service.store.let_go_expired(task_id)).await {
+            tracing::warn!(error = %e, "could not let go of the expired task");
+        }
+    }
+    if let Ok(outcome) = driven {
         let label = outcome_label(&outcome);
         // The TTL bounds the retries: a short store outage loses no upstream result.
         let ttl = std::time::Duration::from_millis(service.settings.ttl_ms);
@@ -86,15 +92,14 @@ pub(super) async fn run(
     let _ = done.send(());
 }
 
-/// Runs the call; `None` when the task ended elsewhere (cancelled, expired) or is
-/// another instance's now.
+/// Runs the call: the outcome to record, or why there is none (never `Halt::Finish`).
 async fn drive(
     service: &Arc<TaskService>,
     task_id: &str,
     call: &mut ToolCall,
     start: Box<Start>,
     signals: &Signals,
-) -> Option<Outcome> {
+) -> Result<Outcome, Halt> {
     let wake = signals.wake.as_ref();
     let deadline = service
         .settings
@@ -127,6 +132,7 @@ async fn drive(
         wake,
         stop: &signals.stop,
         deadline,
+        expires_at,
     };
     // `params` is moved into the first request, never borrowed here: the call's wait
     // holds only the raw `call.params` (the retries' original), and none of the
@@ -140,8 +146,8 @@ async fn drive(
         Err(halt) => Err(halt),
     };
     match driven {
-        Ok(outcome) | Err(Halt::Finish(outcome)) => Some(outcome),
-        Err(Halt::Ended) => None,
+        Ok(outcome) | Err(Halt::Finish(outcome)) => Ok(outcome),
+        Err(ended) => Err(ended),
     }
 }
 

@@ -491,6 +491,76 @@ async fn a_tool_that_needs_a_client_extension_gets_it(upstream: MrtrUpstream) {
 }
 
 // One test per flow and upstream.
+/// A round the client never answers ends with the task's TTL: the runner stops (a slot
+/// of the caller's running-task limit is free again, `mtg_tasks_in_flight` falls to 0),
+/// and on Redis the owner's index lets go of the task.
+async fn an_unanswered_round_ends_with_the_tasks_ttl(upstream: MrtrUpstream) {
+    let redis = test_support::RedisServer::start();
+    let redis_url = redis.url();
+    let metrics_port = free_port();
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
+    let flags = [
+        "--redis",
+        &redis_url,
+        "--default-ttl-ms",
+        "1500",
+        "--max-running-tasks-per-principal",
+        "1",
+        "--metrics-listen",
+        &metrics_addr,
+    ];
+    let s = setup(upstream, &flags);
+    let task_id = s
+        .client
+        .start_task("confirm_delete", json!({"path": "/left"}))
+        .await;
+    s.client.wait_status(&task_id, "input_required").await;
+    let refused = s
+        .client
+        .call_tool("confirm_delete", json!({"path": "/refused"}))
+        .await;
+    assert_eq!(refused.error_code(), -31429, "{}", refused.body);
+
+    let expired = eventually("the task to expire", || async {
+        let reply = s
+            .client
+            .request("tasks/get", json!({"taskId": task_id}))
+            .await;
+        reply.body.get("error").is_some().then_some(reply)
+    })
+    .await;
+    assert_eq!(expired.error_code(), -32602);
+    eventually("the runner to end", || async {
+        let metrics = scrape_metrics(metrics_port).await;
+        (metric_sample(&metrics, "mtg_tasks_in_flight") == Some(0.0)).then_some(())
+    })
+    .await;
+    let next = s
+        .client
+        .start_task("confirm_delete", json!({"path": "/next"}))
+        .await;
+    s.client.wait_status(&next, "input_required").await;
+
+    let mut conn = redis.connection();
+    let indexes: Vec<String> = ::redis::cmd("KEYS")
+        .arg("mtg:*:owned:*")
+        .query(&mut conn)
+        .unwrap();
+    let mut indexed: Vec<String> = Vec::new();
+    for index in indexes {
+        let members: Vec<String> = ::redis::cmd("SMEMBERS")
+            .arg(index)
+            .query(&mut conn)
+            .unwrap();
+        indexed.extend(members);
+    }
+    assert_eq!(
+        indexed,
+        vec![next],
+        "the owner's index holds only the live task"
+    );
+}
+
 over_both_upstreams!(
     a_tool_that_needs_a_client_extension_gets_it,
     one_round_of_elicitation_completes_the_task,
@@ -504,6 +574,7 @@ over_both_upstreams!(
     a_session_client_cancels_a_bridged_call,
     annotated_arguments_are_mirrored_into_param_headers,
     rounds_answered_on_another_instance,
+    an_unanswered_round_ends_with_the_tasks_ttl,
 );
 
 /// An upstream that is down at first use is asked again later, not taken for a session upstream.

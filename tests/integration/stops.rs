@@ -402,6 +402,10 @@ async fn stops_of_deferred_calls_reach_a_json_response_upstream() {
     upstream.assert_stopped(1, since, "cancel_task").await;
 
     // A call that asked for progress is streamed; the client leaves before the budget.
+    // A gateway of its own with a long budget: under load, seeing the call upstream can
+    // take longer than 300 ms, and a call deferred by then rightly runs on as a task.
+    let (_gateway, url, _admin) = start_gateway_for(&upstream, &["--defer-after-ms", "30000"]);
+    let client = Client::new(&url, json!({"elicitation": {"form": {}}}));
     let mut params = client.params(json!({"name": "sleep", "arguments": {"ms": 60000}}));
     params["_meta"]["progressToken"] = json!("p");
     let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params});

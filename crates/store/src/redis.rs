@@ -230,7 +230,6 @@ impl RedisStore {
     /// there: nothing else would, while tasks keep coming.
     fn list_created(&self, task: &TaskRecord) -> Pipeline {
         let key = self.keys.by_created();
-        let max_ttl = self.settings.max_ttl.as_millis() as u64;
         let mut add = redis::cmd("ZADD");
         add.arg(&key)
             .arg("NX")
@@ -241,14 +240,19 @@ impl RedisStore {
             .arg("-inf")
             .arg(format!("({}", listing::surely_expired(self, now_ms())));
         let mut ttl = redis::cmd("PEXPIRE");
-        ttl.arg(&key)
-            .arg(Self::key_ttl_ms(task.ttl_ms.max(max_ttl)));
+        ttl.arg(&key).arg(self.index_ttl_ms(task));
         pipe_of([add, trim, ttl])
     }
 
     /// The key TTL of a task that lives as long as any may: max TTL + grace.
     pub(super) fn max_key_ttl_ms(&self) -> u64 {
         Self::key_ttl_ms(self.settings.max_ttl.as_millis() as u64)
+    }
+
+    /// The TTL an index gets when `task` joins it: as long as the longest-lived task it
+    /// can hold, so that a short-lived task never cuts it below an earlier one's.
+    fn index_ttl_ms(&self, task: &TaskRecord) -> u64 {
+        self.max_key_ttl_ms().max(Self::key_ttl_ms(task.ttl_ms))
     }
 
     /// A task no webhook hears created, without a script: written to a staging key of the
@@ -334,8 +338,11 @@ impl TaskStore for RedisStore {
         // without a task and drops it, rather than a task nobody would sweep.
         let mut index_add = redis::cmd("SADD");
         index_add.arg(&owned).arg(&task.task_id);
+        // As long as the longest-lived task it can hold: a short-lived task must not cut
+        // it below an earlier, longer-lived one's. Expired ids are let go of by their
+        // runners (`let_go_expired`), not by the index's own expiry.
         let mut index_ttl = redis::cmd("PEXPIRE");
-        index_ttl.arg(&owned).arg(key_ttl);
+        index_ttl.arg(&owned).arg(self.index_ttl_ms(&task));
         let fields = codec::encode(&task).map_err(corrupt)?;
         let scripted = self.heard(&[EventType::Created]);
         let (mut task_group, plan) = if scripted {
@@ -367,9 +374,7 @@ impl TaskStore for RedisStore {
             .arg(task.created_at_ms)
             .arg(&task.task_id);
         let mut list_ttl = redis::cmd("PEXPIRE");
-        list_ttl.arg(&listed).arg(Self::key_ttl_ms(
-            task.ttl_ms.max(self.settings.max_ttl.as_millis() as u64),
-        ));
+        list_ttl.arg(&listed).arg(self.index_ttl_ms(&task));
         let groups = vec![
             pipe_of([index_add, index_ttl]),
             task_group,
@@ -629,6 +634,15 @@ impl TaskStore for RedisStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         self.conn.one("ping", redis::cmd("PING")).await?;
+        Ok(())
+    }
+
+    async fn let_go_expired(&self, task_id: &str) -> Result<(), StoreError> {
+        let mut unindex = redis::cmd("SREM");
+        unindex
+            .arg(self.keys.owned(&self.settings.instance_id))
+            .arg(task_id);
+        self.conn.one("unindex", unindex).await?;
         Ok(())
     }
 }

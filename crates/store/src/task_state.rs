@@ -200,6 +200,14 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// Checks that the store answers.
     async fn ping(&self) -> Result<(), StoreError>;
+
+    /// The owner's runner stopped `task_id` at its TTL, unfinished. Where the store keeps
+    /// an index of what each instance runs (Redis), nothing else takes the id out of it:
+    /// a finish, a cancel and a takeover do, an expiry does not. Where expiry cleans up
+    /// after itself (memory), there is nothing to do.
+    async fn let_go_expired(&self, _task_id: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// Records a task's outcome, retrying with backoff while the store is unavailable, so a

@@ -93,6 +93,8 @@ pub(super) struct TaskAnswers<'a> {
     /// The task moved to another instance: stop waiting.
     pub stop: &'a CancellationToken,
     pub deadline: Option<Instant>,
+    /// The task's TTL: a round nobody answered stops waiting then.
+    pub expires_at: Instant,
 }
 
 impl TaskAnswers<'_> {
@@ -163,6 +165,7 @@ impl TaskAnswers<'_> {
                 () = sleep_until(look_again) => {}
                 () = self.stop.cancelled() => return Err(Halt::Ended),
                 () = sleep_until(self.deadline) => return Err(Halt::Finish(timed_out(service))),
+                () = tokio::time::sleep_until(self.expires_at) => return Err(Halt::Expired),
             }
             look_again = None;
         }

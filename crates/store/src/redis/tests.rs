@@ -70,6 +70,33 @@ async fn the_task_key_and_its_owner_index_expire() {
 }
 
 #[tokio::test]
+async fn a_short_lived_task_does_not_cut_short_its_owners_index() {
+    let server = redis_server();
+    let store = store(&server, "gw-1");
+    let long_lived = record("gw-1");
+    assert_eq!(long_lived.ttl_ms, 60_000, "the record this test expects");
+    let long_id = long_lived.task_id.clone();
+    store.create(long_lived).await.unwrap();
+    let mut short_lived = record("gw-1");
+    short_lived.ttl_ms = 300;
+    let short_id = short_lived.task_id.clone();
+    store.create(short_lived).await.unwrap();
+    let mut ttl = redis::cmd("PTTL");
+    ttl.arg(store.keys.owned("gw-1"));
+    let pttl: i64 = query(&store, ttl).await;
+    assert!(
+        pttl > 50_000,
+        "the owner index outlives the first task: {pttl} ms"
+    );
+    // The runner lets go of the short-lived one at its TTL; the other stays indexed.
+    store.let_go_expired(&short_id).await.unwrap();
+    let mut members = redis::cmd("SMEMBERS");
+    members.arg(store.keys.owned("gw-1"));
+    let members: Vec<String> = query(&store, members).await;
+    assert_eq!(members, vec![long_id]);
+}
+
+#[tokio::test]
 async fn an_owner_index_made_by_a_takeover_has_a_ttl() {
     let server = redis_server();
     let lost = store(&server, "gw-lost");
