@@ -4,7 +4,8 @@
 //! Key layout (`keys.rs` names every key, under the deployment's namespace `mtg:<ns>:`;
 //! every key hash-tagged, so Redis Cluster works; every key has a TTL):
 //! - `mtg:<ns>:{<taskId>}`: hash, the task (see `codec`); TTL = ttlMs + `KEY_GRACE` (2 s);
-//! - `mtg:<ns>:owned:{<instance>}`: set, ids of the unfinished tasks an instance runs;
+//! - `mtg:<ns>:owned:{<instance>}`: set, ids of the unfinished tasks an instance runs,
+//!   taken out by the runner when a task ends or expires; TTL = max TTL + grace;
 //! - `mtg:<ns>:by-principal:{<principal>}`: sorted set, a principal's task ids by
 //!   createdAt (see `listing`); TTL = max TTL + grace, refreshed on each create;
 //! - `mtg:<ns>:by-created`: sorted set, every task id by createdAt, for operators'
