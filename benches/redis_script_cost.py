@@ -17,6 +17,7 @@ LUA = os.path.join(os.path.dirname(__file__), "..", "crates", "store", "src", "l
 # The fields of a new echo task, as `redis/codec.rs` writes them (sizes alike).
 FIELDS = ["principal", "anonymous", "owner", "vm-1", "status", "working",
           "created", "0", "updated", "0", "ttl", "3600000", "poll", "1000",
+          "next", "0", "out", "0",
           "request", '{"name":"echo","arguments":{"text":"hi"}}',
           "request_kept", '{"name":"echo"}', "resume", "r" * 60]
 RESULT = ('{"content":[{"text":"hi","type":"text"}],"resultType":"complete",'

@@ -269,7 +269,12 @@ pub(crate) async fn an_ended_task_sheds_what_only_its_call_needed(subject: &impl
 pub(crate) async fn failed_keeps_the_error_and_says_why(subject: &impl Subject) {
     let store = subject.instance(OWNER);
     let id = create(&store).await;
+    let answered = add_input(&store, &id).await;
     add_input(&store, &id).await;
+    // One request answered (the answer not yet taken by the runner), one outstanding:
+    // the end drops both, and the answer.
+    let response = answer(&answered, json!({"action": "accept"}));
+    assert_eq!(accept(&store, &id, response).await, accepted(&[&answered]));
     let failure = Outcome::gateway_failure("upstream lost");
     assert!(store.tasks.finish(&id, failure).await.unwrap());
     let failed = fetch(&store, &id).await;
@@ -277,6 +282,7 @@ pub(crate) async fn failed_keeps_the_error_and_says_why(subject: &impl Subject) 
     assert_eq!(failed.status_message.as_deref(), Some("upstream lost"));
     assert_eq!(failed.error.as_ref().map(|e| e.code), Some(-32603));
     assert!(failed.input_requests.is_empty());
+    assert!(failed.answers.is_empty());
     assert!(failed.result.is_none());
 }
 

@@ -18,8 +18,8 @@ end
 -- No subscription hears of it: the same end as `finish` then `shed`, in four calls
 -- rather than twelve. Each call from a script costs Redis about as much again as the
 -- command itself (docs/benchmarks.md, run 34), and this runs once for every task.
-local created, ttl, current, updated, kept = unpack(redis.call('HMGET', task,
-  'created', 'ttl', 'status', 'updated', 'request_kept'))
+local created, ttl, current, updated, kept, issued = unpack(redis.call('HMGET', task,
+  'created', 'ttl', 'status', 'updated', 'request_kept', 'next'))
 if not created or tonumber(now) >= tonumber(created) + tonumber(ttl) then
   return 0
 end
@@ -30,10 +30,14 @@ local gone = {'resume', 'ustate', 'request_kept'}
 if status == 'completed' then
   gone[#gone + 1] = 'msg'
 end
-for _, name in ipairs(redis.call('HKEYS', task)) do
-  local prefix = string.sub(name, 1, 3)
-  if prefix == 'ir:' or prefix == 'an:' then
-    gone[#gone + 1] = name
+-- Input keys come from the `next` counter: at 0 none was ever given, so there are no
+-- requests or answers to look for (most tasks never ask for input).
+if issued ~= '0' then
+  for _, name in ipairs(redis.call('HKEYS', task)) do
+    local prefix = string.sub(name, 1, 3)
+    if prefix == 'ir:' or prefix == 'an:' then
+      gone[#gone + 1] = name
+    end
   end
 end
 redis.call('HDEL', task, unpack(gone))
