@@ -333,7 +333,7 @@ impl Outgoing {
         let mut answered = false;
         loop {
             let filled =
-                std::future::poll_fn(|cx| poll_fill(&stream, &mut read, read_size, cx)).await;
+                std::future::poll_fn(|cx| poll_fill(&mut stream, &mut read, read_size, cx)).await;
             let failed = |e: LeanError| match answered {
                 false => Attempt::Unanswered(e),
                 true => Attempt::Failed(e),
@@ -535,26 +535,26 @@ pub(crate) struct Head {
 
 /// Reads once the socket is readable; the buffer is grown only then, so that a wait
 /// holds no buffer. `Ok(0)` is the end of the stream.
+///
+/// The read goes through tokio's `AsyncRead`, which takes a read that did not fill the
+/// buffer as the socket drained and clears its readiness; `try_read_buf` keeps the
+/// readiness until a read fails, which cost a system call that would block after each
+/// response (docs/benchmarks.md, run 35).
 fn poll_fill(
-    stream: &TcpStream,
+    stream: &mut TcpStream,
     read: &mut BytesMut,
     size: usize,
     cx: &mut Context<'_>,
 ) -> Poll<std::io::Result<usize>> {
-    loop {
-        ready!(stream.poll_read_ready(cx))?;
-        read.reserve(size);
-        match stream.try_read_buf(read) {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                // The readiness was stale (it is cleared only now): the wait that follows
-                // must not hold the buffer just reserved.
-                if read.is_empty() {
-                    *read = BytesMut::new();
-                }
-            }
-            other => return Poll::Ready(other),
-        }
+    ready!(stream.poll_read_ready(cx))?;
+    read.reserve(size);
+    let filled = tokio_util::io::poll_read_buf(Pin::new(stream), cx, read);
+    if filled.is_pending() && read.is_empty() {
+        // The readiness was stale (it is cleared now): the wait that follows must not
+        // hold the buffer just reserved.
+        *read = BytesMut::new();
     }
+    filled
 }
 
 /// Whether an idle socket can be used: not closed by the upstream, with nothing unread.
@@ -721,7 +721,7 @@ impl<H: Home> Body for LeanBody<H> {
                 return Poll::Ready(None);
             }
             let filled = ready!(poll_fill(
-                &reading.stream,
+                &mut reading.stream,
                 &mut reading.read,
                 reading.home.read_size(),
                 cx
