@@ -541,19 +541,7 @@ async fn an_unanswered_round_ends_with_the_tasks_ttl(upstream: MrtrUpstream) {
         .await;
     s.client.wait_status(&next, "input_required").await;
 
-    let mut conn = redis.connection();
-    let indexes: Vec<String> = ::redis::cmd("KEYS")
-        .arg("mtg:*:owned:*")
-        .query(&mut conn)
-        .unwrap();
-    let mut indexed: Vec<String> = Vec::new();
-    for index in indexes {
-        let members: Vec<String> = ::redis::cmd("SMEMBERS")
-            .arg(index)
-            .query(&mut conn)
-            .unwrap();
-        indexed.extend(members);
-    }
+    let indexed = owner_index(&mut redis.connection(), "*");
     assert_eq!(
         indexed,
         vec![next],

@@ -396,19 +396,7 @@ async fn an_expired_task_is_unknown_and_leaves_no_key() {
             .into_iter()
             .filter(|k| k.contains(task.as_str()) || k.contains(waiting.as_str()))
             .collect();
-        // The owner's index, in whatever namespace the gateways derived.
-        let indexes: Vec<String> = ::redis::cmd("KEYS")
-            .arg("mtg:*:owned:{gw-0}")
-            .query(&mut conn)
-            .unwrap();
-        let mut members: Vec<String> = Vec::new();
-        for index in indexes {
-            let more: Vec<String> = ::redis::cmd("SMEMBERS")
-                .arg(index)
-                .query(&mut conn)
-                .unwrap();
-            members.extend(more);
-        }
+        let members = owner_index(&mut conn, "gw-0");
         let indexed = members.contains(&task) || members.contains(&waiting);
         async move { (left.is_empty() && !indexed).then_some(()) }
     })

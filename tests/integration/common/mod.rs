@@ -436,8 +436,6 @@ pub fn sigterm(proc: &Proc) {
     assert!(status.success());
 }
 
-/// A task's hash in a test's own Redis, whatever the store namespace of the gateway that
-/// made it (`mtg:<ns>:{<taskId>}`).
 /// The instance that owns the task, as the store says.
 pub fn owner_of(redis: &test_support::RedisServer, task_id: &str) -> String {
     let mut conn = redis.connection();
@@ -448,6 +446,23 @@ pub fn owner_of(redis: &test_support::RedisServer, task_id: &str) -> String {
         .unwrap()
 }
 
+/// The task ids in the owner's index of `instance` (`*`: of every instance), whatever the
+/// store namespace of the gateways (`mtg:<ns>:owned:{<instance>}`).
+pub fn owner_index(conn: &mut redis::Connection, instance: &str) -> Vec<String> {
+    let indexes: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("mtg:*:owned:{{{instance}}}"))
+        .query(conn)
+        .unwrap();
+    let mut members = Vec::new();
+    for index in indexes {
+        let more: Vec<String> = redis::cmd("SMEMBERS").arg(index).query(conn).unwrap();
+        members.extend(more);
+    }
+    members
+}
+
+/// A task's hash in a test's own Redis, whatever the store namespace of the gateway that
+/// made it (`mtg:<ns>:{<taskId>}`).
 pub fn task_key(conn: &mut redis::Connection, task_id: &str) -> String {
     let mut keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("mtg:*{{{task_id}}}"))
