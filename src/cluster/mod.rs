@@ -28,6 +28,11 @@ pub(crate) trait Sweeper: Send + Sync + 'static {
     /// This instance's lease had lapsed and is ours again: others may have taken over
     /// its tasks meanwhile.
     async fn lease_regained(self: Arc<Self>);
+
+    /// One step of dropping, from this instance's own index, ids of tasks it no longer
+    /// runs and that are gone: the index's count is what operators see as its running
+    /// tasks.
+    async fn tidy_own_index(self: Arc<Self>);
 }
 
 /// What one sweep of one gone instance did.
@@ -190,6 +195,7 @@ async fn run(
             let me = settings.instance_id.clone();
             background = Some(tokio::spawn(async move {
                 sweep(&*store, &sweeper, &me).await;
+                sweeper.tidy_own_index().await;
             }));
         }
     }

@@ -54,6 +54,11 @@ impl Runners {
         self.lock().len()
     }
 
+    /// Whether a runner for `task_id` is here (from before its task is stored).
+    pub(super) fn contains(&self, task_id: &str) -> bool {
+        self.lock().contains_key(task_id)
+    }
+
     /// The caller of `task_id`'s call, still running here, got a deferred result.
     pub(super) fn mark_deferred(&self, task_id: &str) {
         if self.lock().contains_key(task_id) {

@@ -12,7 +12,7 @@
 //!
 //! The move itself is one compare-and-set in the store, so exactly one instance wins.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -82,11 +82,16 @@ pub(super) fn resume_of(
 /// this instance's over at shutdown.
 pub struct Takeovers {
     tasks: Arc<TaskService>,
+    /// Where the tidying of this instance's own index goes on from (`tidy_own_index`).
+    tidy_cursor: std::sync::Mutex<u64>,
 }
 
 impl Takeovers {
     pub fn new(tasks: Arc<TaskService>) -> Self {
-        Self { tasks }
+        Self {
+            tasks,
+            tidy_cursor: std::sync::Mutex::new(0),
+        }
     }
 
     /// Waits up to `limit` for the tasks running here to finish. Then, when
@@ -402,5 +407,29 @@ impl Sweeper for Takeovers {
 
     async fn lease_regained(self: Arc<Self>) {
         Takeovers::lease_regained(&self).await
+    }
+
+    async fn tidy_own_index(self: Arc<Self>) {
+        let cursor = *self
+            .tidy_cursor
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let runners = &self.tasks.runners;
+        let running = |task_id: &str| runners.contains(task_id);
+        match self.tasks.membership.tidy_own_index(cursor, &running).await {
+            Ok((next, dropped)) => {
+                *self
+                    .tidy_cursor
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = next;
+                if dropped > 0 {
+                    tracing::info!(
+                        dropped,
+                        "dropped ids of gone tasks from this instance's index"
+                    );
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "could not tidy this instance's index"),
+        }
     }
 }

@@ -413,6 +413,35 @@ async fn an_expired_task_is_unknown_and_leaves_no_key() {
     assert!(ttl_less.is_empty(), "keys without a TTL: {ttl_less:?}");
 }
 
+/// An id left in an instance's index after its task is gone (its runner's clean-up
+/// failed: Redis was unreachable at that moment) is dropped by the instance itself, while
+/// the task it runs stays: the index's size is the running count operators see.
+#[tokio::test]
+async fn an_instance_drops_ids_of_gone_tasks_from_its_index() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let d = deploy(1, &["--redis", &url], &[]);
+    let running = d.clients[0].start_task("sleep", json!({"ms": 60000})).await;
+    d.clients[0].wait_status(&running, "working").await;
+    let mut conn = redis.connection();
+    let indexes: Vec<String> = ::redis::cmd("KEYS")
+        .arg("mtg:*:owned:{gw-0}")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(indexes.len(), 1, "{indexes:?}");
+    let left_behind = "00000000-0000-4000-8000-000000000000";
+    let _: i64 = ::redis::cmd("SADD")
+        .arg(&indexes[0])
+        .arg(left_behind)
+        .query(&mut conn)
+        .unwrap();
+    eventually("the left-behind id to be dropped", || {
+        let only_running = owner_index(&mut conn, "gw-0") == [running.as_str()];
+        async move { only_running.then_some(()) }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_restarted_instance_with_the_same_id_fails_what_it_left_running() {
     let redis = RedisServer::start();

@@ -71,4 +71,16 @@ pub trait MembershipStore: Send + Sync + 'static {
 
     /// Forgets a gone instance once nothing is indexed under it any more.
     async fn forget_if_gone(&self, instance: &str) -> Result<(), StoreError>;
+
+    /// One step through this instance's own index of running tasks from `cursor`,
+    /// dropping ids that `running` does not claim and whose task is gone (a runner's
+    /// own clean-up that failed). Returns the next cursor, 0 when a pass ended, and how
+    /// many ids were dropped. Where the store keeps no such index (memory), nothing.
+    async fn tidy_own_index(
+        &self,
+        _cursor: u64,
+        _running: &(dyn for<'r> Fn(&'r str) -> bool + Sync),
+    ) -> Result<(u64, usize), StoreError> {
+        Ok((0, 0))
+    }
 }

@@ -34,6 +34,7 @@ mod leases;
 mod link;
 mod listing;
 mod outbox;
+mod own_index;
 mod scripts;
 mod takeover;
 mod terminal_cache;
@@ -689,6 +690,14 @@ impl MembershipStore for RedisStore {
 
     async fn gone_instances(&self, me: &str) -> Result<Vec<GoneInstance>, StoreError> {
         leases::gone_instances(self, me).await
+    }
+
+    async fn tidy_own_index(
+        &self,
+        cursor: u64,
+        running: &(dyn for<'r> Fn(&'r str) -> bool + Sync),
+    ) -> Result<(u64, usize), StoreError> {
+        own_index::tidy(self, &self.settings.instance_id, cursor, running).await
     }
 
     async fn orphans(&self, instance: &str) -> Result<Vec<TaskRecord>, StoreError> {

@@ -168,7 +168,7 @@ fn failed_fields_of(fields: &[String]) -> (&str, &str) {
     (value("msg"), value("error"))
 }
 
-async fn unindex(
+pub(super) async fn unindex(
     store: &RedisStore,
     instance: &str,
     task_ids: &[String],

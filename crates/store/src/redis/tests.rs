@@ -97,6 +97,40 @@ async fn a_short_lived_task_does_not_cut_short_its_owners_index() {
 }
 
 #[tokio::test]
+async fn tidying_the_own_index_drops_only_ids_nobody_runs_whose_task_is_gone() {
+    let server = redis_server();
+    let store = store(&server, "gw-1");
+    let live = record("gw-1");
+    let live_id = live.task_id.clone();
+    store.create(live).await.unwrap();
+    // Left behind (a runner's clean-up failed), and one whose runner is about to create it.
+    let (left, creating) = ("left-behind", "being-created");
+    let mut add = redis::cmd("SADD");
+    add.arg(store.keys.owned("gw-1")).arg(left).arg(creating);
+    let _: i64 = query(&store, add).await;
+
+    let running = |id: &str| id == creating;
+    let mut cursor = 0;
+    let mut dropped = 0;
+    loop {
+        let (next, step) = store.tidy_own_index(cursor, &running).await.unwrap();
+        dropped += step;
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    assert_eq!(dropped, 1);
+    let mut members = redis::cmd("SMEMBERS");
+    members.arg(store.keys.owned("gw-1"));
+    let mut members: Vec<String> = query(&store, members).await;
+    members.sort();
+    let mut expected = vec![live_id, creating.to_owned()];
+    expected.sort();
+    assert_eq!(members, expected);
+}
+
+#[tokio::test]
 async fn an_owner_index_made_by_a_takeover_has_a_ttl() {
     let server = redis_server();
     let lost = store(&server, "gw-lost");
