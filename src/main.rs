@@ -12,11 +12,12 @@ use mcp_task_gateway::config::{Config, ConfigError};
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// jemalloc's options, read before `main`: freed pages go back to the system within about
-/// a second, from a background thread, rather than stay in the process until later
-/// allocations happen to purge them (jemalloc's default: 10 s, on the allocating thread).
-/// After a burst of new tasks, RSS then comes back to what the tasks hold: at 64 client
-/// connections, 7.8 → 5.9 KB a task (docs/benchmarks.md, run 33). `_RJEM_MALLOC_CONF`
-/// still overrides it.
+/// a quarter of a second, from a background thread, rather than stay in the process until
+/// later allocations happen to purge them (jemalloc's default: 10 s, on the allocating
+/// thread). After a burst of new tasks, RSS then comes back to what the tasks hold: at 64
+/// client connections, 7.8 → 5.9 KB a task with 1 s (docs/benchmarks.md, run 33), and
+/// 6.0–6.4 → 5.7–5.8 KB with 250 ms, at no CPU cost seen under steady load (run 35).
+/// `_RJEM_MALLOC_CONF` still overrides it.
 #[cfg(all(
     not(target_env = "msvc"),
     not(target_os = "macos"),
@@ -26,7 +27,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 // in this build), defined once, here; it points to a NUL-terminated string literal.
 #[allow(unsafe_code)]
 #[unsafe(export_name = "_rjem_malloc_conf")]
-static MALLOC_CONF: MallocConf = MallocConf(c"background_thread:true,dirty_decay_ms:1000".as_ptr());
+static MALLOC_CONF: MallocConf = MallocConf(c"background_thread:true,dirty_decay_ms:250".as_ptr());
 
 /// A C string pointer jemalloc reads once at start.
 #[repr(transparent)]
