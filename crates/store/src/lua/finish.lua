@@ -15,7 +15,7 @@ if ARGV[#ARGV] ~= '' then
   return moved
 end
 
--- No subscription hears of it: the same end as `finish` then `shed`, in four calls
+-- No subscription hears of it: the same end as `finish` then `shed`, in four calls at most
 -- rather than twelve. Each call from a script costs Redis about as much again as the
 -- command itself (docs/benchmarks.md, run 34), and this runs once for every task.
 local created, ttl, current, updated, kept, issued = unpack(redis.call('HMGET', task,
