@@ -322,12 +322,34 @@ impl RedisStore {
         Ok(moved == 1)
     }
 
-    async fn remove_from_owned(&self, owner: &str, task_id: &str) {
+    async fn unindex(&self, owner: &str, task_id: &str) -> Result<(), StoreError> {
         let mut cmd = redis::cmd("SREM");
         cmd.arg(self.keys.owned(owner)).arg(task_id);
-        if let Err(e) = self.conn.one("unindex", cmd).await {
+        self.conn.one("unindex", cmd).await?;
+        Ok(())
+    }
+
+    async fn remove_from_owned(&self, owner: &str, task_id: &str) {
+        if let Err(e) = self.unindex(owner, task_id).await {
             tracing::warn!(task_id, error = %e, "could not drop a task from its owner's index");
         }
+    }
+
+    /// `command` on each task's key, one group per task: on a Cluster each key is in a
+    /// slot of its own.
+    fn on_each_task<'a>(
+        &self,
+        command: &str,
+        task_ids: impl IntoIterator<Item = &'a str>,
+    ) -> Vec<Pipeline> {
+        task_ids
+            .into_iter()
+            .map(|id| {
+                let mut cmd = redis::cmd(command);
+                cmd.arg(self.keys.task(id));
+                pipe_of([cmd])
+            })
+            .collect()
     }
 }
 
@@ -640,12 +662,7 @@ impl TaskStore for RedisStore {
     }
 
     async fn let_go_expired(&self, task_id: &str) -> Result<(), StoreError> {
-        let mut unindex = redis::cmd("SREM");
-        unindex
-            .arg(self.keys.owned(&self.settings.instance_id))
-            .arg(task_id);
-        self.conn.one("unindex", unindex).await?;
-        Ok(())
+        self.unindex(&self.settings.instance_id, task_id).await
     }
 }
 

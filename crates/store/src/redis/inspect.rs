@@ -303,14 +303,7 @@ pub(super) async fn read_tasks(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let reads = ids
-        .iter()
-        .map(|id| {
-            let mut read = redis::cmd("HGETALL");
-            read.arg(store.keys.task(id));
-            pipe_of([read])
-        })
-        .collect();
+    let reads = store.on_each_task("HGETALL", ids.iter().copied());
     let replies = store.conn.run(op, reads).await?;
     let now = now_ms();
     let mut tasks = Vec::with_capacity(ids.len());

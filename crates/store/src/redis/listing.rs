@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use redis::Value;
 
-use super::{KEY_GRACE, RedisStore, codec, corrupt, is_task_id, parse, pipe_of};
+use super::{KEY_GRACE, RedisStore, codec, corrupt, is_task_id, parse};
 use crate::{ListCursor, StoreError, TaskRecord, now_ms};
 
 /// Most members read per round, so one page never pipelines an unbounded number of reads.
@@ -242,14 +242,9 @@ impl<'a> Page<'a> {
         let readable: Vec<(u64, String)> =
             fresh.into_iter().filter(|(_, id)| is_task_id(id)).collect();
         self.dropped += members - readable.len();
-        let reads = readable
-            .iter()
-            .map(|(_, id)| {
-                let mut read = redis::cmd("HGETALL");
-                read.arg(self.store.keys.task(id));
-                pipe_of([read])
-            })
-            .collect();
+        let reads = self
+            .store
+            .on_each_task("HGETALL", readable.iter().map(|(_, id)| id.as_str()));
         let replies = if readable.is_empty() {
             Vec::new()
         } else {

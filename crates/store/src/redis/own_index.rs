@@ -6,7 +6,7 @@
 
 use redis::Value;
 
-use super::{RedisStore, parse, pipe_of, takeover};
+use super::{RedisStore, parse, takeover};
 use crate::StoreError;
 
 /// Ids looked at a step: one `SSCAN` reply, bounded however large the index.
@@ -33,15 +33,7 @@ pub(super) async fn tidy(
     if unclaimed.is_empty() {
         return Ok((next, 0));
     }
-    // One group per task: on a Cluster each key is in a slot of its own.
-    let checks = unclaimed
-        .iter()
-        .map(|id| {
-            let mut exists = redis::cmd("EXISTS");
-            exists.arg(store.keys.task(id));
-            pipe_of([exists])
-        })
-        .collect();
+    let checks = store.on_each_task("EXISTS", unclaimed.iter().map(String::as_str));
     let replies = store.conn.run("tidy", checks).await?;
     let mut gone = Vec::new();
     for (id, reply) in unclaimed.into_iter().zip(replies) {

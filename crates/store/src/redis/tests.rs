@@ -48,6 +48,22 @@ async fn query<T: redis::FromRedisValue>(store: &RedisStore, cmd: redis::Cmd) ->
     parse(store.conn.one("test", cmd).await.unwrap()).unwrap()
 }
 
+/// A key's `PTTL`, in ms.
+async fn ttl_ms(store: &RedisStore, key: String) -> i64 {
+    let mut cmd = redis::cmd("PTTL");
+    cmd.arg(key);
+    query(store, cmd).await
+}
+
+/// The members of a set, sorted.
+async fn members(store: &RedisStore, key: String) -> Vec<String> {
+    let mut cmd = redis::cmd("SMEMBERS");
+    cmd.arg(key);
+    let mut members: Vec<String> = query(store, cmd).await;
+    members.sort();
+    members
+}
+
 #[tokio::test]
 async fn the_task_key_and_its_owner_index_expire() {
     let server = redis_server();
@@ -56,16 +72,12 @@ async fn the_task_key_and_its_owner_index_expire() {
     task.ttl_ms = 300;
     let id = task.task_id.clone();
     store.create(task).await.unwrap();
-    let mut ttl = redis::cmd("PTTL");
-    ttl.arg(store.keys.task(&id));
-    let pttl: i64 = query(&store, ttl).await;
+    let pttl = ttl_ms(&store, store.keys.task(&id)).await;
     assert!(
         pttl > 300 && pttl <= 300 + KEY_GRACE.as_millis() as i64,
         "{pttl}"
     );
-    let mut ttl = redis::cmd("PTTL");
-    ttl.arg(store.keys.owned("gw-1"));
-    let pttl: i64 = query(&store, ttl).await;
+    let pttl = ttl_ms(&store, store.keys.owned("gw-1")).await;
     assert!(pttl > 0, "the owner index has a TTL too: {pttl}");
 }
 
@@ -81,19 +93,17 @@ async fn a_short_lived_task_does_not_cut_short_its_owners_index() {
     short_lived.ttl_ms = 300;
     let short_id = short_lived.task_id.clone();
     store.create(short_lived).await.unwrap();
-    let mut ttl = redis::cmd("PTTL");
-    ttl.arg(store.keys.owned("gw-1"));
-    let pttl: i64 = query(&store, ttl).await;
+    let pttl = ttl_ms(&store, store.keys.owned("gw-1")).await;
     assert!(
         pttl > 50_000,
         "the owner index outlives the first task: {pttl} ms"
     );
     // The runner lets go of the short-lived one at its TTL; the other stays indexed.
     store.let_go_expired(&short_id).await.unwrap();
-    let mut members = redis::cmd("SMEMBERS");
-    members.arg(store.keys.owned("gw-1"));
-    let members: Vec<String> = query(&store, members).await;
-    assert_eq!(members, vec![long_id]);
+    assert_eq!(
+        members(&store, store.keys.owned("gw-1")).await,
+        vec![long_id]
+    );
 }
 
 #[tokio::test]
@@ -121,13 +131,9 @@ async fn tidying_the_own_index_drops_only_ids_nobody_runs_whose_task_is_gone() {
         cursor = next;
     }
     assert_eq!(dropped, 1);
-    let mut members = redis::cmd("SMEMBERS");
-    members.arg(store.keys.owned("gw-1"));
-    let mut members: Vec<String> = query(&store, members).await;
-    members.sort();
     let mut expected = vec![live_id, creating.to_owned()];
     expected.sort();
-    assert_eq!(members, expected);
+    assert_eq!(members(&store, store.keys.owned("gw-1")).await, expected);
 }
 
 #[tokio::test]
@@ -149,9 +155,7 @@ async fn an_owner_index_made_by_a_takeover_has_a_ttl() {
     };
     let adopted = taker.take_over(&[id], &takeover).await.unwrap();
     assert!(matches!(adopted[..], [crate::Adoption::Adopted(_)]));
-    let mut ttl = redis::cmd("PTTL");
-    ttl.arg(taker.keys.owned("gw-taker"));
-    let pttl: i64 = query(&taker, ttl).await;
+    let pttl = ttl_ms(&taker, taker.keys.owned("gw-taker")).await;
     assert!(pttl > 50_000, "the new owner's index has a TTL: {pttl} ms");
 }
 
@@ -285,10 +289,10 @@ async fn a_gone_owner_is_found_by_its_lease_and_forgotten_once_swept() {
     // Its index is empty now: the lost instance is forgotten.
     assert!(alive.orphans("gw-lost").await.unwrap().is_empty());
     alive.forget_if_gone("gw-lost").await.unwrap();
-    let mut members = redis::cmd("SMEMBERS");
-    members.arg(alive.keys.instances());
-    let members: Vec<String> = query(&alive, members).await;
-    assert_eq!(members, vec!["gw-alive".to_owned()]);
+    assert_eq!(
+        members(&alive, alive.keys.instances()).await,
+        vec!["gw-alive".to_owned()]
+    );
 
     // A graceful stop that hands over leaves its tasks indexed and says so.
     assert_eq!(alive.release_lease("gw-alive", true).await.unwrap(), 0);
@@ -356,9 +360,7 @@ async fn a_principals_listing_expires_and_sheds_dead_members() {
     let store = store(&server, "gw-1");
     let live = record("gw-1");
     store.create(live.clone()).await.unwrap();
-    let mut ttl = redis::cmd("PTTL");
-    ttl.arg(store.keys.by_principal("alice"));
-    let pttl: i64 = query(&store, ttl).await;
+    let pttl = ttl_ms(&store, store.keys.by_principal("alice")).await;
     assert!(
         pttl > 59_000 && pttl <= 60_000 + KEY_GRACE.as_millis() as i64,
         "{pttl}"
